@@ -1,0 +1,49 @@
+"""`mtp-viz` entry point: generate | bench | ui.
+
+Each subcommand lives in its own module, which provides ``add_arguments(parser)``
+and ``run(args) -> int``. Errors a user can cause print one sentence on stderr and
+exit with code 2.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+SUBCOMMANDS = {
+    "generate": ("mtp_viz.cli_generate", "Generate text and show how each token was decided."),
+    "bench": ("mtp_viz.bench", "Benchmark speculative decoding against autoregressive and transformers."),
+    "ui": ("mtp_viz.ui", "Start the Gradio app."),
+}
+
+
+class UserError(Exception):
+    """An error the user caused; its message is one sentence shown without a traceback."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mtp-viz", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (module, help_text) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(_module=module)
+        importlib.import_module(module).add_arguments(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    module = importlib.import_module(args._module)
+    try:
+        return int(module.run(args) or 0)
+    except UserError as e:
+        print(f"mtp-viz: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("mtp-viz: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
