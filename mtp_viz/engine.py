@@ -1,0 +1,233 @@
+"""The speculative loop and the autoregressive baseline, as generators of events.
+
+The engine knows nothing about text: it deals in token ids. A ``detok`` object
+(anything with ``piece(context_ids, token_id) -> str`` and ``decode(ids) -> str``,
+see :mod:`mtp_viz.text`) may be passed to fill the events' ``text`` fields.
+
+One speculative step, in the notation of :mod:`mtp_viz.sampling`:
+
+    draft   the drafter proposes d_1..d_k from q (k from the schedule)
+    verify  one target forward over [x, d_1..d_k] gives p_0..p_k
+            (x is the newest token, whose KV the target has not computed yet)
+    accept  keep the longest agreeing prefix d_1..d_n, add the target's own token,
+            crop the k - n rejected entries from the target's KV cache
+
+Both generators can be suspended between steps (they are plain generators), and
+stop cleanly when ``stop`` (a ``threading.Event``) is set.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+import torch
+from transformers import DynamicCache
+
+from .drafters import DraftContext, Drafter, Proposal
+from .events import Accepted, Bonus, Done, Drafted, Event, Rejected, Start, Step, Token
+from .sampling import Sampler, Sampling, accept
+from .schedules import Schedule, make_schedule
+
+
+@dataclass
+class Forward:
+    """One target forward, reduced to what the loop needs."""
+    logits: torch.Tensor                  # [n, V] float32
+    hidden: torch.Tensor | None           # [1, n, H] last-layer activations (MTP only)
+    shared_kv: dict | None                # layer type -> (K, V), ending with the n new tokens
+
+
+@torch.inference_mode()
+def target_forward(target, cache, tokens: list[int], want_state: bool, keep: int) -> Forward:
+    """Run the target over ``tokens`` appended to ``cache``; keep the last ``keep`` logits."""
+    ids = torch.tensor([tokens], device=target.device)
+    extra = {"output_hidden_states": True, "return_shared_kv_states": True} if want_state else {}
+    out = target(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=keep, **extra)
+    hidden = out.hidden_states[-1][:, -keep:] if want_state else None
+    return Forward(out.logits[0, -keep:].float(), hidden, getattr(out, "shared_kv_states", None))
+
+
+def crop_shared_kv(shared_kv: dict, drop: int) -> dict:
+    """Drop the last ``drop`` positions (KV of rejected drafts) from every layer type."""
+    if not drop:
+        return dict(shared_kv)
+    return {t: (k[:, :, :-drop], v[:, :, :-drop]) for t, (k, v) in shared_kv.items()}
+
+
+def new_cache(target) -> DynamicCache:
+    cache = DynamicCache(config=target.config)
+    cache.activate_past_recording()  # sliding-window layers can then be rolled back
+    return cache
+
+
+class _Text:
+    """Fills ``text`` fields when a detokenizer is given; empty strings otherwise."""
+
+    def __init__(self, detok):
+        self.detok = detok
+
+    def piece(self, ctx: Sequence[int], token: int) -> str:
+        return self.detok.piece(ctx, token) if self.detok else ""
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.detok.decode(list(ids)) if self.detok else ""
+
+
+def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_tokens: int = 64,
+                sampling: Sampling = Sampling(), schedule: Schedule | str = "constant",
+                draft_tokens: int | None = None, max_draft_tokens: int = 16,
+                eos_token_ids: Sequence[int] = (), detok: Any = None, stale_kv: bool = False,
+                stop=None) -> Iterator[Event]:
+    """Speculative decoding with any drafter; yields the event stream of DESIGN.md.
+
+    stale_kv=True reproduces transformers 5.24, which after a rejection leaves the
+    drafter one KV entry computed from the first rejected draft (an experiment switch).
+    """
+    if isinstance(schedule, str):
+        schedule = make_schedule(schedule, initial=draft_tokens or drafter.default_draft_tokens,
+                                 cap=max_draft_tokens)
+    text, eos = _Text(detok), set(eos_token_ids)
+    sampler = Sampler(sampling, device=target.device)
+    ids = list(prompt_ids)
+    yield Start("speculative", len(ids), tuple(ids), {
+        "drafter": drafter.kind, "schedule": schedule.name, "draft_tokens": schedule.initial,
+        "max_draft_tokens": schedule.cap, "max_new_tokens": max_new_tokens, **sampling.as_dict()})
+    t0 = time.perf_counter()
+    drafter.reset()
+    k = schedule.start()
+    cache = new_cache(target)
+    want_state = drafter.needs_target_state
+
+    # Step 1 is the prefill: no drafts, the target's first token closes it.
+    fwd = target_forward(target, cache, ids, want_state, keep=1)
+    cache.crop(0)
+    proposal, stats = Proposal([], None), {"forwards": 1, "drafter": 0, "drafted": 0, "accepted": 0}
+    step, draft_s, stop_reason = 1, 0.0, ""
+    verify_s = time.perf_counter() - t0
+    while True:
+        # -- accept: decide, cut at EOS / the token limit, emit, crop the cache ----------
+        drafts = proposal.tokens
+        p = sampler.probs(fwd.logits)
+        argmax = fwd.logits.argmax(-1).tolist() if sampler.greedy else None
+        n, nxt = accept(sampler, drafts, proposal.q, p, argmax)
+        new = drafts[:n] + [nxt]
+        cut = ""
+        for j, tok in enumerate(new):
+            if tok in eos:
+                cut, new = ("eos" if j < len(new) - 1 else ""), new[:j + 1]
+                stop_reason = "eos"
+                break
+        remaining = max_new_tokens - (len(ids) - len(prompt_ids))
+        if len(new) >= remaining:
+            cut = cut or ("max_new_tokens" if len(new) > remaining else "")
+            new, stop_reason = new[:remaining], stop_reason or "max_new_tokens"
+        yield from _verdict_events(step, ids, drafts, proposal.q, p, n, new, text)
+        ids.extend(new)
+        stats["drafted"] += len(drafts)
+        stats["accepted"] += min(n, len(new))
+        # The forward appended 1 + len(drafts) KV entries; the first 1 + n are verified.
+        rejected_kv = len(drafts) - n
+        cache.crop(-rejected_kv)
+        drafter.rollback(len(ids))
+        next_k, reason = schedule.update(drafted=len(drafts), accepted=n,
+                                         draft_seconds=draft_s, verify_seconds=verify_s)
+        if stop is not None and stop.is_set():
+            stop_reason = stop_reason or "stopped"
+        yield Step(step, len(drafts), n, len(new), draft_s, verify_s, next_k, reason, cut,
+                   time.perf_counter() - t0)
+        if stop_reason:
+            break
+
+        # -- draft --------------------------------------------------------------------
+        step += 1
+        ctx = DraftContext(ids)
+        if want_state:
+            drop = max(rejected_kv - 1, 0) if stale_kv else rejected_kv
+            ctx.hidden = fwd.hidden[:, n:n + 1]
+            ctx.shared_kv = crop_shared_kv(fwd.shared_kv, drop)
+        budget = max_new_tokens - (len(ids) - len(prompt_ids)) - 1  # leave room for the bonus
+        t = time.perf_counter()
+        proposal = drafter.propose(ctx, min(next_k, budget), _picker(sampler), schedule.keep_drafting)
+        draft_s = time.perf_counter() - t
+        stats["drafter"] += proposal.forwards
+        for i, tok in enumerate(proposal.tokens):
+            q_tok = float(proposal.q[i, tok]) if proposal.q is not None else 1.0
+            yield Drafted(step, i, tok, text.piece(ids + proposal.tokens[:i], tok), q_tok)
+
+        # -- verify: one target forward over the newest token and all drafts ------------
+        t = time.perf_counter()
+        fwd = target_forward(target, cache, [ids[-1]] + proposal.tokens, want_state,
+                             keep=len(proposal.tokens) + 1)
+        verify_s = time.perf_counter() - t
+        stats["forwards"] += 1
+
+    yield _done(ids, prompt_ids, stats, time.perf_counter() - t0, stop_reason, text)
+
+
+def _picker(sampler: Sampler):
+    def pick(logits: torch.Tensor) -> tuple[int, float, torch.Tensor]:
+        q = sampler.probs(logits[None])[0]
+        tok = int(logits.argmax()) if sampler.greedy else sampler.pick(q)
+        return tok, float(q[tok]), q
+    return pick
+
+
+def _verdict_events(step, ids, drafts, q, p, n, new, text) -> Iterator[Event]:
+    """accepted (kept drafts), rejected (from the first disagreement on), bonus."""
+    kept = min(n, len(new))
+    ctx = list(ids)
+    for i in range(kept):
+        yield Accepted(step, i, drafts[i], text.piece(ctx, drafts[i]), float(p[i, drafts[i]]),
+                       float(q[i, drafts[i]]) if q is not None else 1.0)
+        ctx.append(drafts[i])
+    if n < len(drafts):
+        for i in range(n, len(drafts)):
+            yield Rejected(step, i, drafts[i], text.piece(ids + drafts[:i], drafts[i]),
+                           float(p[i, drafts[i]]), float(q[i, drafts[i]]) if q is not None else 1.0)
+    if len(new) > n:
+        tok = new[n]
+        kind = "correction" if n < len(drafts) else "extension"
+        yield Bonus(step, tok, text.piece(ctx, tok), float(p[n, tok]), n, kind)
+
+
+def _done(ids, prompt_ids, stats, seconds, stop_reason, text) -> Done:
+    gen = ids[len(prompt_ids):]
+    drafted, accepted = stats["drafted"], stats["accepted"]
+    return Done(len(gen), stats["forwards"], seconds, text.decode(gen), stats["drafter"],
+                drafted, accepted, accepted / drafted if drafted else 0.0,
+                len(gen) / stats["forwards"] if stats["forwards"] else 0.0,
+                len(gen) / seconds if seconds > 0 else 0.0, stop_reason, tuple(gen))
+
+
+def autoregressive(target, prompt_ids: Sequence[int], *, max_new_tokens: int = 64,
+                   sampling: Sampling = Sampling(), eos_token_ids: Sequence[int] = (),
+                   detok: Any = None, stop=None) -> Iterator[Event]:
+    """Plain decoding, one target forward per token, through the same event types."""
+    text, eos = _Text(detok), set(eos_token_ids)
+    sampler = Sampler(sampling, device=target.device)
+    ids = list(prompt_ids)
+    yield Start("autoregressive", len(ids), tuple(ids),
+                {"max_new_tokens": max_new_tokens, **sampling.as_dict()})
+    t0 = time.perf_counter()
+    cache = new_cache(target)
+    feed, stop_reason, step = ids, "", 0
+    while not stop_reason:
+        step += 1
+        t = time.perf_counter()
+        fwd = target_forward(target, cache, feed, False, keep=1)
+        p = sampler.probs(fwd.logits)[0]
+        tok = int(fwd.logits[0].argmax()) if sampler.greedy else sampler.pick(p)
+        verify_s = time.perf_counter() - t
+        yield Token(step, tok, text.piece(ids, tok), float(p[tok]), time.perf_counter() - t0)
+        ids.append(tok)
+        if tok in eos:
+            stop_reason = "eos"
+        elif len(ids) - len(prompt_ids) >= max_new_tokens:
+            stop_reason = "max_new_tokens"
+        elif stop is not None and stop.is_set():
+            stop_reason = "stopped"
+        yield Step(step, 0, 0, 1, 0.0, verify_s, 0, "", "", time.perf_counter() - t0)
+        feed = [tok]
+    stats = {"forwards": step, "drafter": 0, "drafted": 0, "accepted": 0}
+    yield _done(ids, prompt_ids, stats, time.perf_counter() - t0, stop_reason, text)
