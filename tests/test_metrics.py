@@ -1,0 +1,125 @@
+import json
+
+import pytest
+
+from mtp_viz import metrics, theory
+from mtp_viz.events import (Accepted, Bonus, Done, Drafted, Rejected, Start, Step, Token,
+                            event_from_dict)
+
+
+def spec_step(step, drafts, n_accept, *, bonus=True, cut="", draft_s=0.0, verify_s=0.0):
+    """Events of one speculative step: drafts listed, the first n_accept accepted."""
+    ev = [Drafted(step, i, t) for i, t in enumerate(drafts)]
+    ev += [Accepted(step, i, t) for i, t in enumerate(drafts[:n_accept])]
+    ev += [Rejected(step, i, t) for i, t in enumerate(drafts) if i >= n_accept]
+    new = n_accept
+    if bonus:
+        kind = "correction" if n_accept < len(drafts) else "extension"
+        ev.append(Bonus(step, 99, kind=kind, index=n_accept))
+        new += 1
+    ev.append(Step(step, len(drafts), n_accept, new_tokens=new, cut=cut,
+                   draft_seconds=draft_s, verify_seconds=verify_s))
+    return ev, new
+
+
+def spec_stream(plan, seconds=1.0):
+    """plan: list of (draft_len, accepted[, kwargs]) per step."""
+    events = [Start("speculative", 5)]
+    total = 0
+    for i, item in enumerate(plan, start=1):
+        g, a, *kw = item
+        ev, new = spec_step(i, list(range(10, 10 + g)), a, **(kw[0] if kw else {}))
+        events += ev
+        total += new
+    events.append(Done(new_tokens=total, target_forwards=len(plan), seconds=seconds))
+    return events
+
+
+def ar_stream(n, step_s=0.1):
+    events = [Start("autoregressive", 5)]
+    for i in range(1, n + 1):
+        events += [Token(i, 7), Step(i, 0, 0, new_tokens=1, verify_seconds=step_s)]
+    events.append(Done(new_tokens=n, target_forwards=n, seconds=n * step_s))
+    return events
+
+
+PLAN = [(4, 4), (4, 2), (4, 0), (4, 3)]   # drafted 16, accepted 9, 3 rejections
+
+
+def test_counts_and_rates():
+    ev = spec_stream(PLAN)
+    assert metrics.acceptance_rate(ev) == pytest.approx(9 / 16)
+    assert metrics.alpha_estimate(ev) == pytest.approx(9 / 12)
+    assert metrics.per_step_acceptance(ev) == [1.0, 0.5, 0.0, 0.75]
+    # tokens: 5 + 3 + 1 + 4 = 13 over 4 forwards
+    assert metrics.mean_accepted_length(ev) == pytest.approx(13 / 4)
+
+
+def test_per_position_acceptance():
+    ev = spec_stream(PLAN)
+    # position: drafted, reached, accepted
+    assert metrics.per_position_counts(ev) == [(4, 4, 3), (4, 3, 3), (4, 3, 2), (4, 2, 1)]
+    assert metrics.per_position_acceptance(ev, conditional=True) == pytest.approx(
+        [3 / 4, 1.0, 2 / 3, 1 / 2])
+    assert metrics.per_position_acceptance(ev, conditional=False) == pytest.approx(
+        [3 / 4, 3 / 4, 2 / 4, 1 / 4])
+    # the product of conditionals is the unconditional acceptance
+    cond = metrics.per_position_acceptance(ev)
+    prod = 1.0
+    for k, u in enumerate(metrics.per_position_acceptance(ev, conditional=False)):
+        prod *= cond[k]
+        assert prod == pytest.approx(u)
+
+
+def test_cut_step_is_not_a_rejection():
+    # last step accepted 1 of 4 and hit the token limit: no correction, no rejection
+    ev = spec_stream([(4, 2), (4, 1, {"bonus": False, "cut": "max_new_tokens"})])
+    recs = metrics.step_records(ev)
+    assert [r.rejected for r in recs] == [True, False]
+    assert metrics.alpha_estimate(ev) == pytest.approx(3 / 4)
+    assert metrics.per_position_counts(ev) == [(2, 2, 2), (2, 1, 1), (2, 1, 0), (2, 0, 0)]
+    # eos as a correction token in a cut step still counts as a rejection
+    ev = spec_stream([(4, 1, {"cut": "eos"})])
+    assert metrics.step_records(ev)[0].rejected
+
+
+def test_pooled_streams_and_json_round_trip():
+    a, b = spec_stream(PLAN[:2]), spec_stream(PLAN[2:])
+    pooled = a + b
+    assert metrics.acceptance_rate(pooled) == metrics.acceptance_rate(spec_stream(PLAN))
+    assert metrics.mean_accepted_length(pooled) == pytest.approx(13 / 4)
+    again = [event_from_dict(json.loads(json.dumps(e.to_dict()))) for e in pooled]
+    assert metrics.summarize(again) == metrics.summarize(pooled)
+    s = metrics.summarize(pooled)
+    assert (s.generations, s.steps, s.drafted, s.accepted, s.rejections) == (2, 4, 16, 9, 3)
+    assert s.mode == "speculative" and s.mean_draft_len == 4
+
+
+def test_autoregressive_stream():
+    ev = ar_stream(10, 0.1)
+    s = metrics.summarize(ev)
+    assert s.steps == 0 and s.drafted == 0 and s.mode == "autoregressive"
+    assert s.new_tokens == 10 and s.mean_accepted_length == 1.0
+    assert s.tokens_per_second == pytest.approx(10.0)
+    assert metrics.target_step_seconds(ev) == pytest.approx(0.1)
+
+
+def test_cost_coefficient():
+    plan = [(4, 4, {"draft_s": 0.02, "verify_s": 0.2}), (2, 0, {"draft_s": 0.01, "verify_s": 0.1})]
+    ev = spec_stream(plan)
+    assert metrics.drafter_seconds_per_token(ev) == pytest.approx(0.005)
+    assert metrics.cost_coefficient(ev, ar_stream(5, 0.1)) == pytest.approx(0.05)
+    # without a baseline, the mean verification time stands in for a target step
+    assert metrics.cost_coefficient(ev) == pytest.approx(0.005 / 0.15)
+
+
+def test_theory_panel_html_is_escaped_and_consistent():
+    ev = spec_stream([(4, 4, {"draft_s": 0.004, "verify_s": 0.1})] * 3 + [(4, 1)])
+    ev[0] = Start("speculative", 5, settings={"drafter": "<script>alert(1)</script>"})
+    out = metrics.theory_panel_html(ev, ar_stream(5, 0.1))
+    assert "<script>" not in out and "mtp-theory" in out
+    alpha = metrics.alpha_estimate(ev)
+    assert f"{alpha:.3f}" in out
+    assert f"{theory.expected_tokens(alpha, 4):.2f}" in out
+    assert "γ*" in out
+    assert "No drafted tokens" in metrics.theory_panel_html(ar_stream(3))
