@@ -49,27 +49,34 @@ class StepRecord:
 def step_records(events: Iterable[Event]) -> list[StepRecord]:
     """Speculative steps in order. Autoregressive steps (with ``Token`` events) are skipped.
 
-    A step counts as a rejection when it closes with a correction bonus, or when it
-    accepted fewer drafts than it drafted without being cut short by end-of-sequence or
-    the token limit (a cut step with no correction stopped for its own reasons).
+    A step counts as a rejection when it closes with a correction bonus, or has a
+    ``Rejected`` event at index ``accepted`` (the first disagreement; its correction may
+    have been cut by the token limit), or accepted fewer drafts than it drafted without
+    being cut short (a cut step with neither stopped for its own reasons).
     """
     out: list[StepRecord] = []
     correction = False
     token_seen = False
+    rejected_at: set[int] = set()
     for e in events:
         if isinstance(e, Bonus):
             correction = correction or e.kind == "correction"
+        elif isinstance(e, Rejected):
+            rejected_at.add(e.index)
         elif isinstance(e, Token):
             token_seen = True
         elif isinstance(e, Step):
             if not token_seen:
-                rejected = correction or (e.accepted < e.draft_len and not e.cut)
+                rejected = (correction or e.accepted in rejected_at
+                            or (e.accepted < e.draft_len and not e.cut))
                 new = e.new_tokens or e.accepted + (0 if e.cut else 1)
                 out.append(StepRecord(e.draft_len, e.accepted, new, rejected, e.cut,
                                       e.draft_seconds, e.verify_seconds))
             correction = token_seen = False
+            rejected_at = set()
         elif isinstance(e, Start):
             correction = token_seen = False
+            rejected_at = set()
     return out
 
 
@@ -145,13 +152,28 @@ def drafter_seconds_per_token(events: Iterable[Event]) -> float:
     return sum(r.draft_seconds for r in recs) / drafted if drafted else 0.0
 
 
+def _decode_step_seconds(events: Sequence[Event]) -> list[float]:
+    """Timed target forwards, the prefill (first step of each generation) left out:
+    autoregressive forwards, or speculative verifications that checked drafts."""
+    out, first, token_seen = [], True, False
+    for e in events:
+        if isinstance(e, Start):
+            first = True
+        elif isinstance(e, Token):
+            token_seen = True
+        elif isinstance(e, Step):
+            if not first and e.verify_seconds > 0 and (token_seen or e.draft_len > 0):
+                out.append(e.verify_seconds)
+            first = token_seen = False
+    return out
+
+
 def target_step_seconds(events: Iterable[Event]) -> float:
-    """Mean time of one target step: in an autoregressive stream the mean forward time
-    (``Step.verify_seconds``, else Done.seconds ÷ forwards); in a speculative stream the
-    mean verification time (which covers γ+1 tokens, so it is an upper bound)."""
+    """Mean time of one target decode step (the prefill left out): in an autoregressive
+    stream the mean forward time (else Done.seconds ÷ forwards); in a speculative stream
+    the mean verification time (which covers γ+1 tokens, so it is an upper bound)."""
     events = list(events)
-    steps = [e for e in events if isinstance(e, Step)]
-    timed = [s.verify_seconds for s in steps if s.verify_seconds > 0]
+    timed = _decode_step_seconds(events)
     if timed:
         return sum(timed) / len(timed)
     forwards, _ = _forwards_and_tokens(events)
@@ -186,7 +208,7 @@ class Summary:
     acceptance_rate: float = 0.0
     alpha: float = 0.0
     mean_accepted_length: float = 0.0
-    mean_draft_len: float = 0.0
+    mean_draft_len: float = 0.0        # over steps that drafted (the prefill step does not)
     drafter_seconds_per_token: float = 0.0
     verify_seconds_per_step: float = 0.0
     per_position_conditional: list = field(default_factory=list)
@@ -206,7 +228,8 @@ def summarize(events: Iterable[Event]) -> Summary:
     drafted = sum(r.draft_len for r in recs)
     accepted = sum(r.accepted for r in recs)
     rejections = sum(r.rejected for r in recs)
-    verify = [r.verify_seconds for r in recs if r.verify_seconds > 0]
+    verify = _decode_step_seconds(events)
+    drafting = [r for r in recs if r.draft_len > 0]
     return Summary(
         mode=starts[0].mode if starts else "",
         generations=len(starts),
@@ -221,7 +244,7 @@ def summarize(events: Iterable[Event]) -> Summary:
         acceptance_rate=accepted / drafted if drafted else 0.0,
         alpha=theory.alpha_mle(accepted, rejections),
         mean_accepted_length=tokens / forwards if forwards else 0.0,
-        mean_draft_len=drafted / len(recs) if recs else 0.0,
+        mean_draft_len=drafted / len(drafting) if drafting else 0.0,
         drafter_seconds_per_token=drafter_seconds_per_token(events),
         verify_seconds_per_step=sum(verify) / len(verify) if verify else 0.0,
         per_position_conditional=per_position_acceptance(events, conditional=True),

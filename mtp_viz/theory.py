@@ -232,7 +232,7 @@ class OptimalSchedule(Schedule):
             if draft_seconds > 0:
                 self._draft_s += draft_seconds
                 self._drafted += drafted
-        if verify_seconds > 0:
+        if verify_seconds > 0 and drafted > 0:  # a step without drafts may be the prefill
             x, y = float(drafted), float(verify_seconds)
             for i, v in enumerate((1.0, x, y, x * x, x * y)):
                 self._line[i] += v

@@ -22,16 +22,17 @@ def spec_step(step, drafts, n_accept, *, bonus=True, cut="", draft_s=0.0, verify
     return ev, new
 
 
-def spec_stream(plan, seconds=1.0):
-    """plan: list of (draft_len, accepted[, kwargs]) per step."""
-    events = [Start("speculative", 5)]
-    total = 0
-    for i, item in enumerate(plan, start=1):
+def spec_stream(plan, seconds=1.0, prefill_s=0.5):
+    """plan: list of (draft_len, accepted[, kwargs]) per step. Like the engine, step 1
+    is the prefill: no drafts, the target's first token closes it."""
+    events = [Start("speculative", 5)] + spec_step(1, [], 0, verify_s=prefill_s)[0]
+    total = 1
+    for i, item in enumerate(plan, start=2):
         g, a, *kw = item
         ev, new = spec_step(i, list(range(10, 10 + g)), a, **(kw[0] if kw else {}))
         events += ev
         total += new
-    events.append(Done(new_tokens=total, target_forwards=len(plan), seconds=seconds))
+    events.append(Done(new_tokens=total, target_forwards=len(plan) + 1, seconds=seconds))
     return events
 
 
@@ -50,9 +51,9 @@ def test_counts_and_rates():
     ev = spec_stream(PLAN)
     assert metrics.acceptance_rate(ev) == pytest.approx(9 / 16)
     assert metrics.alpha_estimate(ev) == pytest.approx(9 / 12)
-    assert metrics.per_step_acceptance(ev) == [1.0, 0.5, 0.0, 0.75]
-    # tokens: 5 + 3 + 1 + 4 = 13 over 4 forwards
-    assert metrics.mean_accepted_length(ev) == pytest.approx(13 / 4)
+    assert metrics.per_step_acceptance(ev) == [None, 1.0, 0.5, 0.0, 0.75]
+    # tokens: 1 (prefill) + 5 + 3 + 1 + 4 = 14 over 5 forwards
+    assert metrics.mean_accepted_length(ev) == pytest.approx(14 / 5)
 
 
 def test_per_position_acceptance():
@@ -72,26 +73,32 @@ def test_per_position_acceptance():
 
 
 def test_cut_step_is_not_a_rejection():
-    # last step accepted 1 of 4 and hit the token limit: no correction, no rejection
-    ev = spec_stream([(4, 2), (4, 1, {"bonus": False, "cut": "max_new_tokens"})])
+    # all 4 drafts accepted by the target, but only 2 fit under the token limit
+    cut = [Drafted(3, i, 10 + i) for i in range(4)] + [Accepted(3, i, 10 + i) for i in range(2)]
+    cut.append(Step(3, 4, 4, new_tokens=2, cut="max_new_tokens"))
+    ev = spec_stream([(4, 2)])
+    ev = ev[:-1] + cut + [Done(new_tokens=6, target_forwards=3, seconds=1.0)]
     recs = metrics.step_records(ev)
-    assert [r.rejected for r in recs] == [True, False]
-    assert metrics.alpha_estimate(ev) == pytest.approx(3 / 4)
-    assert metrics.per_position_counts(ev) == [(2, 2, 2), (2, 1, 1), (2, 1, 0), (2, 0, 0)]
-    # eos as a correction token in a cut step still counts as a rejection
+    assert [r.rejected for r in recs] == [False, True, False]
+    assert metrics.alpha_estimate(ev) == pytest.approx(6 / 7)
+    assert metrics.per_position_counts(ev) == [(2, 2, 2), (2, 2, 2), (2, 2, 1), (2, 1, 1)]
+    # a rejection whose correction was cut by the token limit is still a rejection
+    ev = spec_stream([(4, 1, {"bonus": False, "cut": "max_new_tokens"})])
+    assert metrics.step_records(ev)[-1].rejected
+    # eos as a correction token in a cut step too
     ev = spec_stream([(4, 1, {"cut": "eos"})])
-    assert metrics.step_records(ev)[0].rejected
+    assert metrics.step_records(ev)[-1].rejected
 
 
 def test_pooled_streams_and_json_round_trip():
     a, b = spec_stream(PLAN[:2]), spec_stream(PLAN[2:])
     pooled = a + b
     assert metrics.acceptance_rate(pooled) == metrics.acceptance_rate(spec_stream(PLAN))
-    assert metrics.mean_accepted_length(pooled) == pytest.approx(13 / 4)
+    assert metrics.mean_accepted_length(pooled) == pytest.approx(15 / 6)
     again = [event_from_dict(json.loads(json.dumps(e.to_dict()))) for e in pooled]
     assert metrics.summarize(again) == metrics.summarize(pooled)
     s = metrics.summarize(pooled)
-    assert (s.generations, s.steps, s.drafted, s.accepted, s.rejections) == (2, 4, 16, 9, 3)
+    assert (s.generations, s.steps, s.drafted, s.accepted, s.rejections) == (2, 6, 16, 9, 3)
     assert s.mode == "speculative" and s.mean_draft_len == 4
 
 
@@ -102,6 +109,9 @@ def test_autoregressive_stream():
     assert s.new_tokens == 10 and s.mean_accepted_length == 1.0
     assert s.tokens_per_second == pytest.approx(10.0)
     assert metrics.target_step_seconds(ev) == pytest.approx(0.1)
+    # the prefill forward is not a decode step
+    slow_prefill = [ev[0], Token(1, 7), Step(1, 0, 0, 1, verify_seconds=5.0)] + ev[3:]
+    assert metrics.target_step_seconds(slow_prefill) == pytest.approx(0.1)
 
 
 def test_cost_coefficient():
