@@ -28,7 +28,8 @@ def target_config(quick: bool = False, vocab_size: int = VOCAB) -> Gemma4TextCon
         num_key_value_heads=KV_HEADS,
         head_dim=HEAD_DIM,
         global_head_dim=HEAD_DIM,  # full-attention layers use the same head_dim as sliding ones
-        sliding_window=SLIDING_WINDOW,
+        # quick: a window shorter than the smoke-test sequences, so the sliding masks are exercised
+        sliding_window=16 if quick else SLIDING_WINDOW,
         layer_types=(["sliding_attention"] * 2 + ["full_attention"]) * (layers // 3),
         max_position_embeddings=4096,
         vocab_size_per_layer_input=0,

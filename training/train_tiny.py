@@ -46,7 +46,8 @@ def parse_args(argv=None):
     p.add_argument("--drafter-steps", type=int, default=3000)
     p.add_argument("--drafter-minutes", type=float, default=35.0)
     p.add_argument("--drafter-batch", type=int, default=8)
-    p.add_argument("--drafter-anchors", type=int, default=64, help="anchor positions per sequence per step")
+    p.add_argument("--drafter-anchors", type=int, default=1024,
+                   help="anchor positions per sequence per step (capped at every usable position)")
     p.add_argument("--drafter-unroll", type=int, default=4)
     p.add_argument("--drafter-lr", type=float, default=1e-3)
     p.add_argument("--num-eval-prompts", type=int, default=12)

@@ -1,0 +1,129 @@
+"""Train the MTP drafter (a Gemma4AssistantForCausalLM) against the frozen tiny target."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from .common import JsonlLog, Progress, WindowSampler, flatten, lr_at, seed_everything
+from .data import encode_files
+from .models import build_drafter, n_params
+from .mtp import check_parallel_matches_sequential, distill_loss, target_features, unrolled_logits
+
+
+@torch.no_grad()
+def init_from_target(drafter, target) -> list[str]:
+    """Warm start: copy the target's embedding (the drafter's tied lm_head) and, for each drafter layer, the
+    same-shaped weights of the target's last layer of that attention type (the layer whose K/V it reads)."""
+    copied = []
+    if drafter.model.embed_tokens.weight.shape == target.model.embed_tokens.weight.shape:
+        drafter.model.embed_tokens.weight.copy_(target.model.embed_tokens.weight)
+        drafter.lm_head.weight = drafter.model.embed_tokens.weight
+        copied.append("embed_tokens/lm_head")
+    if drafter.model.norm.weight.shape == target.model.norm.weight.shape:
+        drafter.model.norm.weight.copy_(target.model.norm.weight)
+        copied.append("norm")
+    t_types = target.config.layer_types
+    for i, layer in enumerate(drafter.model.layers):
+        src_idx = max(k for k, t in enumerate(t_types) if t == layer.self_attn.layer_type)
+        src = dict(target.model.layers[src_idx].named_parameters())
+        for name, p in layer.named_parameters():
+            if name in src and src[name].shape == p.shape:
+                p.copy_(src[name])
+                copied.append(f"layers.{i}.{name}<-{src_idx}")
+    return copied
+
+
+def train_drafter(args, out: Path, log_dir: Path, train_files, held_files):
+    seed_everything(args.seed + 1)
+    tokenizer = AutoTokenizer.from_pretrained(out / "target")
+    target = AutoModelForCausalLM.from_pretrained(out / "target")
+    target.eval().requires_grad_(False)
+    embed = target.get_input_embeddings()
+    sw = target.config.sliding_window
+    K, T = args.drafter_unroll, args.seq_len
+
+    drafter = build_drafter(target.config, quick=args.quick)
+    copied = init_from_target(drafter, target)
+    log = JsonlLog(log_dir / "drafter_log.jsonl")
+    log(event="start", params=n_params(drafter), target_params=n_params(target), unroll=K,
+        max_steps=args.drafter_steps, minutes=args.drafter_minutes, batch_size=args.drafter_batch,
+        anchors=args.drafter_anchors, init_copied=len(copied))
+
+    train = WindowSampler(flatten(encode_files(tokenizer, train_files)), T, args.seed + 1)
+    val_x = WindowSampler(flatten(encode_files(tokenizer, held_files)), T, args.seed + 1).fixed(4 if args.quick else 16)
+
+    # The batched training formulation must give exactly what the inference-time call gives.
+    check_anchors = sorted({1, 2, 3, T // 4, T // 2, sw + 1, sw + 2, T - K - 1} & set(range(1, T - K)))
+    diff = check_parallel_matches_sequential(target, drafter, val_x[:1], check_anchors, steps=K)
+    log(event="parallel_vs_sequential_check", anchors=check_anchors, max_abs_diff=diff, passed=True)
+
+    weights = [0.8**j for j in range(K)]
+    all_anchors = torch.arange(1, T - K)
+
+    def sample_anchors(b: int, gen=None) -> torch.Tensor:
+        if args.drafter_anchors >= len(all_anchors):
+            return all_anchors.expand(b, -1)
+        idx = torch.stack([torch.randperm(len(all_anchors), generator=gen)[: args.drafter_anchors] for _ in range(b)])
+        return all_anchors[idx].sort(-1).values
+
+    @torch.no_grad()
+    def validate() -> dict:
+        drafter.eval()
+        agg = {}
+        for xb in val_x.split(4):
+            hidden, t_logits, kv = target_features(target, xb)
+            anchors = all_anchors.expand(xb.shape[0], -1)
+            logits = unrolled_logits(drafter, embed, xb, hidden, kv, anchors, K, sw)
+            _, met = distill_loss(logits, t_logits, xb, anchors, weights)
+            for k, v in met.items():
+                agg[k] = agg.get(k, 0.0) + v / len(val_x.split(4))
+        drafter.train()
+        return {f"val_{k}": round(v, 4) for k, v in agg.items()}
+
+    params = [p for p in drafter.parameters() if p.requires_grad]
+    decay = [p for p in params if p.ndim >= 2]
+    no_decay = [p for p in params if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=args.drafter_lr, betas=(0.9, 0.95))
+    gen = torch.Generator().manual_seed(args.seed + 2)
+    prog = Progress(args.drafter_steps, args.drafter_minutes)
+    eval_every = 5 if args.quick else 100
+    log(event="val", step=0, elapsed_s=0.0, **validate())
+    step, ema = 0, None
+    drafter.train()
+    while prog(step) < 1.0:
+        lr = lr_at(prog(step), args.drafter_lr, warmup_frac=0.03)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        x = train.batch(args.drafter_batch)
+        hidden, t_logits, kv = target_features(target, x)
+        anchors = sample_anchors(x.shape[0], gen)
+        logits = unrolled_logits(drafter, embed, x, hidden, kv, anchors, K, sw)
+        loss, met = distill_loss(logits, t_logits, x, anchors, weights)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        gn = torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        step += 1
+        ema = loss.item() if ema is None else 0.95 * ema + 0.05 * loss.item()
+        if step % eval_every == 0 or prog(step) >= 1.0:
+            log(event="train", step=step, elapsed_s=round(prog.elapsed(), 1), lr=lr, loss=round(loss.item(), 4),
+                loss_ema=round(ema, 4), grad_norm=round(float(gn), 3),
+                **{k: round(v, 4) for k, v in met.items()}, **validate())
+    log(event="done", step=step, elapsed_s=round(prog.elapsed(), 1), loss_ema=ema, **validate())
+
+    diff = check_parallel_matches_sequential(target, drafter, val_x[:1], check_anchors, steps=K)
+    log(event="parallel_vs_sequential_check", anchors=check_anchors, max_abs_diff=diff, passed=True)
+
+    drafter.eval()
+    gc = drafter.generation_config
+    gc.num_assistant_tokens = 4
+    gc.bos_token_id, gc.eos_token_id, gc.pad_token_id = tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id
+    d_out = out / "drafter"
+    d_out.mkdir(parents=True, exist_ok=True)
+    drafter.save_pretrained(d_out)
+    tokenizer.save_pretrained(d_out)
+    return drafter
