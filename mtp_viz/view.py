@@ -400,7 +400,7 @@ def position_figure(events: Sequence[Event]):
     data = []
     if counts:
         x = [k for k, *_ in counts]
-        data = [dict(type="bar", x=x, y=[a / r if r else 0 for _, _, r, a in counts],
+        data = [dict(type="bar", x=x, y=[a / r if r else None for _, _, r, a in counts],
                      marker=dict(color=COLORS["accepted"]), name="given reached",
                      hovertext=[f"position {k}: {a} accepted of {r} reached" for k, _, r, a in counts],
                      hoverinfo="text"),
