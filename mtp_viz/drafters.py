@@ -142,6 +142,8 @@ class ModelDrafter:
 
     def rollback(self, verified_len: int) -> None:
         # Keep KV only for tokens the target verified; the newest token is re-fed next time.
+        if self.cached == 0:
+            return  # nothing drafted yet: the cache is still empty
         keep = min(self.cached, verified_len - 1)
         self.cache.crop(-(self.cached - keep))
         self.cached = keep

@@ -1,0 +1,110 @@
+"""Small random models built from configs (no download) and drafters we control."""
+from __future__ import annotations
+
+import torch
+from transformers import (
+    Gemma4AssistantConfig, Gemma4AssistantForCausalLM, Gemma4ForCausalLM, Gemma4TextConfig,
+    LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast,
+)
+
+from mtp_viz.drafters import DraftContext, Proposal
+
+
+def gemma_target(V=512, window=16, seed=0, sharpen=1.0):
+    torch.manual_seed(seed)
+    cfg = Gemma4TextConfig(
+        vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=32, global_head_dim=32,
+        vocab_size_per_layer_input=V, hidden_size_per_layer_input=8, sliding_window=window,
+        layer_types=["sliding_attention"] * 3 + ["full_attention"],
+        pad_token_id=0, eos_token_id=1, bos_token_id=2)
+    model = Gemma4ForCausalLM(cfg).eval()
+    if sharpen != 1.0:  # peakier distributions make statistical tests more powerful
+        with torch.no_grad():
+            model.lm_head.weight.mul_(sharpen)
+    return model
+
+
+def gemma_assistant(V=512, window=16, seed=1, ordered=False, k=4):
+    torch.manual_seed(seed)
+    text = Gemma4TextConfig(
+        vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=32, global_head_dim=32,
+        vocab_size_per_layer_input=0, hidden_size_per_layer_input=0, sliding_window=window,
+        layer_types=["sliding_attention", "full_attention"], num_kv_shared_layers=2)
+    extra = dict(num_centroids=16, centroid_intermediate_top_k=4) if ordered else {}
+    cfg = Gemma4AssistantConfig(text_config=text, backbone_hidden_size=64,
+                                use_ordered_embeddings=ordered, **extra)
+    model = Gemma4AssistantForCausalLM(cfg).eval()
+    if ordered:  # a permutation of the vocabulary into 16 clusters
+        model.masked_embedding.token_ordering.copy_(torch.randperm(V))
+    model.generation_config.num_assistant_tokens = k
+    return model
+
+
+def gemma_small_lm(V=512, window=16, seed=2):
+    """An independent (non-MTP) Gemma 4 draft model sharing the vocabulary."""
+    torch.manual_seed(seed)
+    cfg = Gemma4TextConfig(
+        vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=16, global_head_dim=16,
+        vocab_size_per_layer_input=0, hidden_size_per_layer_input=0, sliding_window=window,
+        layer_types=["sliding_attention", "full_attention"],
+        pad_token_id=0, eos_token_id=1, bos_token_id=2)
+    return Gemma4ForCausalLM(cfg).eval()
+
+
+def llama(V=512, hidden=64, layers=2, seed=3):
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=V, hidden_size=hidden, intermediate_size=2 * hidden,
+                      num_hidden_layers=layers, num_attention_heads=2, num_key_value_heads=1,
+                      pad_token_id=0, eos_token_id=1, bos_token_id=2)
+    return LlamaForCausalLM(cfg).eval()
+
+
+def word_tokenizer(V=512):
+    """A word-level tokenizer: token i is the word 'w{i}' (specials first)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+    specials = ["<pad>", "<eos>", "<bos>", "<unk>"]
+    vocab = {t: i for i, t in enumerate(specials)}
+    for i in range(len(specials), V):
+        vocab[f"w{i}"] = i
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.decoder = decoders.WordPiece(prefix="##")  # joins words with spaces
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>",
+                                   bos_token="<bos>", unk_token="<unk>")
+
+
+def greedy_reference(target, prompt, n, eos=None):
+    ids = torch.tensor([prompt])
+    out = target.generate(ids, do_sample=False, max_new_tokens=n, eos_token_id=eos,
+                          pad_token_id=0)
+    return out[0, len(prompt):].tolist()
+
+
+class ScriptDrafter:
+    """Proposes a known continuation (e.g. the target's own greedy output), optionally
+    corrupting every ``wrong_every``-th drafted position, so acceptance paths are exercised."""
+    kind = "script"
+    needs_target_state = False
+    default_draft_tokens = 4
+
+    def __init__(self, prompt_len, script, wrong_every=0, vocab=512):
+        self.prompt_len, self.script = prompt_len, list(script)
+        self.wrong_every, self.vocab, self.calls = wrong_every, vocab, 0
+
+    def reset(self):
+        self.calls = 0
+
+    def rollback(self, verified_len):
+        pass
+
+    def propose(self, ctx: DraftContext, k, pick, keep):
+        start = len(ctx.ids) - self.prompt_len
+        tokens = self.script[start:start + k]
+        self.calls += 1
+        if self.wrong_every and tokens and self.calls % self.wrong_every == 0:
+            j = len(tokens) // 2
+            tokens[j] = (tokens[j] + 7) % self.vocab
+        return Proposal(tokens, None)
