@@ -1,0 +1,135 @@
+import json
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from factories import ScriptDrafter, gemma_assistant, gemma_target, greedy_reference, word_tokenizer
+from mtp_viz import bench, bench_report, metrics
+from mtp_viz.cli import UserError
+from mtp_viz.sampling import Sampling
+
+
+def test_prompt_suite_covers_every_category():
+    prompts = bench.load_prompts(None)
+    data = json.loads(bench.PROMPTS_FILE.read_text())
+    assert len({p["id"] for p in prompts}) == len(prompts)
+    cats = {p["category"] for p in prompts}
+    assert cats == set(data["categories"]) == {
+        "code", "structured", "summarization", "translation", "chat", "creative"}
+    for c in cats:
+        assert sum(p["category"] == c for p in prompts) >= 2
+    assert len(bench.load_prompts(None, per_category=1)) == len(cats)
+    assert {p["category"] for p in bench.load_prompts(None, categories="code,chat")} == {"code", "chat"}
+
+
+def test_bad_inputs_are_user_errors(tmp_path):
+    with pytest.raises(UserError):
+        bench.load_prompts(tmp_path / "missing.json")
+    with pytest.raises(UserError):
+        bench.load_prompts(None, categories="nope")
+    with pytest.raises(UserError):
+        bench.parse_settings("1,x", "constant", False)
+    with pytest.raises(UserError):
+        bench.parse_settings("2", "constant,magic", False)
+    s = bench.parse_settings("8,1,2,4", "constant,heuristic,optimal", False)
+    assert [x.name for x in s] == ["constant-1", "constant-2", "constant-4", "constant-8",
+                                   "heuristic-4", "optimal-4"]
+
+
+def _rec(mode, setting, repeat, seconds, tokens=10, category="code", pid="p1"):
+    return dict(mode=mode, setting=setting, schedule=setting.split("-")[0] if setting else "",
+                gamma=0, repeat=repeat, seconds=seconds, new_tokens=tokens, target_forwards=tokens,
+                category=category, prompt_id=pid)
+
+
+def test_speedup_and_overhead_are_medians_of_paired_repeats():
+    recs = []
+    for r, (ar, ref, ours) in enumerate([(1.0, 0.5, 0.51), (2.0, 1.0, 1.0), (1.0, 0.4, 0.44)]):
+        recs += [_rec("autoregressive", "", r, ar), _rec("reference", "constant-2", r, ref),
+                 _rec("ours", "constant-2", r, ours)]
+    assert bench_report._speedup(recs, "ours", "constant-2") == pytest.approx(2.0)  # 1.96, 2, 2.27
+    assert bench_report._speedup(recs, "reference", "constant-2") == pytest.approx(2.0)
+    assert bench_report._overhead(recs, "constant-2") == pytest.approx(1.02)
+
+
+def test_parity_check_reports_mismatches(capsys):
+    done = {("autoregressive", ""): {"ids": [1, 2, 3]},
+            ("reference", "constant-2"): {"ids": [1, 2, 3]},
+            ("ours", "constant-2"): {"ids": [1, 2, 3]},
+            ("reference", "constant-4"): {"ids": [1, 2, 3]},
+            ("ours", "constant-4"): {"ids": [1, 9, 3]},
+            ("ours", "optimal-4"): {"ids": [1, 2, 3]}}
+    bar = SimpleNamespace(write=lambda msg, file=None: print(msg, file=file))
+    assert bench._check_parity(done, "p", 0, bar) == 1
+    assert done[("ours", "constant-2")]["parity"] is True
+    assert done[("ours", "constant-4")]["parity"] is False
+    assert done[("ours", "constant-4")]["first_difference"] == 1
+    assert done[("ours", "optimal-4")]["parity"] is None
+    assert "MISMATCH constant-4" in capsys.readouterr().err
+
+
+def test_metrics_agree_with_engine_totals():
+    """A drafter we control (the target's own greedy text, every 3rd draft corrupted)
+    exercises acceptance; the metric functions must agree with the engine's totals."""
+    target = gemma_target(sharpen=4.0)
+    prompt = [2, 5, 9, 14, 20]
+    script = greedy_reference(target, prompt, 40)
+    pair = SimpleNamespace(target=target, drafter_model=None, eos_token_ids=())
+    runner = bench.Runner(pair, ScriptDrafter(len(prompt), script, wrong_every=3), 40,
+                          Sampling(), False, 16)
+    try:
+        rec, ev = runner.ours(prompt, bench.Setting("constant", 4))
+    finally:
+        runner.close()
+    assert rec["ids"] == script
+    done, s = ev[-1], metrics.summarize(ev)
+    assert 0 < s.acceptance_rate < 1 and s.rejections > 0
+    assert (s.drafted, s.accepted) == (done.drafted, done.accepted)
+    assert s.mean_accepted_length == pytest.approx(done.mean_accepted_length)
+    assert s.target_forwards == rec["target_forwards"] == runner.forwards
+    # every corrupted step rejects exactly once; all others accept everything drafted
+    assert s.alpha == pytest.approx(s.accepted / (s.accepted + s.rejections))
+
+
+@pytest.fixture(scope="module")
+def saved_pair(tmp_path_factory):
+    pytest.importorskip("mtp_viz.models")
+    root = tmp_path_factory.mktemp("pair")
+    target, drafter, tok = gemma_target(), gemma_assistant(k=2), word_tokenizer()
+    target.save_pretrained(root / "target")
+    tok.save_pretrained(root / "target")
+    drafter.save_pretrained(root / "drafter")
+    tok.save_pretrained(root / "drafter")
+    return root
+
+
+def test_bench_quick_end_to_end(saved_pair, tmp_path, capsys):
+    from mtp_viz.cli import main
+    out = tmp_path / "out"
+    threads = torch.get_num_threads()
+    code = main(["bench", "--target", str(saved_pair / "target"), "--drafter",
+                 str(saved_pair / "drafter"), "--quick", "--no-chat", "--no-progress",
+                 "--categories", "code,chat", "--max-new-tokens", "12",
+                 "--schedules", "constant,optimal", "--threads", "1", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert torch.get_num_threads() == threads
+    result = json.loads((out / "bench.json").read_text())
+    names = [r["setting"] for r in result["settings"]]
+    assert names == ["constant-2", "constant-4", "optimal-4"]
+    for row in result["settings"]:
+        if row["schedule"] == "constant":
+            assert row["parity"] is True
+            assert row["overhead_vs_reference"] > 0
+            assert row["target_forwards"] == row["reference_target_forwards"]
+        assert row["speedup"] > 0 and row["predicted_speedup"] > 0
+    assert result["meta"]["parity_failures"] == 0
+    assert {c["category"] for c in result["categories"]} == {"code", "chat"}
+    modes = {r["mode"] for r in result["runs"]}
+    assert modes == {"autoregressive", "reference", "ours"}
+    page = (out / "bench.html").read_text()
+    assert "Plotly.newPlot" in page and 'src="https://cdn' not in page
+    assert "constant-4" in (out / "bench.md").read_text()
+    assert "| setting |" in captured.out
