@@ -66,7 +66,7 @@ def default_pair() -> tuple[str, str | None, str]:
         return target, drafter, f"Model pair from MTP_VIZ_TARGET: {target}."
     if e2b_cached():
         return E2B[0], E2B[1], "Gemma 4 E2B found in the local Hugging Face cache."
-    return "tiny", None, ("Running the bundled tiny pair; pick a Gemma 4 preset above "
+    return "tiny", None, ("Running the bundled tiny pair; pick a Gemma 4 preset "
                           "(or set MTP_VIZ_TARGET=google/gemma-4-E2B-it) for the real thing.")
 
 

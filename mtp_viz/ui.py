@@ -88,6 +88,12 @@ def _pick(key: str, custom_target: str, custom_drafter: str) -> tuple[str, str |
     return p["target"], p["drafter"]
 
 
+def _hint_html(key: str, note: str) -> str:
+    hint = service.PRESETS.get(key, {}).get(
+        "hint", "a hub id (with its -assistant drafter) or a local folder")
+    return view.message_html(f"{hint[0].upper()}{hint[1:]}." + (f" {note}" if note else ""))
+
+
 def _model_line(loader: service.PairLoader, target: str, drafter: str | None) -> str:
     st = loader.state(target, drafter)
     name = target + (f" + {drafter}" if drafter else "")
@@ -116,17 +122,19 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
 
     with gr.Blocks(title="mtp-viz: speculative decoding, made visible") as demo:
         gr.Markdown("# mtp-viz · speculative decoding, made visible\n" + INTRO, elem_id="intro")
-        with gr.Row(equal_height=True):
-            model_key = gr.Dropdown([(p["label"], k) for k, p in service.PRESETS.items()] + [("Custom hub id or folder", CUSTOM)],
+        with gr.Row(elem_id="model-row"):
+            model_key = gr.Dropdown([(p["label"], k) for k, p in service.PRESETS.items()]
+                                    + [("Custom hub id or folder", CUSTOM)],
                                     value=preset0, label="Model pair", scale=3, elem_id="model")
             custom_t = gr.Textbox(target0 if preset0 == CUSTOM else "", label="Custom target", scale=2,
                                   visible=preset0 == CUSTOM, placeholder="google/gemma-4-E2B-it or /path/to/folder")
             custom_d = gr.Textbox(drafter0 or "" if preset0 == CUSTOM else "", label="Custom drafter", scale=2,
                                   visible=preset0 == CUSTOM, placeholder="…-assistant (optional)")
-            load_btn = gr.Button("Load", scale=1, elem_id="load")
-        hint = gr.Markdown(f"<small>{service.PRESETS.get(preset0, {}).get('hint', '')} — {note}</small>",
-                           elem_id="model-hint")
-        model_status = gr.HTML(view.message_html("No model loaded yet."), elem_id="model-status")
+            with gr.Column(scale=3, min_width=240):
+                hint = gr.HTML(_hint_html(preset0, note), elem_id="model-hint")
+                with gr.Row():
+                    model_status = gr.HTML(view.message_html("No model loaded yet."), elem_id="model-status")
+                    load_btn = gr.Button("Load", size="sm", scale=0, min_width=80, elem_id="load")
         timer = gr.Timer(1.0, active=False)
 
         with gr.Row():
@@ -159,7 +167,7 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
                     seed = gr.Number(0, precision=0, label="Seed")
 
         status = gr.HTML("", elem_id="status")
-        gr.HTML(view.legend_html(), elem_id="legend")
+        gr.HTML(view.legend_html(), elem_id="legend", padding=True)
         with gr.Row(equal_height=False):
             with gr.Column(elem_classes="mv-pane"):
                 gr.Markdown("### Speculative · drafter proposes, target verifies")
@@ -171,11 +179,13 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
                 ar_stats = gr.HTML(view.stats_html(view.RunStats()), elem_id="ar-stats")
         compare = gr.HTML("", elem_id="compare")
         figs = view.all_figures([])
+        gr.Markdown("### What happened, step by step", elem_id="charts-title")
         with gr.Row():
             plots = {k: gr.Plot(figs[k], elem_id=k, show_label=False) for k in PLOTS[:2]}
         with gr.Row():
             plots.update({k: gr.Plot(figs[k], elem_id=k, show_label=False) for k in PLOTS[2:]})
-        theory = gr.HTML("", elem_id="theory-panel")
+        gr.Markdown("### Measured vs theory", elem_id="theory-title")
+        theory = gr.HTML(view.placeholder_html("Appears after a run."), elem_id="theory-panel")
         session = gr.State(None)
 
         comps = {"status": status, "spec": spec, "spec_stats": spec_stats, "ar": ar, "ar_stats": ar_stats,
@@ -190,8 +200,7 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
         def on_model(key):
             p = service.PRESETS.get(key, {})
             custom = key == CUSTOM
-            return (gr.update(visible=custom), gr.update(visible=custom),
-                    f"<small>{p.get('hint', 'A hub id (with its -assistant drafter) or a local folder.')}</small>")
+            return gr.update(visible=custom), gr.update(visible=custom), _hint_html(key, "")
 
         def on_load(key, ct, cd):
             try:

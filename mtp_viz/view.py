@@ -309,11 +309,11 @@ def _figure(title: str, data: list[dict], *, xtitle: str, ytitle: str, empty: st
 
     base = dict(
         title=dict(text=title, font=dict(size=14), x=0.01, xanchor="left"),
-        height=280, margin=dict(l=48, r=12, t=40, b=40), template="plotly_white",
+        height=290, margin=dict(l=52, r=12, t=40, b=70), template="plotly_white",
         xaxis=dict(title=dict(text=xtitle), zeroline=False),
         yaxis=dict(title=dict(text=ytitle), zeroline=False),
-        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0),
-        hovermode="closest", bargap=0.15,
+        legend=dict(orientation="h", yanchor="top", y=-0.22, xanchor="left", x=0.0),
+        hovermode="closest", bargap=0.15, font=dict(size=12),
     )
     if not data:
         base["annotations"] = [dict(text=empty or "Run a prompt to fill this chart.", showarrow=False,
@@ -429,7 +429,7 @@ def timing_figure(events: Sequence[Event], ar_events: Sequence[Event] = ()):
         if ar:
             ms = 1000 * sorted(ar)[len(ar) // 2]
             data.append(dict(type="scatter", mode="lines", x=[x[0], x[-1]], y=[ms, ms],
-                             name="autoregressive forward (median)",
+                             name="autoregressive forward",
                              line=dict(color=COLORS["ar"], dash="dash"),
                              hovertemplate="autoregressive forward %{y:.1f} ms<extra></extra>"))
     return _figure("Draft vs verify time per step", data, xtitle="verification step", ytitle="ms",
