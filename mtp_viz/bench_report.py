@@ -209,6 +209,16 @@ def markdown(result) -> str:
     if result.get("verify_slope") is not None:
         lines.append(f"Verification cost grows by {result['verify_slope']:.3f} autoregressive steps per "
                      "drafted token here (Leviathan et al. assume 0).")
+    depth = max((len(r["per_position_conditional"]) for r in result["settings"]), default=0)
+    if depth:
+        lines += ["", "### Acceptance by draft position (conditional / unconditional)", "",
+                  "| setting | " + " | ".join(str(k + 1) for k in range(depth)) + " |",
+                  "|---|" + "---|" * depth]
+        for r in result["settings"]:
+            cond, unc = r["per_position_conditional"], r["per_position_unconditional"]
+            lines.append(f"| {r['setting']} | " + " | ".join(
+                f"{_f(cond[k], '{:.2f}')} / {_f(unc[k], '{:.2f}')}" if k < len(cond) else ""
+                for k in range(depth)) + " |")
     names = [r["setting"] for r in result["settings"]]
     lines += ["", "### By category (speedup / α)", "",
               "| category | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
