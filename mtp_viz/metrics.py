@@ -268,7 +268,7 @@ def theory_panel_html(events: Iterable[Event], baseline: Iterable[Event] | None 
                 'needs a speculative run.</p></div>')
     base = list(baseline) if baseline is not None else None
     c = cost_coefficient(events, base)
-    gamma = max(1, round(s.mean_draft_len))
+    gamma = s.mean_draft_len
     predicted_tau = theory.expected_tokens(s.alpha, gamma)
     predicted = theory.predicted_speedup(s.alpha, gamma, c)
     g_star, s_star = theory.optimal_gamma(s.alpha, c, cap)
@@ -286,6 +286,13 @@ def theory_panel_html(events: Iterable[Event], baseline: Iterable[Event] | None 
         rows.append(("speedup over autoregressive", f"×{measured:.2f}",
                      f"×{predicted:.2f} predicted ({measured / predicted:.0%} of it)"
                      if predicted > 0 else ""))
+        t_ar = target_step_seconds(base)
+        if t_ar > 0 and s.verify_seconds_per_step > 0:
+            # Leviathan et al. assume verifying γ+1 tokens costs one target step; where it
+            # costs v steps instead, the prediction becomes τ / (γc + v).
+            v = s.verify_seconds_per_step / t_ar
+            rows.append(("verification cost v (in target steps)", f"{v:.2f}",
+                         f"×{predicted_tau / (gamma * c + v):.2f} predicted with this v"))
     else:
         rows.append(("predicted speedup", "", f"×{predicted:.2f} = τ/(γc+1)"))
     rows.append(("best draft length γ*", "", f"{g_star} (×{s_star:.2f} predicted)"))

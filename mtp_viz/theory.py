@@ -216,6 +216,8 @@ class OptimalSchedule(Schedule):
         return (self._draft_s / self._drafted) / T, s
 
     def update(self, *, drafted, accepted, draft_seconds=0.0, verify_seconds=0.0):
+        if drafted == 0:  # the prefill, or a step with no room left: nothing learned
+            return self.current, "nothing drafted"
         d = self.decay
         self._acc *= d
         self._rej *= d
@@ -224,21 +226,20 @@ class OptimalSchedule(Schedule):
         self._draft_s *= d
         self._drafted *= d
         self._line = [v * d for v in self._line]
-        if drafted > 0:
-            rejected = 1 if accepted < drafted else 0
-            self._acc += accepted
-            self._rej += rejected
-            tried = accepted + rejected
-            while len(self._trials) < tried:
-                self._hits.append(0.0)
-                self._trials.append(0.0)
-            for k in range(tried):
-                self._trials[k] += 1
-                self._hits[k] += 1 if k < accepted else 0
-            if draft_seconds > 0:
-                self._draft_s += draft_seconds
-                self._drafted += drafted
-        if verify_seconds > 0 and drafted > 0:  # a step without drafts may be the prefill
+        rejected = 1 if accepted < drafted else 0
+        self._acc += accepted
+        self._rej += rejected
+        tried = accepted + rejected
+        while len(self._trials) < tried:
+            self._hits.append(0.0)
+            self._trials.append(0.0)
+        for k in range(tried):
+            self._trials[k] += 1
+            self._hits[k] += 1 if k < accepted else 0
+        if draft_seconds > 0:
+            self._draft_s += draft_seconds
+            self._drafted += drafted
+        if verify_seconds > 0:
             x, y = float(drafted), float(verify_seconds)
             for i, v in enumerate((1.0, x, y, x * x, x * y)):
                 self._line[i] += v

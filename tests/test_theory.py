@@ -110,3 +110,11 @@ def test_optimal_schedule_learns_verification_slope():
     T, s = sch.verify_line()
     assert T == pytest.approx(1.0, rel=1e-6) and s == pytest.approx(0.25, rel=1e-6)
     assert not math.isnan(sch.alpha())
+
+
+def test_optimal_schedule_ignores_steps_without_drafts():
+    sch = make_schedule("optimal", initial=6, cap=12)
+    assert sch.start() == 6
+    # the engine's prefill step drafts nothing and carries the prefill time
+    assert sch.update(drafted=0, accepted=0, draft_seconds=0.0, verify_seconds=9.0)[0] == 6
+    assert sch.verify_line() == (0.0, 0.0)
