@@ -168,13 +168,13 @@ class Runner:
 
     def _consume(self, stream):
         from .events import Done
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         events = list(stream)
-        seconds = time.perf_counter() - t
+        seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
         done = events[-1]
         if not isinstance(done, Done):
             raise RuntimeError(f"engine stopped without a done event: {done!r}")
-        return {"seconds": seconds, "new_tokens": done.new_tokens,
+        return {"seconds": seconds, "cpu_seconds": cpu, "new_tokens": done.new_tokens,
                 "target_forwards": done.target_forwards, "ids": list(done.generated_ids)}, events
 
     def reference(self, ids: list[int], gamma: int, n: int | None = None):
@@ -187,17 +187,18 @@ class Runner:
         pad = self.target.generation_config.pad_token_id
         try:
             self.forwards = 0
-            t = time.perf_counter()
+            t, cpu = time.perf_counter(), time.process_time()
             with torch.inference_mode():
                 out = self.target.generate(
                     input_ids=x, attention_mask=torch.ones_like(x), assistant_model=self.assistant,
                     do_sample=False, max_new_tokens=n or self.n, eos_token_id=eos,
                     pad_token_id=pad if pad is not None else (eos[0] if eos else 0))
-            seconds = time.perf_counter() - t
+            seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
         finally:
             gc.num_assistant_tokens, gc.num_assistant_tokens_schedule = saved
         gen = out[0, len(ids):].tolist()
-        return {"seconds": seconds, "new_tokens": len(gen), "target_forwards": self.forwards,
+        return {"seconds": seconds, "cpu_seconds": cpu, "new_tokens": len(gen),
+                "target_forwards": self.forwards,
                 "ids": gen}, None
 
 
