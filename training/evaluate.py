@@ -114,7 +114,7 @@ def evaluate_pair(out: Path, log_dir: Path | None = None, quick: bool = False, m
     code = [p["prompt"] for p in json.loads((out / "eval_prompts.json").read_text())["prompts"]]
     prose = PROSE_PROMPTS
     if quick:
-        code, prose, max_new_tokens = code[:2], prose[:1], 24
+        code, prose, max_new_tokens = code[:1], prose[:1], 12
     results = {
         "settings": {"greedy": True, "draft_tokens": DRAFT_TOKENS, "max_new_tokens": max_new_tokens},
         "held_out_code": run_set(tok, target, drafter, code, max_new_tokens),

@@ -79,8 +79,9 @@ def sequential_logits(drafter, embed, input_ids, hidden, kv, m: int, steps: int)
 
 
 @torch.no_grad()
-def check_parallel_matches_sequential(target, drafter, input_ids, anchors_to_check, steps=4, atol=1e-4):
-    """Assert the batched training formulation equals the inference call. Returns the max abs difference."""
+def check_parallel_matches_sequential(target, drafter, input_ids, anchors_to_check, steps=4, rtol=1e-4):
+    """Assert the batched training formulation equals the inference call (to float32 rounding, relative to the
+    logits' scale). Returns the max abs difference."""
     was_training = drafter.training
     drafter.eval()
     sw = target.config.sliding_window
@@ -94,7 +95,7 @@ def check_parallel_matches_sequential(target, drafter, input_ids, anchors_to_che
         for j in range(steps):
             diff = (par[j][0, a] - seq[j]).abs().max().item()
             worst = max(worst, diff)
-            assert diff < atol, f"anchor {m} step {j + 1}: parallel vs sequential logits differ by {diff}"
+            assert diff < rtol * max(1.0, seq[j].abs().max().item()), f"anchor {m} step {j + 1}: parallel vs sequential logits differ by {diff}"
     drafter.train(was_training)
     return worst
 

@@ -53,7 +53,7 @@ def train_drafter(args, out: Path, log_dir: Path, train_files, held_files):
         anchors=args.drafter_anchors, init_copied=len(copied))
 
     train = WindowSampler(flatten(encode_files(tokenizer, train_files)), T, args.seed + 1)
-    val_x = WindowSampler(flatten(encode_files(tokenizer, held_files)), T, args.seed + 1).fixed(4 if args.quick else 16)
+    val_x = WindowSampler(flatten(encode_files(tokenizer, held_files)), T, args.seed + 1).fixed(2 if args.quick else 16)
 
     # The batched training formulation must give exactly what the inference-time call gives.
     check_anchors = sorted({1, 2, 3, T // 4, T // 2, sw + 1, sw + 2, T - K - 1} & set(range(1, T - K)))
@@ -91,7 +91,8 @@ def train_drafter(args, out: Path, log_dir: Path, train_files, held_files):
     gen = torch.Generator().manual_seed(args.seed + 2)
     prog = Progress(args.drafter_steps, args.drafter_minutes)
     eval_every = 5 if args.quick else 100
-    log(event="val", step=0, elapsed_s=0.0, **validate())
+    if not args.quick:
+        log(event="val", step=0, elapsed_s=0.0, **validate())
     step, ema = 0, None
     drafter.train()
     while prog(step) < 1.0:

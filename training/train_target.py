@@ -20,7 +20,7 @@ def train_target(tokenizer, train_docs, val_docs, out_dir: Path, log_dir: Path, 
         seq_len=seq_len, train_tokens=int(sum(map(len, train_docs))))
 
     train = WindowSampler(flatten(train_docs), seq_len, seed)
-    val_batch = WindowSampler(flatten(val_docs), seq_len, seed).fixed(8 if quick else 32)
+    val_batch = WindowSampler(flatten(val_docs), seq_len, seed).fixed(4 if quick else 32)
 
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
@@ -35,7 +35,7 @@ def train_target(tokenizer, train_docs, val_docs, out_dir: Path, log_dir: Path, 
         return sum(losses) / len(losses)
 
     prog = Progress(max_steps, minutes)
-    eval_every = 10 if quick else 100
+    eval_every = 4 if quick else 100
     step, ema = 0, None
     model.train()
     while prog(step) < 1.0:

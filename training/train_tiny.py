@@ -46,16 +46,16 @@ def parse_args(argv=None):
     p.add_argument("--drafter-steps", type=int, default=3000)
     p.add_argument("--drafter-minutes", type=float, default=35.0)
     p.add_argument("--drafter-batch", type=int, default=8)
-    p.add_argument("--drafter-anchors", type=int, default=1024,
-                   help="anchor positions per sequence per step (capped at every usable position)")
+    p.add_argument("--drafter-anchors", type=int, default=64,
+                   help="anchor positions sampled per sequence per step (capped at every usable position)")
     p.add_argument("--drafter-unroll", type=int, default=4)
-    p.add_argument("--drafter-lr", type=float, default=1e-3)
+    p.add_argument("--drafter-lr", type=float, default=1.5e-3)
     p.add_argument("--num-eval-prompts", type=int, default=12)
     a = p.parse_args(argv)
     if a.quick:
         a.vocab_size, a.seq_len = 512, 64
-        a.target_steps, a.target_minutes, a.target_batch = 30, 0.25, 8
-        a.drafter_steps, a.drafter_minutes, a.drafter_batch, a.drafter_anchors = 20, 0.2, 4, 16
+        a.target_steps, a.target_minutes, a.target_batch = 8, 0.1, 8
+        a.drafter_steps, a.drafter_minutes, a.drafter_batch, a.drafter_anchors = 3, 0.1, 4, 16
         a.num_eval_prompts = 3
     return a
 
