@@ -1,16 +1,22 @@
-"""Experiment: does the drafter accept more with or without transformers' stale KV entry?
+"""Experiment: does the drafter accept more with or without transformers' stale KV entries?
 
 After a rejection, transformers 5.24 (``SinglePositionMultiTokenCandidateGenerator``)
-crops the target's shared KV to the length of the verified sequence, which still
-includes one entry computed from the first *rejected* draft token (the position the
-correction token now holds). Our engine crops that entry by default
-(``stale_kv=False``); ``stale_kv=True`` keeps it, like transformers.
+crops the target's shared KV to ``[:current_length]``, the length of the verified
+sequence. For the full-attention layers that keeps one entry computed from the first
+*rejected* draft (the position the correction token now holds). For the sliding-window
+layers, whose KV is shorter than the sequence, the crop does nothing, so the drafter
+also sees the entries of *every* rejected draft there. Three variants are compared:
 
-Greedy decoding gives the same tokens either way (the target decides every token), so
-the comparison is exact and needs no timing: for each prompt and draft length we count
-accepted drafts, rejections, target forwards. The stale variant is also checked
-against transformers' own assisted decoding: same drafts, so the same number of target
-forwards. Results: benchmarks/results/stale_kv.{json,md}.
+- ``cropped``: our engine's default (``stale_kv=False``): only verified entries;
+- ``stale``: our engine's ``stale_kv=True``: one stale entry, in every layer type;
+- ``transformers``: exactly what transformers 5.24 hands the drafter (``stale_kv=True``
+  plus transformers' crop of the sliding-window KV, patched in for this script only).
+
+Greedy decoding gives the same tokens in every variant (the target decides every
+token), so the comparison is exact and needs no timing: per prompt and draft length
+we count accepted drafts, rejections and target forwards. The ``transformers`` variant
+is checked against transformers' own assisted decoding: same drafts, so the same
+number of target forwards. Results: benchmarks/results/stale_kv.{json,md}.
 
     python benchmarks/stale_kv.py                         # the bundled tiny pair
     python benchmarks/stale_kv.py --target T --drafter D  # any Gemma 4 pair
@@ -18,6 +24,7 @@ forwards. Results: benchmarks/results/stale_kv.{json,md}.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import sys
@@ -27,8 +34,28 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mtp_viz import metrics  # noqa: E402
+from mtp_viz import engine, metrics  # noqa: E402
 from mtp_viz.bench import Runner, Setting, load_prompts  # noqa: E402
+
+VARIANTS = ("cropped", "stale", "transformers")
+
+
+def transformers_crop(shared_kv: dict, drop: int) -> dict:
+    """transformers 5.24: cut every layer type to the verified length (``[:current_length]``),
+    which leaves a sliding-window KV shorter than that untouched."""
+    n = shared_kv["full_attention"][0].shape[-2] - drop
+    return {t: (k[:, :, :n], v[:, :, :n]) for t, (k, v) in shared_kv.items()}
+
+
+@contextlib.contextmanager
+def variant(name: str):
+    saved = engine.crop_shared_kv
+    if name == "transformers":
+        engine.crop_shared_kv = transformers_crop
+    try:
+        yield
+    finally:
+        engine.crop_shared_kv = saved
 
 
 def paired_bootstrap(diffs: list[float], n: int = 4000, seed: int = 0) -> tuple[float, float]:
@@ -62,53 +89,47 @@ def main(argv=None) -> int:
         prompts += load_prompts(args.extra_prompts)
     encoded = [pair.encode(q["text"], chat=not args.no_chat) for q in prompts]
     gammas = [int(x) for x in args.draft_tokens.split(",")]
-    runners = {stale: Runner(pair, pair.make_drafter("mtp"), args.max_new_tokens, Sampling(), stale, 16)
-               for stale in (False, True)}
+    runners = {v: Runner(pair, pair.make_drafter("mtp"), args.max_new_tokens, Sampling(),
+                         v != "cropped", 16) for v in VARIANTS}
     rows, per_prompt = [], []
     t0 = time.perf_counter()
     for g in gammas:
         setting = Setting("constant", g)
-        ev = {False: [], True: []}
-        diffs, same_tokens, ref_match = [], True, 0
+        ev = {v: [] for v in VARIANTS}
+        diffs = {v: [] for v in VARIANTS[1:]}
+        same_tokens, ref_match = True, 0
         for q, ids in zip(prompts, encoded):
             out = {}
-            for stale, runner in runners.items():
-                rec, events = runner.ours(ids, setting)
-                out[stale] = (rec, events)
-                ev[stale].extend(events)
-            ref, _ = runners[True].reference(ids, g)
-            same_tokens &= out[False][0]["ids"] == out[True][0]["ids"] == ref["ids"]
-            ref_match += out[True][0]["target_forwards"] == ref["target_forwards"]
-            a = {s: metrics.alpha_estimate(out[s][1]) for s in out}
-            tau = {s: metrics.mean_accepted_length(out[s][1]) for s in out}
-            diffs.append(tau[False] - tau[True])
+            for v, runner in runners.items():
+                with variant(v):
+                    out[v] = runner.ours(ids, setting)
+                ev[v].extend(out[v][1])
+            ref, _ = runners["cropped"].reference(ids, g)
+            same_tokens &= all(out[v][0]["ids"] == ref["ids"] for v in VARIANTS)
+            ref_match += out["transformers"][0]["target_forwards"] == ref["target_forwards"]
+            tau = {v: metrics.mean_accepted_length(out[v][1]) for v in VARIANTS}
+            for v in diffs:
+                diffs[v].append(tau["cropped"] - tau[v])
             per_prompt.append({"gamma": g, "prompt_id": q["id"], "category": q["category"],
-                               "alpha_cropped": a[False], "alpha_stale": a[True],
-                               "tau_cropped": tau[False], "tau_stale": tau[True],
-                               "forwards_cropped": out[False][0]["target_forwards"],
-                               "forwards_stale": out[True][0]["target_forwards"],
-                               "forwards_transformers": ref["target_forwards"]})
-        s = {k: metrics.summarize(v) for k, v in ev.items()}
-        lo, hi = paired_bootstrap(diffs)
-        rows.append({
-            "gamma": g, "prompts": len(prompts),
-            "cropped": {"alpha": s[False].alpha, "acceptance_rate": s[False].acceptance_rate,
-                        "tokens_per_forward": s[False].mean_accepted_length,
-                        "target_forwards": s[False].target_forwards,
-                        "per_position_conditional": s[False].per_position_conditional},
-            "stale": {"alpha": s[True].alpha, "acceptance_rate": s[True].acceptance_rate,
-                      "tokens_per_forward": s[True].mean_accepted_length,
-                      "target_forwards": s[True].target_forwards,
-                      "per_position_conditional": s[True].per_position_conditional},
-            "tau_difference_mean": sum(diffs) / len(diffs), "tau_difference_ci95": [lo, hi],
-            "prompts_better_cropped": sum(d > 0 for d in diffs),
-            "prompts_better_stale": sum(d < 0 for d in diffs),
-            "same_tokens": same_tokens,
-            "stale_matches_transformers_forwards": f"{ref_match}/{len(prompts)}",
-        })
-        print(f"γ={g}: α cropped {s[False].alpha:.3f} vs stale {s[True].alpha:.3f}; "
-              f"τ {s[False].mean_accepted_length:.3f} vs {s[True].mean_accepted_length:.3f}",
-              file=sys.stderr)
+                               **{f"alpha_{v}": metrics.alpha_estimate(out[v][1]) for v in VARIANTS},
+                               **{f"tau_{v}": tau[v] for v in VARIANTS},
+                               **{f"forwards_{v}": out[v][0]["target_forwards"] for v in VARIANTS},
+                               "forwards_reference": ref["target_forwards"]})
+        s = {v: metrics.summarize(e) for v, e in ev.items()}
+        row = {"gamma": g, "prompts": len(prompts), "same_tokens": same_tokens,
+               "transformers_variant_matches_reference_forwards": f"{ref_match}/{len(prompts)}"}
+        for v in VARIANTS:
+            row[v] = {"alpha": s[v].alpha, "acceptance_rate": s[v].acceptance_rate,
+                      "tokens_per_forward": s[v].mean_accepted_length,
+                      "target_forwards": s[v].target_forwards,
+                      "per_position_conditional": s[v].per_position_conditional}
+        for v, d in diffs.items():
+            row[f"tau_cropped_minus_{v}"] = {
+                "mean": sum(d) / len(d), "ci95": list(paired_bootstrap(d)),
+                "prompts_better_cropped": sum(x > 0 for x in d),
+                "prompts_better_other": sum(x < 0 for x in d)}
+        rows.append(row)
+        print(f"γ={g}: α " + ", ".join(f"{v} {s[v].alpha:.3f}" for v in VARIANTS), file=sys.stderr)
     result = {"target": args.target, "drafter": args.drafter, "max_new_tokens": args.max_new_tokens,
               "chat": not args.no_chat, "seconds": time.perf_counter() - t0,
               "torch": torch.__version__, "rows": rows, "per_prompt": per_prompt}
@@ -121,25 +142,30 @@ def main(argv=None) -> int:
 
 
 def markdown(result) -> str:
-    lines = [f"## Stale KV entry after a rejection: {result['target']}", "",
-             f"Greedy, {result['max_new_tokens']} new tokens per prompt, "
-             f"{result['rows'][0]['prompts'] if result['rows'] else 0} prompts. "
-             "cropped = our default (drop the KV entry of the rejected draft); "
-             "stale = transformers 5.24 (keep it).", "",
-             "| γ | α cropped | α stale | accept cropped | accept stale | τ cropped | τ stale | "
-             "Δτ (95% CI) | prompts better: cropped / stale | same tokens | stale = transformers forwards |",
+    n = result["rows"][0]["prompts"] if result["rows"] else 0
+    lines = [f"## Stale KV entries after a rejection: {result['target']}", "",
+             f"Greedy, {result['max_new_tokens']} new tokens per prompt, {n} prompts. cropped = our "
+             "default (verified entries only); stale = one stale entry in every layer type "
+             "(`stale_kv=True`); transformers = exactly what transformers 5.24 passes (one stale entry "
+             "in full attention, every rejected draft's entry in sliding-window attention).", "",
+             "| γ | α cropped | α stale | α transformers | τ cropped | τ stale | τ transformers | "
+             "Δτ vs stale (95% CI) | Δτ vs transformers (95% CI) | same tokens | transformers variant = "
+             "reference forwards |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
-        c, s = r["cropped"], r["stale"]
-        lo, hi = r["tau_difference_ci95"]
-        lines.append(
-            f"| {r['gamma']} | {c['alpha']:.3f} | {s['alpha']:.3f} | {c['acceptance_rate']:.1%} | "
-            f"{s['acceptance_rate']:.1%} | {c['tokens_per_forward']:.3f} | {s['tokens_per_forward']:.3f} | "
-            f"{r['tau_difference_mean']:+.3f} ({lo:+.3f}, {hi:+.3f}) | {r['prompts_better_cropped']} / "
-            f"{r['prompts_better_stale']} | {'yes' if r['same_tokens'] else 'NO'} | "
-            f"{r['stale_matches_transformers_forwards']} |")
-    lines += ["", "Δτ = τ cropped − τ stale per prompt (tokens per target forward), mean over prompts; "
-              "positive favours cropping."]
+        cells = [str(r["gamma"])]
+        cells += [f"{r[v]['alpha']:.3f}" for v in VARIANTS]
+        cells += [f"{r[v]['tokens_per_forward']:.3f}" for v in VARIANTS]
+        for v in VARIANTS[1:]:
+            d = r[f"tau_cropped_minus_{v}"]
+            cells.append(f"{d['mean']:+.3f} ({d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}); prompts "
+                         f"{d['prompts_better_cropped']}:{d['prompts_better_other']}")
+        cells += ["yes" if r["same_tokens"] else "NO",
+                  r["transformers_variant_matches_reference_forwards"]]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "α: per-token acceptance (MLE); τ: tokens per target forward; Δτ = τ cropped − τ other, "
+              "mean over prompts (positive favours cropping), with a paired bootstrap interval over "
+              "prompts and how many prompts favour each side."]
     return "\n".join(lines) + "\n"
 
 
