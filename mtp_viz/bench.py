@@ -256,10 +256,6 @@ def _run(args, torch, sampling, prompts, settings, n, repeats, quick, greedy) ->
             return runner.reference(ids, setting.gamma, limit)
         return runner.ours(ids, setting, limit)
 
-    # Warm-up (untimed): first calls pay for lazy initialisation.
-    for mode, setting in tasks:
-        one(mode, setting, encoded[0], min(n, 8))
-
     records: list[dict[str, Any]] = []
     events: dict[tuple[str, str], list] = {}
     from tqdm.auto import tqdm
@@ -267,6 +263,9 @@ def _run(args, torch, sampling, prompts, settings, n, repeats, quick, greedy) ->
                file=sys.stderr, disable=args.no_progress, dynamic_ncols=True)
     mismatches = 0
     try:
+        # Warm-up (untimed): first calls pay for lazy initialisation.
+        for mode, setting in tasks:
+            one(mode, setting, encoded[0], min(n, 8))
         for r in range(repeats):
             for i, (prompt, ids) in enumerate(zip(prompts, encoded)):
                 shift = (r * len(prompts) + i) % len(tasks)
