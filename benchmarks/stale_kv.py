@@ -86,7 +86,11 @@ def main(argv=None) -> int:
     pair = load_pair(args.target, args.drafter)
     prompts = load_prompts(args.prompts)
     if args.extra_prompts:
-        prompts += load_prompts(args.extra_prompts)
+        extra = load_prompts(args.extra_prompts)
+        for q in extra:  # e.g. assets/tiny/eval_prompts.json: held-out stdlib code
+            if q["category"] == "uncategorized":
+                q["category"], q["id"] = "held-out code", "heldout-" + q["id"]
+        prompts += extra
     encoded = [pair.encode(q["text"], chat=not args.no_chat) for q in prompts]
     gammas = [int(x) for x in args.draft_tokens.split(",")]
     runners = {v: Runner(pair, pair.make_drafter("mtp"), args.max_new_tokens, Sampling(),
