@@ -16,24 +16,27 @@ SUBCOMMANDS = {
     "ui": ("mtp_viz.ui", "Start the Gradio app."),
 }
 
+from .errors import UserError
 
-class UserError(Exception):
-    """An error the user caused; its message is one sentence shown without a traceback."""
+__all__ = ["main", "build_parser", "UserError"]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """Only the chosen subcommand's module is imported (the UI's pulls in gradio)."""
     parser = argparse.ArgumentParser(prog="mtp-viz", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (module, help_text) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.set_defaults(_module=module)
-        importlib.import_module(module).add_arguments(p)
+        if name == command:
+            importlib.import_module(module).add_arguments(p)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = next((a for a in argv if a in SUBCOMMANDS), None)
+    args = build_parser(command).parse_args(argv)
     module = importlib.import_module(args._module)
     try:
         return int(module.run(args) or 0)

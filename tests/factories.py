@@ -108,3 +108,17 @@ class ScriptDrafter:
             j = len(tokens) // 2
             tokens[j] = (tokens[j] + 7) % self.vocab
         return Proposal(tokens, None)
+
+
+def save_gemma_pair(root, V=512, window=16, chat_template=None):
+    """Save a random target + MTP assistant (+ word tokenizer) as two local folders."""
+    from pathlib import Path
+    root = Path(root)
+    target, assistant = gemma_target(V, window), gemma_assistant(V, window)
+    tok = word_tokenizer(V)
+    if chat_template:
+        tok.chat_template = chat_template
+    for name, model in (("target", target), ("target-assistant", assistant)):
+        model.save_pretrained(root / name)
+        tok.save_pretrained(root / name)
+    return root / "target", root / "target-assistant"

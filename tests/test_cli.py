@@ -1,0 +1,105 @@
+"""`mtp-viz generate` end to end on a saved random pair: styled text, JSON lines, errors."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from factories import llama, save_gemma_pair, word_tokenizer
+from mtp_viz.cli import main
+from mtp_viz.events import event_from_dict
+
+PROMPT = " ".join(f"w{i}" for i in range(10, 40))
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    return save_gemma_pair(tmp_path_factory.mktemp("pair"))
+
+
+def test_jsonl_is_one_event_per_line(pair, capsys):
+    target, _ = pair
+    assert main(["generate", "--target", str(target), "--prompt", PROMPT, "--max-new-tokens", "12",
+                 "--jsonl"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    events = [event_from_dict(json.loads(line)) for line in lines]
+    assert events[0].type == "start" and events[-1].type == "done"
+    assert events[0].settings["drafter"] == "mtp"  # the sibling '<target>-assistant' folder
+    assert events[-1].new_tokens == 12
+    assert {e.type for e in events} >= {"drafted", "step", "bonus"}
+
+
+def test_autoregressive_and_lookup_give_the_same_text(pair, capsys):
+    target, _ = pair
+    outs = []
+    for extra in (["--autoregressive"], ["--prompt-lookup"], []):
+        assert main(["generate", "--target", str(target), "--prompt", PROMPT,
+                     "--max-new-tokens", "10", "--jsonl", *extra]) == 0
+        done = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        outs.append(done["generated_ids"])
+    assert outs[0] == outs[1] == outs[2]
+
+
+def test_styled_output_and_summary(pair, capsys):
+    target, _ = pair
+    assert main(["generate", "--target", str(target), "--prompt", PROMPT, "--max-new-tokens", "8",
+                 "--color", "always"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b[" in out and "\x1b[2;9;31m" in out  # rejected drafts struck through
+    assert "8 new tokens" in out.splitlines()[-1] and "tokens/s" in out.splitlines()[-1]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--target", "/no/such/folder"], "There is no model folder at /no/such/folder."),
+    (["--max-new-tokens", "0"], "Max new tokens must be at least 1."),
+    (["--schedule", "fastest"], "Unknown schedule 'fastest'"),
+    (["--draft-tokens", "99"], "Draft tokens must be between 1 and 16."),
+    (["--temperature", "-1"], "Temperature must be 0"),
+])
+def test_user_errors_exit_2_with_one_line(pair, argv, message, capsys):
+    target, _ = pair
+    base = ["generate", "--target", str(target), "--prompt", PROMPT]
+    assert main(base + argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_empty_prompt(pair, capsys):
+    target, _ = pair
+    assert main(["generate", "--target", str(target), "--prompt", "  "]) == 2
+    assert capsys.readouterr().err.strip() == "mtp-viz: error: The prompt is empty."
+
+
+def test_mtp_drafter_with_non_gemma_target(pair, tmp_path, capsys):
+    _, assistant = pair
+    folder = tmp_path / "llama"
+    llama(512).save_pretrained(folder)
+    word_tokenizer(512).save_pretrained(folder)
+    assert main(["generate", "--target", str(folder), "--drafter", str(assistant),
+                 "--prompt", PROMPT]) == 2
+    assert "needs a Gemma 4 target" in capsys.readouterr().err
+
+
+def test_vocabulary_mismatch(pair, tmp_path, capsys):
+    target, _ = pair
+    folder = tmp_path / "small"
+    llama(256).save_pretrained(folder)
+    assert main(["generate", "--target", str(target), "--drafter", str(folder),
+                 "--prompt", PROMPT]) == 2
+    assert "do not share a vocabulary" in capsys.readouterr().err
+
+
+def test_unknown_hub_id_offline(capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert main(["generate", "--target", "nobody/no-such-model", "--prompt", "hi"]) == 2
+    err = capsys.readouterr().err
+    assert "nobody/no-such-model" in err and len(err.strip().splitlines()) == 1
+
+
+def test_console_script_runs_as_a_process(pair):
+    target, _ = pair
+    proc = subprocess.run([sys.executable, "-m", "mtp_viz.cli", "generate", "--target", str(target),
+                           "--prompt", PROMPT, "--max-new-tokens", "4", "--jsonl"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert all(json.loads(line)["type"] for line in proc.stdout.splitlines())
