@@ -23,7 +23,7 @@ import html
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Sequence
 
-from .events import Accepted, Bonus, Done, Drafted, Event, Rejected, Start, Step, Token
+from .events import Bonus, Done, Event, Rejected, Start, Step, Token
 from . import theory
 
 __all__ = [

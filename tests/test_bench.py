@@ -1,5 +1,4 @@
 import json
-import sys
 from types import SimpleNamespace
 
 import pytest
