@@ -202,7 +202,7 @@ def _stream(pair: Any, prompt: str, settings: dict[str, Any], sess: Session, out
 
 
 def compare_frames(pair: Any, prompt: str, settings: dict[str, Any], sess: Session, *,
-                   baseline: bool = True, chart_interval: float = 0.4) -> Iterator[dict[str, Any]]:
+                   baseline: bool = True, chart_interval: float = 0.5) -> Iterator[dict[str, Any]]:
     """Speculative run, then (never at the same time) the autoregressive baseline, then
     every chart, the speedup and the identity check. Yields frames: dicts from display
     slot ("status", "spec", "spec_stats", "ar", "ar_stats", "figures", "compare",

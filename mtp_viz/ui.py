@@ -151,7 +151,7 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
                                         elem_id="replay-speed", min_width=110)
             with gr.Column(scale=2):
                 with gr.Row():
-                    max_new = gr.Slider(1, cap, value=min(64, cap), step=1, label="Max new tokens")
+                    max_new = gr.Slider(1, cap, value=min(64, cap), step=1, label="Max new tokens", elem_id="max-new")
                     draft_k = gr.Slider(1, 16, value=4, step=1, label="Draft tokens")
                 with gr.Row():
                     schedule = gr.Dropdown(list(SCHEDULES), value="constant", label="Draft-length schedule")
@@ -192,103 +192,120 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
                  "compare": compare, "theory": theory, **plots}
         outputs = [comps[s] for s in SLOTS] + [session, replay_btn]
 
-        def frame(f: dict[str, Any], sess: Any = None, replay: Any = None) -> list[Any]:
-            figures = f.get("figures", {})
-            vals = [figures[s] if s in figures else f.get(s, gr.skip()) for s in SLOTS]
-            return vals + [gr.skip() if sess is None else sess, gr.skip() if replay is None else replay]
-
-        def on_model(key):
-            p = service.PRESETS.get(key, {})
-            custom = key == CUSTOM
-            return gr.update(visible=custom), gr.update(visible=custom), _hint_html(key, "")
-
-        def on_load(key, ct, cd):
-            try:
-                t, d = _pick(key, ct, cd)
-            except ValueError as e:
-                return view.message_html(str(e), level="error"), gr.Timer(active=False)
-            loader.start(t, d)
-            return _model_line(loader, t, d), gr.Timer(active=True)
-
-        def on_tick(key, ct, cd):
-            try:
-                t, d = _pick(key, ct, cd)
-            except ValueError:
-                return gr.skip(), gr.Timer(active=False)
-            line = _model_line(loader, t, d)
-            return line, gr.Timer(active=loader.state(t, d).status == "loading")
-
-        def on_run(prompt, key, ct, cd, max_new, k, sched, kind, mode, temp, top_p, seed, chat, baseline):
-            sess = service.Session()
-            reset = {"spec": view.placeholder_html("Waiting for the model…"), "ar": view.placeholder_html(
-                "The baseline runs after the speculative pass." if baseline else "Baseline off."),
-                "spec_stats": view.stats_html(view.RunStats()), "ar_stats": view.stats_html(view.RunStats()),
-                "compare": "", "theory": "", "figures": view.all_figures([])}
-            try:
-                if not (prompt or "").strip():
-                    raise ValueError("Type a prompt first, or pick one of the examples.")
-                target, drafter = _pick(key, ct, cd)
-            except ValueError as e:
-                yield frame({"status": view.message_html(str(e), level="error")}, sess, gr.update(interactive=False))
-                return
-            yield frame({**reset, "status": _model_line(loader, target, drafter)}, sess, gr.update(interactive=False))
-            while (st := loader.wait(target, drafter, timeout=0.5)).status == "loading":
-                yield frame({"status": _model_line(loader, target, drafter)})
-            if st.status != "ready":
-                yield frame({"status": view.message_html(st.message, level="error")})
-                return
-            greedy = mode == "greedy"
-            settings = dict(drafter=kind, max_new_tokens=max(1, min(int(max_new), cap)), draft_tokens=int(k),
-                            schedule=sched, temperature=0.0 if greedy else float(temp),
-                            top_p=1.0 if greedy else float(top_p), top_k=0,
-                            seed=None if greedy else int(seed or 0), chat=bool(chat))
-            for f in service.compare_frames(st.pair, prompt, settings, sess, baseline=bool(baseline)):
-                yield frame(f)
-            yield frame({}, replay=gr.update(interactive=bool(sess.spec and sess.ar)))
-
-        def on_stop(sess):
-            if sess is not None:
-                sess.stop.set()
-
-        def on_replay(sess, speed):
-            if sess is None or not sess.spec:
-                yield frame({"status": view.message_html("Run a prompt first.", level="warn")})
-                return
-            speed, t0, shown = float(speed or 1.0), time.monotonic(), None
-            while True:
-                t = (time.monotonic() - t0) * speed
-                (s, s_done), (a, a_done) = view.events_until(sess.spec, t), view.events_until(sess.ar, t)
-                if (len(s), len(a)) != shown or not (s_done and a_done):
-                    shown = (len(s), len(a))
-                    yield frame({"spec": view.tokens_html(s), "ar": view.tokens_html(a),
-                                 "spec_stats": view.stats_html(view.run_stats(s, now=t)),
-                                 "ar_stats": view.stats_html(view.run_stats(a, now=t)),
-                                 "status": view.message_html(f"Race replay at {speed:g}× speed · t = {t:.2f} s")})
-                if s_done and a_done:
-                    break
-                time.sleep(0.05)
-            yield frame({"status": view.message_html(
-                f"Replay done: speculative finished in {view.run_stats(sess.spec).seconds:.2f} s, "
-                f"autoregressive in {view.run_stats(sess.ar).seconds:.2f} s.")})
-
-        model_key.change(on_model, model_key, [custom_t, custom_d, hint], queue=False)
-        load_btn.click(on_load, [model_key, custom_t, custom_d], [model_status, timer], concurrency_limit=None)
-        timer.tick(on_tick, [model_key, custom_t, custom_d], [model_status, timer],
+        h = Handlers(loader, cap)
+        model_key.change(h.model, model_key, [custom_t, custom_d, hint], queue=False)
+        load_btn.click(h.load, [model_key, custom_t, custom_d], [model_status, timer], concurrency_limit=None)
+        timer.tick(h.tick, [model_key, custom_t, custom_d], [model_status, timer],
                    concurrency_limit=None, show_progress="hidden")
-        demo.load(on_load, [model_key, custom_t, custom_d], [model_status, timer], concurrency_limit=None)
+        demo.load(h.load, [model_key, custom_t, custom_d], [model_status, timer], concurrency_limit=None)
         example.change(lambda p: p or gr.skip(), example, prompt, queue=False)
         sampling.change(lambda m: gr.update(visible=m == "sampling"), sampling, sampling_row, queue=False)
-        run_ev = run_btn.click(on_run, [prompt, model_key, custom_t, custom_d, max_new, draft_k, schedule,
-                                        drafter_kind, sampling, temperature, top_p, seed, chat, baseline],
-                               outputs, concurrency_limit=_concurrency(), concurrency_id="model",
-                               show_progress="hidden")
-        replay_ev = replay_btn.click(on_replay, [session, speed], outputs, concurrency_limit=8,
+        run_btn.click(h.run, [prompt, model_key, custom_t, custom_d, max_new, draft_k, schedule,
+                              drafter_kind, sampling, temperature, top_p, seed, chat, baseline],
+                      outputs, concurrency_limit=_concurrency(), concurrency_id="model",
+                      show_progress="hidden")
+        replay_ev = replay_btn.click(h.replay, [session, speed], outputs, concurrency_limit=8,
                                      show_progress="hidden")
-        stop_btn.click(on_stop, session, None, cancels=[replay_ev], concurrency_limit=None, queue=False)
-        del run_ev
-    demo.mtp_loader = loader  # type: ignore[attr-defined]
+        stop_btn.click(h.stop, session, None, cancels=[replay_ev], concurrency_limit=None, queue=False)
+    demo.mtp_loader, demo.mtp_handlers = loader, h  # type: ignore[attr-defined]
     demo.mtp_default = _pick(preset0, target0, drafter0 or "")  # type: ignore[attr-defined]
     return demo
+
+
+def frame(f: dict[str, Any], sess: Any = None, replay: Any = None) -> list[Any]:
+    """A service frame (slot -> value) as the outputs list; absent slots are skipped."""
+    figures = f.get("figures", {})
+    vals = [figures[s] if s in figures else f.get(s, gr.skip()) for s in SLOTS]
+    return vals + [gr.skip() if sess is None else sess, gr.skip() if replay is None else replay]
+
+
+class Handlers:
+    """The event handlers; one instance per demo, shared by all sessions (per-session
+    state travels in ``gr.State``)."""
+
+    def __init__(self, loader: service.PairLoader, cap: int):
+        self.loader, self.cap = loader, cap
+
+    def model(self, key: str):
+        custom = key == CUSTOM
+        return gr.update(visible=custom), gr.update(visible=custom), _hint_html(key, "")
+
+    def load(self, key: str, ct: str, cd: str):
+        try:
+            t, d = _pick(key, ct, cd)
+        except ValueError as e:
+            return view.message_html(str(e), level="error"), gr.Timer(active=False)
+        self.loader.start(t, d)
+        return _model_line(self.loader, t, d), gr.Timer(active=True)
+
+    def tick(self, key: str, ct: str, cd: str):
+        try:
+            t, d = _pick(key, ct, cd)
+        except ValueError:
+            return gr.skip(), gr.Timer(active=False)
+        line = _model_line(self.loader, t, d)
+        return line, gr.Timer(active=self.loader.state(t, d).status == "loading")
+
+    def run(self, prompt, key, ct, cd, max_new, k, sched, kind, mode, temp, top_p, seed, chat, baseline):
+        """Speculative run, then the baseline, streamed as frames for the outputs."""
+        sess = service.Session()
+        reset = {"spec": view.placeholder_html("Waiting for the model…"), "ar": view.placeholder_html(
+            "The baseline runs after the speculative pass." if baseline else "Baseline off."),
+            "spec_stats": view.stats_html(view.RunStats()), "ar_stats": view.stats_html(view.RunStats()),
+            "compare": "", "theory": "", "figures": view.all_figures([])}
+        try:
+            if not (prompt or "").strip():
+                raise ValueError("Type a prompt first, or pick one of the examples.")
+            target, drafter = _pick(key, ct, cd)
+        except ValueError as e:
+            yield frame({"status": view.message_html(str(e), level="error")}, sess, gr.update(interactive=False))
+            return
+        yield frame({**reset, "status": _model_line(self.loader, target, drafter)}, sess, gr.update(interactive=False))
+        while (st := self.loader.wait(target, drafter, timeout=0.5)).status == "loading":
+            yield frame({"status": _model_line(self.loader, target, drafter)})
+        if st.status != "ready":
+            yield frame({"status": view.message_html(st.message, level="error")})
+            return
+        greedy = mode == "greedy"
+        settings = dict(drafter=kind, max_new_tokens=max(1, min(int(max_new), self.cap)), draft_tokens=int(k),
+                        schedule=sched, temperature=0.0 if greedy else float(temp),
+                        top_p=1.0 if greedy else float(top_p), top_k=0,
+                        seed=None if greedy else int(seed or 0), chat=bool(chat))
+        for f in service.compare_frames(st.pair, prompt, settings, sess, baseline=bool(baseline)):
+            yield frame(f)
+        yield frame({}, replay=gr.update(interactive=bool(sess.spec and sess.ar)))
+
+    @staticmethod
+    def stop(sess):
+        if sess is not None:
+            sess.stop.set()
+
+    @staticmethod
+    def replay(sess, speed):
+        """Both recorded runs, side by side, on their recorded timestamps."""
+        if sess is None or not sess.spec:
+            yield frame({"status": view.message_html("Run a prompt first.", level="warn")})
+            return
+        speed, t0, shown, clock = float(speed or 1.0), time.monotonic(), None, 0.0
+        while True:
+            now = time.monotonic()
+            t = (now - t0) * speed
+            (s, s_done), (a, a_done) = view.events_until(sess.spec, t), view.events_until(sess.ar, t)
+            status = {"status": view.message_html(f"Race replay at {speed:g}× speed · t = {t:.2f} s")}
+            if (len(s), len(a)) != shown:  # tokens only when some arrived; the clock 4× a second
+                shown, clock = (len(s), len(a)), now
+                yield frame({"spec": view.tokens_html(s), "ar": view.tokens_html(a),
+                             "spec_stats": view.stats_html(view.run_stats(s, now=t)),
+                             "ar_stats": view.stats_html(view.run_stats(a, now=t)), **status})
+            elif now - clock >= 0.25:
+                clock = now
+                yield frame(status)
+            if s_done and a_done:
+                break
+            time.sleep(0.04)
+        yield frame({"status": view.message_html(
+            f"Replay done: speculative finished in {view.run_stats(sess.spec).seconds:.2f} s, "
+            f"autoregressive in {view.run_stats(sess.ar).seconds:.2f} s.")})
 
 
 def _concurrency() -> int:

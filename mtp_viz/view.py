@@ -307,13 +307,17 @@ def _figure(title: str, data: list[dict], *, xtitle: str, ytitle: str, empty: st
             **layout) -> "go.Figure":
     import plotly.graph_objects as go  # light (no torch); kept local so import stays cheap
 
+    axis = dict(zeroline=False, showgrid=True, gridcolor="#eceff3", linecolor="#d1d5db",
+                ticks="outside", tickcolor="#d1d5db", automargin=True)
+    # template "none" plus explicit styling: the stock templates cost ~30 ms per figure
     base = dict(
         title=dict(text=title, font=dict(size=14), x=0.01, xanchor="left"),
-        height=290, margin=dict(l=52, r=12, t=40, b=70), template="plotly_white",
-        xaxis=dict(title=dict(text=xtitle), zeroline=False),
-        yaxis=dict(title=dict(text=ytitle), zeroline=False),
+        height=290, margin=dict(l=52, r=12, t=40, b=70), template="none",
+        paper_bgcolor="white", plot_bgcolor="white",
+        font=dict(size=12, color="#374151", family="DejaVu Sans, Arial, sans-serif"),
+        xaxis=dict(title=dict(text=xtitle), **axis), yaxis=dict(title=dict(text=ytitle), **axis),
         legend=dict(orientation="h", yanchor="top", y=-0.22, xanchor="left", x=0.0),
-        hovermode="closest", bargap=0.15, font=dict(size=12),
+        hovermode="closest", bargap=0.15, hoverlabel=dict(bgcolor="white"),
     )
     if not data:
         base["annotations"] = [dict(text=empty or "Run a prompt to fill this chart.", showarrow=False,
@@ -322,7 +326,7 @@ def _figure(title: str, data: list[dict], *, xtitle: str, ytitle: str, empty: st
         base["xaxis"]["visible"] = base["yaxis"]["visible"] = False
     for k, v in layout.items():
         base[k] = {**base[k], **v} if isinstance(v, dict) and isinstance(base.get(k), dict) else v
-    return go.Figure(data=data, layout=base)
+    return go.Figure(data=data, layout=base, _validate=False)  # inputs are ours; skip ~80% of the cost
 
 
 def spec_steps(events: Iterable[Event]) -> list[Step]:

@@ -163,3 +163,14 @@ def test_user_errors_are_one_visible_sentence(page):
     page.fill("#prompt textarea", "w10 w11")
     page.click("#run")                                     # the app keeps serving
     page.wait_for_selector("#status:has-text('Done')", timeout=180_000)
+
+
+def test_stop_ends_the_run_early(page):
+    page.locator("#max-new input[type='number']").fill("512")
+    page.locator("#max-new input[type='number']").press("Enter")
+    page.click("#run")
+    page.wait_for_selector("#spec-output span.tok", timeout=180_000)
+    page.click("#stop")
+    page.wait_for_selector("#status:has-text('Stopped')", timeout=180_000)
+    assert page.locator("#ar-output span.tok").count() == 0  # the baseline never started
+    assert "stopped" in page.inner_text("#spec-stats")
