@@ -35,13 +35,15 @@ def plot_losses(out: Path) -> Path | None:
         ax.grid(alpha=0.3)
     if d:
         ax = axes[1]
-        steps = [r["step"] for r in d]
+        dv = [r for r in d if "val_agree1" in r]
         for j in range(1, 5):
-            if f"val_agree{j}" in d[0]:
-                ax.plot(steps, [r[f"val_agree{j}"] for r in d], label=f"draft {j}: top-1 agrees with target")
+            if dv and f"val_agree{j}" in dv[0]:
+                ax.plot([r["step"] for r in dv], [r[f"val_agree{j}"] for r in dv],
+                        label=f"draft {j}: top-1 agrees with target")
         ax.set(title="Drafter (held-out, teacher-forced)", xlabel="step", ylabel="fraction", ylim=(0, 1))
         ax2 = ax.twinx()
-        ax2.plot(steps, [r["loss_ema"] for r in d], "k--", alpha=0.5, label="distillation loss (EMA)")
+        ax2.plot([r["step"] for r in d], [r["loss_ema"] for r in d], "k--", alpha=0.5,
+                 label="distillation loss (EMA)")
         ax2.set_ylabel("loss")
         ax.legend(loc="lower right", fontsize=8)
         ax.grid(alpha=0.3)
