@@ -88,6 +88,16 @@ def _hidden_size(config) -> int:
     return int(getattr(text, "hidden_size", 0) or 0)
 
 
+def _processor_chat_template(spec: str) -> str | None:
+    """Multimodal Gemma 4 checkpoints may keep the chat template with the processor."""
+    from transformers import AutoProcessor
+    try:
+        return getattr(AutoProcessor.from_pretrained(spec, trust_remote_code=False),
+                       "chat_template", None)
+    except Exception:  # noqa: BLE001 - no processor simply means no chat template
+        return None
+
+
 def _default_drafter(spec: str) -> str | None:
     """Gemma 4 targets have an MTP assistant named '<target>-assistant'."""
     local = Path(spec).expanduser()
@@ -133,6 +143,8 @@ def load_pair(target: str, drafter: str | None = None, *, drafter_kind: str = "a
                             f"but {target} has width {_hidden_size(config)}.")
 
     tokenizer = _load(AutoTokenizer.from_pretrained, target_spec)
+    if getattr(tokenizer, "chat_template", None) is None and is_gemma4:
+        tokenizer.chat_template = _processor_chat_template(target_spec)
     kwargs = dict(dtype=torch_dtype)
     if device != "cpu":
         kwargs["device_map"] = device

@@ -10,13 +10,13 @@ from transformers import (
 from mtp_viz.drafters import DraftContext, Proposal
 
 
-def gemma_target(V=512, window=16, seed=0, sharpen=1.0):
+def gemma_target(V=512, window=16, seed=0, sharpen=1.0, layers=4):
     torch.manual_seed(seed)
     cfg = Gemma4TextConfig(
-        vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+        vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
         num_attention_heads=2, num_key_value_heads=1, head_dim=32, global_head_dim=32,
         vocab_size_per_layer_input=V, hidden_size_per_layer_input=8, sliding_window=window,
-        layer_types=["sliding_attention"] * 3 + ["full_attention"],
+        layer_types=["sliding_attention"] * (layers - 1) + ["full_attention"],
         pad_token_id=0, eos_token_id=1, bos_token_id=2)
     model = Gemma4ForCausalLM(cfg).eval()
     if sharpen != 1.0:  # peakier distributions make statistical tests more powerful
