@@ -169,7 +169,8 @@ COLUMNS = [
     ("fwd (ref)", None, None), ("accept", "acceptance_rate", "{:.1%}"), ("α", "alpha", "{:.3f}"),
     ("τ (pred)", None, None), ("c", "cost_coefficient", "{:.3f}"),
     ("v", "verify_cost", "{:.2f}"), ("predicted", "predicted_speedup", "×{:.2f}"),
-    ("meas/pred", "measured_over_predicted", "{:.2f}"), ("γ*", "optimal_gamma", "{}"),
+    ("meas/pred", "measured_over_predicted", "{:.2f}"),
+    ("pred with v", "predicted_speedup_with_verify_cost", "×{:.2f}"), ("γ*", "optimal_gamma", "{}"),
     ("parity", None, None),
 ]
 
@@ -208,7 +209,8 @@ def markdown(result) -> str:
     lines += ["", "speedup: tokens/s over autoregressive (median of repeats); overhead: our wall time ÷ "
               "transformers' (median of repeats; cpu: the same in process CPU time); fwd: target forwards; τ: tokens per target forward; "
               "α: per-token acceptance (MLE); c: drafter step ÷ target step; v: one verification ÷ one "
-              "autoregressive step; predicted: (1−α^(γ+1))/((1−α)(γc+1)); γ*: best draft length for α, c."]
+              "autoregressive step; predicted: (1−α^(γ+1))/((1−α)(γc+1)) (Leviathan et al.); pred with v: "
+              "the same with the measured verification cost, τ/(γc+v); γ*: best draft length for α, c."]
     if result.get("verify_slope") is not None:
         lines.append(f"Verification cost grows by {result['verify_slope']:.3f} autoregressive steps per "
                      "drafted token here (Leviathan et al. assume 0).")
