@@ -131,3 +131,30 @@ def test_bench_quick_end_to_end(saved_pair, tmp_path, capsys):
     assert "Plotly.newPlot" in page and 'src="https://cdn' not in page
     assert "constant-4" in (out / "bench.md").read_text()
     assert "| setting |" in captured.out
+
+
+def test_stale_kv_experiment_reproduces_transformers(saved_pair, tmp_path):
+    """The experiment's 'transformers' variant must hand the drafter exactly what
+    transformers does: same drafts, hence the same number of target forwards."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "stale_kv.py"
+    spec = importlib.util.spec_from_file_location("stale_kv", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    prompts = tmp_path / "prompts.json"
+    prompts.write_text(json.dumps({"prompts": [
+        {"id": "a", "category": "x", "text": " ".join(f"w{i}" for i in range(5, 45))},
+        {"id": "b", "category": "y", "text": " ".join(f"w{i}" for i in range(300, 330))}]}))
+    threads = torch.get_num_threads()
+    try:
+        assert mod.main(["--target", str(saved_pair / "target"), "--drafter", str(saved_pair / "drafter"),
+                         "--prompts", str(prompts), "--draft-tokens", "2,3", "--max-new-tokens", "16",
+                         "--no-chat", "--out", str(tmp_path / "res")]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    result = json.loads((tmp_path / "res" / "stale_kv.json").read_text())
+    for row in result["rows"]:
+        assert row["same_tokens"]
+        assert row["transformers_variant_matches_reference_forwards"] == "2/2"
+    assert "Δτ" in (tmp_path / "res" / "stale_kv.md").read_text()
