@@ -104,6 +104,7 @@ def saved_pair(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 def test_bench_quick_end_to_end(saved_pair, tmp_path, capsys):
     from mtp_viz.cli import main
     out = tmp_path / "out"
@@ -133,6 +134,7 @@ def test_bench_quick_end_to_end(saved_pair, tmp_path, capsys):
     assert "| setting |" in captured.out
 
 
+@pytest.mark.slow
 def test_stale_kv_experiment_reproduces_transformers(saved_pair, tmp_path):
     """The experiment's 'transformers' variant must hand the drafter exactly what
     transformers does: same drafts, hence the same number of target forwards."""
