@@ -17,24 +17,21 @@ from .events import Error, Event
 
 E2B = ("google/gemma-4-E2B-it", "google/gemma-4-E2B-it-assistant")
 
-# Shown in the model picker. Kept here (not read from models.PRESETS) so the picker
-# can be drawn without importing torch.
-PRESETS: dict[str, dict[str, Any]] = {
-    "tiny": dict(label="Bundled tiny pair (offline, instant)", target="tiny", drafter=None,
-                 hint="a few MB, runs anywhere; trained on Python source, so try code"),
-    "E2B": dict(label="Gemma 4 E2B + MTP assistant", target=E2B[0], drafter=E2B[1],
-                hint="≈10 GB download; ≈12 GB memory in bf16"),
-    "E4B": dict(label="Gemma 4 E4B + MTP assistant", target="google/gemma-4-E4B-it",
-                drafter="google/gemma-4-E4B-it-assistant",
-                hint="≈16 GB download; ≈18 GB memory in bf16"),
-    "31B": dict(label="Gemma 4 31B + MTP assistant", target="google/gemma-4-31B-it",
-                drafter="google/gemma-4-31B-it-assistant",
-                hint="≈62 GB download; one 80 GB GPU in bf16"),
-    "26B-A4B": dict(label="Gemma 4 26B-A4B (MoE) + MTP assistant", target="google/gemma-4-26B-A4B-it",
-                    drafter="google/gemma-4-26B-A4B-it-assistant",
-                    hint="≈52 GB download; mixture of experts: verifying several drafts wakes more "
-                         "experts, so it may not speed up at batch size 1"),
-}
+
+def presets() -> dict[str, dict[str, Any]]:
+    """The model picker's entries: key -> label, target, drafter and a one-line hint.
+    From :mod:`mtp_viz.presets` (pure data, no torch)."""
+    from .presets import PRESETS
+
+    out = {}
+    for key, p in PRESETS.items():
+        hint = f"Download {p.download}, memory {p.memory}."
+        if p.note:
+            hint += " " + p.note
+        # the bundled pair is loaded by name, so models resolves its folders
+        target, drafter = ("tiny", None) if key == "tiny" else (p.target, p.drafter)
+        out[key] = dict(label=p.label, target=target, drafter=drafter, hint=hint)
+    return out
 
 
 def env_cap(default: int = 512) -> int:
@@ -165,17 +162,21 @@ class Session:
         self.greedy = True
 
 
+FRAME_INTERVAL = 1 / 30  # tokens: a frame per step, but never more than a screen can show
+
+
 def _stream(pair: Any, prompt: str, settings: dict[str, Any], sess: Session, out: list[Event],
-            pane_key: str, chart_interval: float) -> Iterator[dict[str, Any]]:
+            pane_key: str, chart_interval: float, frame_interval: float) -> Iterator[dict[str, Any]]:
     """Consume one run, recording into ``out``; yield a frame after each step, when a
     step's drafts are all out (so pending drafts show during verification), and at the
-    end. Charts ride along at most every ``chart_interval`` seconds."""
+    end. Steps faster than ``frame_interval`` share a frame; charts ride along at most
+    every ``chart_interval`` seconds."""
     from . import view
     from .events import Done, Drafted, Start, Step
 
     pane = view.PaneRenderer()
     expected = int(settings.get("draft_tokens") or 0)
-    last_chart = time.monotonic()
+    last_chart = last_frame = time.monotonic()
     for e in generate(pair, prompt, settings, sess.stop):
         out.append(e)
         pane.add(e)
@@ -189,11 +190,14 @@ def _stream(pair: Any, prompt: str, settings: dict[str, Any], sess: Session, out
             expected = e.next_draft_len or expected
         elif not isinstance(e, (Done, Error)):
             continue
+        now = time.monotonic()
+        if now - last_frame < frame_interval and not isinstance(e, (Done, Error)):
+            continue
+        last_frame = now
         frame: dict[str, Any] = {pane_key: pane.html(),
                                  pane_key + "_stats": view.stats_html(view.run_stats(out))}
         if isinstance(e, Error):
             frame["status"] = view.message_html(e.message, level="error")
-        now = time.monotonic()
         if pane_key == "spec" and isinstance(e, Step) and now - last_chart >= chart_interval:
             last_chart = now
             frame["figures"] = {"acceptance-plot": view.acceptance_figure(out),
@@ -202,7 +206,8 @@ def _stream(pair: Any, prompt: str, settings: dict[str, Any], sess: Session, out
 
 
 def compare_frames(pair: Any, prompt: str, settings: dict[str, Any], sess: Session, *,
-                   baseline: bool = True, chart_interval: float = 0.5) -> Iterator[dict[str, Any]]:
+                   baseline: bool = True, chart_interval: float = 0.5,
+                   frame_interval: float = FRAME_INTERVAL) -> Iterator[dict[str, Any]]:
     """Speculative run, then (never at the same time) the autoregressive baseline, then
     every chart, the speedup and the identity check. Yields frames: dicts from display
     slot ("status", "spec", "spec_stats", "ar", "ar_stats", "figures", "compare",
@@ -212,12 +217,12 @@ def compare_frames(pair: Any, prompt: str, settings: dict[str, Any], sess: Sessi
     sess.greedy = float(settings.get("temperature") or 0.0) == 0.0
     yield {"status": view.message_html("Speculative decoding: drafting and verifying…")}
     yield from _stream(pair, prompt, {**settings, "mode": "speculative"}, sess, sess.spec,
-                       "spec", chart_interval)
+                       "spec", chart_interval, frame_interval)
     failed = any(isinstance(e, Error) for e in sess.spec)
     if baseline and not failed and not sess.stop.is_set():
         yield {"status": view.message_html("Autoregressive baseline: one target forward per token…")}
         yield from _stream(pair, prompt, {**settings, "mode": "autoregressive"}, sess, sess.ar,
-                           "ar", chart_interval)
+                           "ar", chart_interval, frame_interval)
         failed = any(isinstance(e, Error) for e in sess.ar)
     final: dict[str, Any] = {"figures": view.all_figures(sess.spec, sess.ar),
                              "compare": view.compare_html(view.run_stats(sess.spec),

@@ -20,6 +20,7 @@ from . import service, view
 from .schedules import SCHEDULES
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
+PRESETS = service.presets()
 CUSTOM = "custom"
 PLOTS = ("acceptance-plot", "draft-length-plot", "tokens-per-forward-plot", "position-plot", "timing-plot")
 SLOTS = ("status", "spec", "spec_stats", "ar", "ar_stats", "compare", "theory") + PLOTS
@@ -84,14 +85,14 @@ def _pick(key: str, custom_target: str, custom_drafter: str) -> tuple[str, str |
         if not target:
             raise ValueError("Enter a hub id or a local folder for the custom target model.")
         return target, (custom_drafter or "").strip() or None
-    p = service.PRESETS.get(key) or service.PRESETS["tiny"]
+    p = PRESETS.get(key) or PRESETS["tiny"]
     return p["target"], p["drafter"]
 
 
 def _hint_html(key: str, note: str) -> str:
-    hint = service.PRESETS.get(key, {}).get(
-        "hint", "a hub id (with its -assistant drafter) or a local folder")
-    return view.message_html(f"{hint[0].upper()}{hint[1:]}." + (f" {note}" if note else ""))
+    hint = PRESETS.get(key, {}).get(
+        "hint", "A hub id or a local folder; Gemma 4 targets find their -assistant drafter.")
+    return view.message_html(hint + (f" {note}" if note else ""))
 
 
 def _model_line(loader: service.PairLoader, target: str, drafter: str | None) -> str:
@@ -115,15 +116,15 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
     target0, drafter0, note = service.default_pair()
     if target:
         target0, drafter0, note = target, drafter, f"Model pair from the command line: {target}."
-    preset0 = next((k for k, p in service.PRESETS.items()
-                    if (p["target"], p["drafter"]) == (target0, drafter0)), CUSTOM)
+    preset0 = next((k for k, p in PRESETS.items() if (p["target"], p["drafter"]) == (target0, drafter0)
+                    or (k == target0.lower() and not drafter0)), CUSTOM)
     cap = service.env_cap()
     examples = load_examples()
 
     with gr.Blocks(title="mtp-viz: speculative decoding, made visible") as demo:
         gr.Markdown("# mtp-viz · speculative decoding, made visible\n" + INTRO, elem_id="intro")
         with gr.Row(elem_id="model-row"):
-            model_key = gr.Dropdown([(p["label"], k) for k, p in service.PRESETS.items()]
+            model_key = gr.Dropdown([(p["label"], k) for k, p in PRESETS.items()]
                                     + [("Custom hub id or folder", CUSTOM)],
                                     value=preset0, label="Model pair", scale=3, elem_id="model")
             custom_t = gr.Textbox(target0 if preset0 == CUSTOM else "", label="Custom target", scale=2,

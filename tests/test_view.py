@@ -177,7 +177,8 @@ class FakePair:
 
 def test_compare_frames_runs_speculative_then_autoregressive():
     pair, sess = FakePair(), service.Session()
-    frames = list(service.compare_frames(pair, "hi", {"draft_tokens": 3, "temperature": 0.0}, sess))
+    frames = list(service.compare_frames(pair, "hi", {"draft_tokens": 3, "temperature": 0.0}, sess,
+                                         frame_interval=0))
     assert [m for m, _ in pair.calls] == ["speculative", "autoregressive"]
     assert sess.spec == spec_run() and sess.ar == ar_run()
     first_ar = next(i for i, f in enumerate(frames) if "ar" in f)
@@ -240,3 +241,10 @@ def test_app_modules_do_not_import_torch():
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120,
                    env={"GRADIO_ANALYTICS_ENABLED": "False", "PATH": "/usr/bin:/bin"})
+
+
+def test_fast_steps_share_frames_but_the_last_frame_is_complete():
+    sess = service.Session()
+    frames = list(service.compare_frames(FakePair(), "hi", {"draft_tokens": 3}, sess, frame_interval=60))
+    spec = [f["spec"] for f in frames if "spec" in f]
+    assert len(spec) == 1 and spec[-1] == view.tokens_html(sess.spec)
