@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -316,10 +318,20 @@ def _concurrency() -> int:
         return 1
 
 
+def _report_load(loader: service.PairLoader, target: str, drafter: str | None) -> None:
+    """One line on stderr once the pair loaded at launch is ready (or failed)."""
+    st = loader.wait(target, drafter)
+    took = time.monotonic() - st.started
+    msg = f"model pair ready in {took:.1f} s" if st.status == "ready" else st.message
+    print(f"mtp-viz: {target}{' + ' + drafter if drafter else ''}: {msg}", file=sys.stderr, flush=True)
+
+
 def launch(demo: gr.Blocks, *, host: str | None = None, port: int | None = None, **kwargs: Any):
     """Start loading the default pair in the background, then serve (Gradio's own
     ``GRADIO_SERVER_NAME``/``GRADIO_SERVER_PORT`` apply when host/port are not given)."""
-    demo.mtp_loader.start(*demo.mtp_default)  # type: ignore[attr-defined]
+    loader, (target, drafter) = demo.mtp_loader, demo.mtp_default  # type: ignore[attr-defined]
+    loader.start(target, drafter)
+    threading.Thread(target=_report_load, args=(loader, target, drafter), daemon=True).start()
     demo.queue(default_concurrency_limit=_concurrency())
     return demo.launch(server_name=host, server_port=port, **{**launch_kwargs(), **kwargs})
 
