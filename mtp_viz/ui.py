@@ -133,11 +133,10 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
                                   visible=preset0 == CUSTOM, placeholder="google/gemma-4-E2B-it or /path/to/folder")
             custom_d = gr.Textbox(drafter0 or "" if preset0 == CUSTOM else "", label="Custom drafter", scale=2,
                                   visible=preset0 == CUSTOM, placeholder="…-assistant (optional)")
-            with gr.Column(scale=3, min_width=240):
-                hint = gr.HTML(_hint_html(preset0, note), elem_id="model-hint")
-                with gr.Row():
-                    model_status = gr.HTML(view.message_html("No model loaded yet."), elem_id="model-status")
-                    load_btn = gr.Button("Load", size="sm", scale=0, min_width=80, elem_id="load")
+            with gr.Column(scale=2, min_width=220):
+                model_status = gr.HTML(view.message_html("No model loaded yet."), elem_id="model-status")
+                load_btn = gr.Button("Load", size="sm", elem_id="load")
+        hint = gr.HTML(_hint_html(preset0, note), elem_id="model-hint")
         timer = gr.Timer(1.0, active=False)
 
         with gr.Row():
@@ -152,6 +151,7 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
                     speed = gr.Dropdown([("real time", 1.0), ("½× speed", 0.5), ("¼× speed", 0.25),
                                          ("⅒× speed", 0.1)], value=0.25, label="Replay", show_label=False,
                                         elem_id="replay-speed", min_width=110)
+                status = gr.HTML("", elem_id="status")
             with gr.Column(scale=2):
                 with gr.Row():
                     max_new = gr.Slider(1, cap, value=min(64, cap), step=1, label="Max new tokens", elem_id="max-new")
@@ -161,7 +161,8 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
                     drafter_kind = gr.Radio([("MTP assistant", "mtp"), ("Prompt lookup", "lookup")],
                                             value="mtp", label="Drafter", elem_id="drafter-kind")
                 with gr.Row():
-                    sampling = gr.Radio(["greedy", "sampling"], value="greedy", label="Decoding")
+                    sampling = gr.Radio(["greedy", "sampling"], value="greedy", label="Decoding",
+                                        elem_id="decoding")
                     chat = gr.Checkbox(True, label="Chat template", elem_id="chat")
                     baseline = gr.Checkbox(True, label="Then run autoregressive")
                 with gr.Row(visible=False) as sampling_row:
@@ -169,7 +170,6 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
                     top_p = gr.Slider(0.05, 1.0, value=0.95, step=0.05, label="Top-p")
                     seed = gr.Number(0, precision=0, label="Seed")
 
-        status = gr.HTML("", elem_id="status")
         gr.HTML(view.legend_html(), elem_id="legend", padding=True)
         with gr.Row(equal_height=False):
             with gr.Column(elem_classes="mv-pane"):
