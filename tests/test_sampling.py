@@ -72,7 +72,8 @@ def sample_counts(run, runs=RUNS):
 def chi2_pvalue(counts, exact):
     expected = exact.flatten() * counts.sum()
     observed = counts.flatten()
-    assert observed[expected == 0].sum() == 0, "sampled a token the target cannot produce"
+    if observed[expected == 0].sum() > 0:
+        return 0.0  # a token the target cannot produce: no fit at all
     big = expected >= 5
     obs = torch.cat([observed[big], observed[~big].sum()[None]])
     exp = torch.cat([expected[big], expected[~big].sum()[None]])
