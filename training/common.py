@@ -67,9 +67,9 @@ class Progress:
 
 
 class JsonlLog:
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, append: bool = False):
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.f = open(path, "w")
+        self.f = open(path, "a" if append else "w")
 
     def __call__(self, **rec) -> None:
         self.f.write(json.dumps(rec) + "\n")

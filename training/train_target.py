@@ -11,15 +11,22 @@ from .models import build_target, n_params
 
 
 def train_target(tokenizer, train_docs, val_docs, out_dir: Path, log_dir: Path, *, quick: bool, seed: int,
-                 max_steps: int, minutes: float, batch_size: int, seq_len: int, peak_lr: float):
-    seed_everything(seed)
-    model = build_target(quick, vocab_size=len(tokenizer))
-    model.config.use_cache = False
-    log = JsonlLog(log_dir / "target_log.jsonl")
-    log(event="start", params=n_params(model), max_steps=max_steps, minutes=minutes, batch_size=batch_size,
-        seq_len=seq_len, train_tokens=int(sum(map(len, train_docs))))
+                 max_steps: int, minutes: float, batch_size: int, seq_len: int, peak_lr: float,
+                 init_from: Path | None = None, phase: int = 1):
+    """Train from scratch, or (`init_from`) continue from a saved target with a fresh warmup + cosine phase."""
+    seed_everything(seed + 100 * (phase - 1))
+    if init_from is not None:
+        from transformers import AutoModelForCausalLM
 
-    train = WindowSampler(flatten(train_docs), seq_len, seed)
+        model = AutoModelForCausalLM.from_pretrained(init_from)
+    else:
+        model = build_target(quick, vocab_size=len(tokenizer))
+    model.config.use_cache = False
+    log = JsonlLog(log_dir / "target_log.jsonl", append=phase > 1)
+    log(event="start", phase=phase, params=n_params(model), max_steps=max_steps, minutes=minutes,
+        batch_size=batch_size, seq_len=seq_len, peak_lr=peak_lr, train_tokens=int(sum(map(len, train_docs))))
+
+    train = WindowSampler(flatten(train_docs), seq_len, seed + 100 * (phase - 1))
     val_batch = WindowSampler(flatten(val_docs), seq_len, seed).fixed(4 if quick else 32)
 
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
@@ -35,7 +42,7 @@ def train_target(tokenizer, train_docs, val_docs, out_dir: Path, log_dir: Path, 
         return sum(losses) / len(losses)
 
     prog = Progress(max_steps, minutes)
-    eval_every = 4 if quick else 100
+    eval_every = 4 if quick else 25
     step, ema = 0, None
     model.train()
     while prog(step) < 1.0:
@@ -51,10 +58,10 @@ def train_target(tokenizer, train_docs, val_docs, out_dir: Path, log_dir: Path, 
         step += 1
         ema = loss.item() if ema is None else 0.95 * ema + 0.05 * loss.item()
         if step % eval_every == 0 or prog(step) >= 1.0:
-            log(event="train", step=step, elapsed_s=round(prog.elapsed(), 1), lr=lr, loss=round(loss.item(), 4),
+            log(event="train", phase=phase, step=step, elapsed_s=round(prog.elapsed(), 1), lr=lr, loss=round(loss.item(), 4),
                 loss_ema=round(ema, 4), grad_norm=round(float(gn), 3), val_loss=round(val_loss(), 4))
     final_val = val_loss()
-    log(event="done", step=step, elapsed_s=round(prog.elapsed(), 1), loss_ema=ema, val_loss=final_val,
+    log(event="done", phase=phase, step=step, elapsed_s=round(prog.elapsed(), 1), loss_ema=ema, val_loss=final_val,
         tokens_seen=step * batch_size * seq_len)
 
     model.config.use_cache = True

@@ -43,6 +43,9 @@ def parse_args(argv=None):
     p.add_argument("--target-minutes", type=float, default=45.0)
     p.add_argument("--target-batch", type=int, default=16)
     p.add_argument("--target-lr", type=float, default=1.5e-3)
+    p.add_argument("--target-continue", action="store_true",
+                   help="continue training the target saved in --out (a second warmup + cosine phase, appended to "
+                        "the log) instead of starting from scratch; reuses its tokenizer")
     p.add_argument("--drafter-steps", type=int, default=3000)
     p.add_argument("--drafter-minutes", type=float, default=35.0)
     p.add_argument("--drafter-batch", type=int, default=8)
@@ -67,6 +70,12 @@ def file_split(quick: bool):
     return train_files, held_files
 
 
+def _next_phase(log_dir: Path) -> int:
+    path = log_dir / "target_log.jsonl"
+    lines = [json.loads(l) for l in path.read_text().splitlines() if l.strip()] if path.exists() else []
+    return 1 + sum(1 for r in lines if r.get("event") == "done")
+
+
 def main(argv=None):
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -82,14 +91,21 @@ def main(argv=None):
         from .train_target import train_target
 
         t0 = time.time()
-        tokenizer = train_tokenizer((read_text(f) for f in train_files), args.vocab_size)
+        if args.target_continue:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(out / "target")
+        else:
+            tokenizer = train_tokenizer((read_text(f) for f in train_files), args.vocab_size)
         train_docs = encode_files(tokenizer, train_files)
         val_docs = encode_files(tokenizer, held_files)
         print(f"tokenizer: {len(tokenizer)} tokens in {time.time() - t0:.1f}s; "
               f"{sum(map(len, train_docs))} train / {sum(map(len, val_docs))} held-out tokens", flush=True)
         train_target(tokenizer, train_docs, val_docs, out / "target", log_dir, quick=args.quick, seed=args.seed,
                      max_steps=args.target_steps, minutes=args.target_minutes, batch_size=args.target_batch,
-                     seq_len=args.seq_len, peak_lr=args.target_lr)
+                     seq_len=args.seq_len, peak_lr=args.target_lr,
+                     init_from=(out / "target") if args.target_continue else None,
+                     phase=_next_phase(log_dir) if args.target_continue else 1)
         from .prompts import write_eval_prompts
 
         write_eval_prompts(tokenizer, held_files, out / "eval_prompts.json", n=args.num_eval_prompts)
