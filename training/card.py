@@ -14,6 +14,21 @@ def _read_jsonl(path: Path) -> list[dict]:
     return [json.loads(l) for l in path.read_text().splitlines() if l.strip()] if path.exists() else []
 
 
+def _target_points(log: list[dict]) -> list[dict]:
+    """Train records of all phases with cumulative training tokens (phases may use different batch sizes)."""
+    pts, offset, cfg, first = [], 0, None, False
+    for r in log:
+        if r["event"] == "start":
+            cfg, first = r, True
+        elif r["event"] == "train":
+            tok = offset + r["step"] * cfg["batch_size"] * cfg["seq_len"]
+            pts.append({**r, "mtok": tok / 1e6, "phase_start": first and r.get("phase", 1) > 1})
+            first = False
+        elif r["event"] == "done":
+            offset += r["tokens_seen"]
+    return pts
+
+
 def plot_losses(out: Path) -> Path | None:
     try:
         import matplotlib
@@ -23,14 +38,17 @@ def plot_losses(out: Path) -> Path | None:
     except ImportError:
         return None
     logs = out / "logs"
-    t = [r for r in _read_jsonl(logs / "target_log.jsonl") if r.get("event") == "train"]
+    t = _target_points(_read_jsonl(logs / "target_log.jsonl"))
     d = [r for r in _read_jsonl(logs / "drafter_log.jsonl") if r.get("event") == "train"]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     if t:
         ax = axes[0]
-        ax.plot([r["step"] for r in t], [r["loss_ema"] for r in t], label="train (EMA)")
-        ax.plot([r["step"] for r in t], [r["val_loss"] for r in t], label="held-out")
-        ax.set(title="Target: next-token cross-entropy", xlabel="step", ylabel="nats / token")
+        ax.plot([r["mtok"] for r in t], [r["loss_ema"] for r in t], "o-", label="train (EMA)")
+        ax.plot([r["mtok"] for r in t], [r["val_loss"] for r in t], "o-", label="held-out")
+        for r in t:
+            if r.get("phase_start"):
+                ax.axvline(r["mtok"], color="gray", ls=":", lw=1)
+        ax.set(title="Target: next-token cross-entropy", xlabel="training tokens (millions)", ylabel="nats / token")
         ax.legend()
         ax.grid(alpha=0.3)
     if d:
@@ -65,8 +83,9 @@ def _mb(n: int) -> str:
 def write_card(out: Path) -> Path:
     logs = out / "logs"
     tl, dl = _read_jsonl(logs / "target_log.jsonl"), _read_jsonl(logs / "drafter_log.jsonl")
-    t_start = next(r for r in tl if r["event"] == "start")
-    t_done = next(r for r in tl if r["event"] == "done")
+    t_starts = [r for r in tl if r["event"] == "start"]
+    t_dones = [r for r in tl if r["event"] == "done"]
+    t_start, t_done = t_starts[0], t_dones[-1]
     d_start = next(r for r in dl if r["event"] == "start")
     d_done = next(r for r in dl if r["event"] == "done")
     d_check = [r for r in dl if r["event"] == "parallel_vs_sequential_check"][-1]
@@ -136,9 +155,14 @@ def write_card(out: Path) -> Path:
         "",
         f"Hardware: {run.get('threads', 2)} CPU threads ({run.get('processor', 'CPU')}), no GPU; torch {run.get('torch', '?')}.",
         "",
-        f"* Target: AdamW (betas 0.9/0.95, weight decay 0.1), peak LR {a.get('target_lr')}, warmup then cosine decay,",
-        f"  batches of {t_start['batch_size']} x {t_start['seq_len']} tokens, {t_done['step']} steps "
-        f"({t_done['tokens_seen']:,} tokens) in {t_done['elapsed_s'] / 60:.1f} min.",
+        "* Target: AdamW (betas 0.9/0.95, weight decay 0.1), linear warmup then cosine decay, "
+        f"{len(t_dones)} phase(s) (a later phase continues from the previous checkpoint with a fresh schedule):",
+        *[f"  phase {i + 1}: peak LR {st.get('peak_lr', a.get('target_lr'))}, batches of {st['batch_size']} x "
+          f"{st['seq_len']} tokens, {dn['step']} steps ({dn['tokens_seen']:,} tokens) in {dn['elapsed_s'] / 60:.1f} min, "
+          f"held-out loss after it {dn['val_loss']:.3f};" for i, (st, dn) in enumerate(zip(t_starts, t_dones))],
+        f"  in all {sum(d['step'] for d in t_dones)} steps, {sum(d['tokens_seen'] for d in t_dones):,} tokens "
+        f"(about {sum(d['tokens_seen'] for d in t_dones) / t_start['train_tokens']:.1f} epochs), "
+        f"{sum(d['elapsed_s'] for d in t_dones) / 60:.1f} min.",
         f"  Final loss: train {t_done['loss_ema']:.3f} (EMA), held-out {t_done['val_loss']:.3f} nats/token.",
         f"* Drafter: trained against the frozen target exactly as it is fed at inference: for an anchor m, step 1 sees",
         "  `concat(target_embed(x_m), h_{m-1})` (target's last-layer activation), later steps the embedding of the",
@@ -159,7 +183,7 @@ def write_card(out: Path) -> Path:
         "Reproduce (same Python version gives the same files and split; seeds are fixed):",
         "",
         "```bash",
-        "nice -n 5 python -m training.train_tiny --out assets/tiny   # tokenizer, target, drafter, eval",
+        *run.get("commands", ["nice -n 5 python -m training.train_tiny --out assets/tiny   # tokenizer, target, drafter, eval"]),
         "python -m training.card --out assets/tiny                   # this card and loss_curves.png",
         "python -m training.train_tiny --quick --out /tmp/tiny-quick # smoke test, under a minute",
         "```",
