@@ -76,7 +76,7 @@ def main() -> int:
         env["MTP_VIZ_TARGET"] = args.target
         if args.drafter:
             env["MTP_VIZ_DRAFTER"] = args.drafter
-    elif not (ROOT / "assets" / "tiny" / "target" / "config.json").exists():
+    elif not all((ROOT / "assets" / "tiny" / sub / "config.json").exists() for sub in ("target", "drafter")):
         sys.path.insert(0, str(ROOT / "benchmarks"))
         from app_overhead import random_pair
         env["MTP_VIZ_TARGET"], env["MTP_VIZ_DRAFTER"] = random_pair(Path(tempfile.mkdtemp()))

@@ -33,7 +33,7 @@ TINY_PROMPT = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\
 
 
 def _bundled_tiny() -> bool:
-    return any((ROOT / "assets" / "tiny" / sub / "config.json").exists() for sub in ("", "target"))
+    return all((ROOT / "assets" / "tiny" / sub / "config.json").exists() for sub in ("target", "drafter"))
 
 
 def _random_pair(folder: Path) -> tuple[str, str]:
