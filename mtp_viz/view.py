@@ -312,11 +312,11 @@ def _figure(title: str, data: list[dict], *, xtitle: str, ytitle: str, empty: st
     # template "none" plus explicit styling: the stock templates cost ~30 ms per figure
     base = dict(
         title=dict(text=title, font=dict(size=14), x=0.01, xanchor="left"),
-        height=290, margin=dict(l=52, r=12, t=40, b=70), template="none",
+        height=300, margin=dict(l=52, r=12, t=40, b=84), template="none",
         paper_bgcolor="white", plot_bgcolor="white",
         font=dict(size=12, color="#374151", family="DejaVu Sans, Arial, sans-serif"),
         xaxis=dict(title=dict(text=xtitle), **axis), yaxis=dict(title=dict(text=ytitle), **axis),
-        legend=dict(orientation="h", yanchor="top", y=-0.22, xanchor="left", x=0.0),
+        legend=dict(orientation="h", yanchor="top", y=-0.3, xanchor="left", x=0.0),
         hovermode="closest", bargap=0.15, hoverlabel=dict(bgcolor="white"),
     )
     if not data:
@@ -433,7 +433,7 @@ def timing_figure(events: Sequence[Event], ar_events: Sequence[Event] = ()):
         if ar:
             ms = 1000 * sorted(ar)[len(ar) // 2]
             data.append(dict(type="scatter", mode="lines", x=[x[0], x[-1]], y=[ms, ms],
-                             name="autoregressive forward",
+                             name="autoregressive",
                              line=dict(color=COLORS["ar"], dash="dash"),
                              hovertemplate="autoregressive forward %{y:.1f} ms<extra></extra>"))
     return _figure("Draft vs verify time per step", data, xtitle="verification step", ytitle="ms",

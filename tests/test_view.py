@@ -152,7 +152,7 @@ def test_figures_from_events():
     pos = view.position_figure(ev)
     assert list(pos.data[0].y) == [pytest.approx(2 / 3), 1.0, 0.5, None, None]
     tim = view.timing_figure(ev, ar_run())
-    assert [t.name for t in tim.data] == ["draft", "verify", "autoregressive forward"]
+    assert [t.name for t in tim.data] == ["draft", "verify", "autoregressive"]
     figs = view.all_figures(ev, ar_run())
     assert set(figs) >= {"acceptance-plot", "draft-length-plot"}
 
