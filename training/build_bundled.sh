@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Rebuild assets/tiny exactly as shipped: about 95 minutes of wall-clock on 2 CPU cores.
+# Rebuild assets/tiny exactly as shipped: about 90 minutes of wall-clock on 2 CPU cores.
 # Each trainer stops at its step count or its time budget, whichever comes first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,6 +10,6 @@ nice -n 5 python -m training.train_tiny --out "$OUT" --stages target --target-mi
 nice -n 5 python -m training.train_tiny --out "$OUT" --stages target --target-continue \
     --target-batch 8 --target-minutes 20 --target-steps 1000
 # 3. drafter against the frozen target, then evaluation
-nice -n 5 python -m training.train_tiny --out "$OUT" --stages drafter,eval --drafter-minutes 28
+nice -n 5 python -m training.train_tiny --out "$OUT" --stages drafter,eval --drafter-minutes 25
 # 4. model card and loss curves
 python -m training.card --out "$OUT"
