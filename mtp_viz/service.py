@@ -168,30 +168,33 @@ FRAME_INTERVAL = 1 / 30  # tokens: a frame per step, but never more than a scree
 def _stream(pair: Any, prompt: str, settings: dict[str, Any], sess: Session, out: list[Event],
             pane_key: str, chart_interval: float, frame_interval: float) -> Iterator[dict[str, Any]]:
     """Consume one run, recording into ``out``; yield a frame after each step, when a
-    step's drafts are all out (so pending drafts show during verification), and at the
-    end. Steps faster than ``frame_interval`` share a frame; charts ride along at most
-    every ``chart_interval`` seconds."""
+    step's drafts are all out (so pending drafts show during verification, when the
+    last verification took long enough to see them) and at the end. Steps faster than
+    ``frame_interval`` share a frame; charts ride along at most every ``chart_interval``."""
     from . import view
     from .events import Done, Drafted, Start, Step
 
     pane = view.PaneRenderer()
     expected = int(settings.get("draft_tokens") or 0)
     last_chart = last_frame = time.monotonic()
+    slow_verify = True
     for e in generate(pair, prompt, settings, sess.stop):
         out.append(e)
         pane.add(e)
         if isinstance(e, Start):
             expected = int(e.settings.get("draft_tokens") or expected)
             continue
+        now = time.monotonic()
         if isinstance(e, Drafted):
-            if e.index + 1 < expected:
+            # pending drafts get a frame when the last verification was slow enough to see
+            if e.index + 1 < expected or not slow_verify:
                 continue
         elif isinstance(e, Step):
             expected = e.next_draft_len or expected
+            slow_verify = e.verify_seconds >= frame_interval
+            if now - last_frame < frame_interval:
+                continue
         elif not isinstance(e, (Done, Error)):
-            continue
-        now = time.monotonic()
-        if now - last_frame < frame_interval and not isinstance(e, (Done, Error)):
             continue
         last_frame = now
         frame: dict[str, Any] = {pane_key: pane.html(),

@@ -206,7 +206,7 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
         run_btn.click(h.run, [prompt, model_key, custom_t, custom_d, max_new, draft_k, schedule,
                               drafter_kind, sampling, temperature, top_p, seed, chat, baseline],
                       outputs, concurrency_limit=_concurrency(), concurrency_id="model",
-                      show_progress="hidden")
+                      show_progress="minimal", show_progress_on=status)  # queue position shows there
         replay_ev = replay_btn.click(h.replay, [session, speed], outputs, concurrency_limit=8,
                                      show_progress="hidden")
         stop_btn.click(h.stop, session, None, cancels=[replay_ev], concurrency_limit=None, queue=False)

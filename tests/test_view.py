@@ -247,4 +247,4 @@ def test_fast_steps_share_frames_but_the_last_frame_is_complete():
     sess = service.Session()
     frames = list(service.compare_frames(FakePair(), "hi", {"draft_tokens": 3}, sess, frame_interval=60))
     spec = [f["spec"] for f in frames if "spec" in f]
-    assert len(spec) == 1 and spec[-1] == view.tokens_html(sess.spec)
+    assert len(spec) <= 2 and spec[-1] == view.tokens_html(sess.spec)  # first drafts, then the end
