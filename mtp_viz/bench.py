@@ -167,14 +167,17 @@ class Runner:
             eos_token_ids=self.eos, stale_kv=self.stale_kv))
 
     def _consume(self, stream):
-        from .events import Done
+        from .events import Done, Step
         t, cpu = time.perf_counter(), time.process_time()
         events = list(stream)
         seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
         done = events[-1]
         if not isinstance(done, Done):
             raise RuntimeError(f"engine stopped without a done event: {done!r}")
-        return {"seconds": seconds, "cpu_seconds": cpu, "new_tokens": done.new_tokens,
+        # Step 1 is the prefill in both of our modes: its time, to separate out decoding.
+        prefill = next((e.verify_seconds for e in events if isinstance(e, Step)), 0.0)
+        return {"seconds": seconds, "cpu_seconds": cpu, "prefill_seconds": prefill,
+                "new_tokens": done.new_tokens,
                 "target_forwards": done.target_forwards, "ids": list(done.generated_ids)}, events
 
     def reference(self, ids: list[int], gamma: int, n: int | None = None):

@@ -123,7 +123,8 @@ def test_bench_quick_end_to_end(saved_pair, tmp_path, capsys):
         if row["schedule"] == "constant":
             assert row["parity"] is True
             assert row["overhead_vs_reference"] > 0
-        assert row["speedup"] > 0 and row["predicted_speedup"] > 0
+        assert row["speedup"] > 0 and row["decode_speedup"] > 0 and row["predicted_speedup"] > 0
+        assert row["measured_over_predicted"] > 0
     assert result["meta"]["parity_failures"] == 0
     assert {c["category"] for c in result["categories"]} == {"code", "chat"}
     modes = {r["mode"] for r in result["runs"]}
