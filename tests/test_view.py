@@ -248,3 +248,53 @@ def test_fast_steps_share_frames_but_the_last_frame_is_complete():
     frames = list(service.compare_frames(FakePair(), "hi", {"draft_tokens": 3}, sess, frame_interval=60))
     spec = [f["spec"] for f in frames if "spec" in f]
     assert len(spec) <= 2 and spec[-1] == view.tokens_html(sess.spec)  # first drafts, then the end
+
+
+def _run_args(prompt="hi", key="tiny", ct="", cd=""):
+    return (prompt, key, ct, cd, 32, 3, "constant", "mtp", "greedy", 0.8, 0.95, 0, True, True)
+
+
+def _status_texts(frames):
+    from mtp_viz import ui
+    i = ui.SLOTS.index("status")
+    return [f[i] for f in frames if isinstance(f[i], str)]
+
+
+def test_handlers_turn_user_errors_into_sentences():
+    from mtp_viz import ui
+
+    def load(t, d):
+        raise ValueError(f"There is no model folder at {t}")
+
+    h = ui.Handlers(service.PairLoader(load), cap=64)
+    assert "Type a prompt first" in _status_texts(list(h.run(*_run_args(prompt="  "))))[-1]
+    assert "custom target" in _status_texts(list(h.run(*_run_args(key=ui.CUSTOM))))[-1]
+    last = _status_texts(list(h.run(*_run_args(key=ui.CUSTOM, ct="/nope"))))[-1]
+    assert "mv-msg-error" in last and "no model folder at /nope" in last
+
+
+def test_handlers_run_streams_both_panes_and_caps_tokens():
+    from mtp_viz import ui
+
+    pair = FakePair()
+    h = ui.Handlers(service.PairLoader(lambda t, d: pair), cap=16)
+    frames = list(h.run(*_run_args()))
+    assert pair.calls[0][1]["max_new_tokens"] == 16            # 32 asked, capped
+    sess = frames[0][len(ui.SLOTS)]
+    assert isinstance(sess, service.Session) and sess.spec and sess.ar
+    spec_i, ar_i = ui.SLOTS.index("spec"), ui.SLOTS.index("ar")
+    assert 'data-kind="accepted"' in [f[spec_i] for f in frames if isinstance(f[spec_i], str)][-1]
+    assert 'data-kind="token"' in [f[ar_i] for f in frames if isinstance(f[ar_i], str)][-1]
+    replay = list(ui.Handlers.replay(sess, 1000.0))
+    assert "Replay done" in _status_texts(replay)[-1]
+
+
+def test_examples_from_either_prompt_suite_shape(tmp_path):
+    from mtp_viz import ui
+
+    p = tmp_path / "prompts.json"
+    p.write_text('{"prompts": [{"category": "code", "title": "Sort", "text": "Sort a list."}]}')
+    assert ui.load_examples(p) == [("code · Sort", "Sort a list.")]
+    p.write_text('{"chat": ["Hello there"]}')
+    assert ui.load_examples(p) == [("chat · Hello there", "Hello there")]
+    assert ui.load_examples(tmp_path / "missing.json")             # built-in fallback
