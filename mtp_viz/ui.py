@@ -99,14 +99,14 @@ def _hint_html(key: str, note: str) -> str:
 
 def _model_line(loader: service.PairLoader, target: str, drafter: str | None) -> str:
     st = loader.state(target, drafter)
-    name = target + (f" + {drafter}" if drafter else "")
+    name = "the bundled tiny pair" if target == "tiny" else target + (f" + {drafter}" if drafter else "")
     if st.status == "loading":
         return view.message_html(f"Loading {name}… {time.monotonic() - st.started:.0f} s")
     if st.status == "ready":
         return view.message_html(f"Ready: {name}.")
     if st.status == "error":
         return view.message_html(st.message, level="error")
-    return view.message_html(f"{name} loads on first run (or press Load).")
+    return view.message_html(f"{name[:1].upper()}{name[1:]} loads on first run (or press Load).")
 
 
 def build_demo(loader: service.PairLoader | None = None, target: str | None = None,
