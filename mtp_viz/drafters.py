@@ -167,11 +167,17 @@ class PromptLookupDrafter:
     def propose(self, ctx: DraftContext, k: int, pick: Pick, keep: Keep) -> Proposal:
         ids = ctx.ids
         for n in range(min(self.max_ngram, len(ids) - 1), self.min_ngram - 1, -1):
-            tail = ids[-n:]
-            # scan right to left, excluding the tail itself
+            tail, best = ids[-n:], []
+            # Right to left, excluding the tail itself: the most recent match that still
+            # has k tokens after it (a match just before the tail, as in a run of
+            # repeats, has fewer), else the one with the longest continuation.
             for start in range(len(ids) - n - 1, -1, -1):
                 if ids[start:start + n] == tail:
                     follow = ids[start + n:start + n + k]
-                    if follow:
-                        return Proposal(list(follow), None)
+                    if len(follow) > len(best):
+                        best = follow
+                    if len(best) == k:
+                        break
+            if best:
+                return Proposal(list(best), None)
         return Proposal([], None)

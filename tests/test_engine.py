@@ -229,3 +229,15 @@ def test_initial_length_defaults_to_drafter_generation_config(target, prompt):
     events = list(speculative(target, MTPDrafter(assistant, target), prompt, max_new_tokens=20))
     assert events[0].settings["draft_tokens"] == 6
     assert [e for e in events if isinstance(e, Step)][1].draft_len == 6
+
+
+def test_prompt_lookup_prefers_a_full_continuation():
+    from mtp_viz.drafters import DraftContext, PromptLookupDrafter
+    d = PromptLookupDrafter(max_ngram=2)
+    # in a run of repeats the latest match sits right before the tail; an earlier one
+    # still has 4 tokens after it
+    p = d.propose(DraftContext([9, 9, 9, 9, 9, 9]), 4, None, None)
+    assert p.tokens == [9, 9, 9, 9]
+    p = d.propose(DraftContext([1, 2, 3, 4, 5, 1, 2, 7, 1, 2]), 3, None, None)
+    assert p.tokens == [7, 1, 2]  # the most recent full match wins
+    assert d.propose(DraftContext([1, 2, 3]), 3, None, None).tokens == []
