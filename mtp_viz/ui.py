@@ -265,6 +265,9 @@ class Handlers:
             return
         yield frame({**reset, "status": _model_line(self.loader, target, drafter)}, sess, gr.update(interactive=False))
         while (st := self.loader.wait(target, drafter, timeout=0.5)).status == "loading":
+            if sess.stop.is_set():  # the model keeps loading for the next run
+                yield frame({"status": view.message_html("Stopped while the model loads.", level="warn")})
+                return
             yield frame({"status": _model_line(self.loader, target, drafter)})
         if st.status != "ready":
             yield frame({"status": view.message_html(st.message, level="error")})
