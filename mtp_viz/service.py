@@ -174,13 +174,14 @@ def _stream(pair: Any, prompt: str, settings: dict[str, Any], sess: Session, out
     from . import view
     from .events import Done, Drafted, Start, Step
 
-    pane = view.PaneRenderer()
+    pane, stats = view.PaneRenderer(), view.RunStats()
     expected = int(settings.get("draft_tokens") or 0)
     last_chart = last_frame = time.monotonic()
     slow_verify = True
     for e in generate(pair, prompt, settings, sess.stop):
         out.append(e)
         pane.add(e)
+        stats.add(e)
         if isinstance(e, Start):
             expected = int(e.settings.get("draft_tokens") or expected)
             continue
@@ -198,7 +199,7 @@ def _stream(pair: Any, prompt: str, settings: dict[str, Any], sess: Session, out
             continue
         last_frame = now
         frame: dict[str, Any] = {pane_key: pane.html(),
-                                 pane_key + "_stats": view.stats_html(view.run_stats(out))}
+                                 pane_key + "_stats": view.stats_html(stats)}
         if isinstance(e, Error):
             frame["status"] = view.message_html(e.message, level="error")
         if pane_key == "spec" and isinstance(e, Step) and now - last_chart >= chart_interval:

@@ -195,7 +195,7 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
                  "compare": compare, "theory": theory, **plots}
         outputs = [comps[s] for s in SLOTS] + [session, replay_btn]
 
-        h = Handlers(loader, cap)
+        h = Handlers(loader, cap, empty_figures=figs)
         model_key.change(h.model, model_key, [custom_t, custom_d, hint], queue=False)
         load_btn.click(h.load, [model_key, custom_t, custom_d], [model_status, timer], concurrency_limit=None)
         timer.tick(h.tick, [model_key, custom_t, custom_d], [model_status, timer],
@@ -226,8 +226,9 @@ class Handlers:
     """The event handlers; one instance per demo, shared by all sessions (per-session
     state travels in ``gr.State``)."""
 
-    def __init__(self, loader: service.PairLoader, cap: int):
+    def __init__(self, loader: service.PairLoader, cap: int, empty_figures: dict | None = None):
         self.loader, self.cap = loader, cap
+        self.empty_figures = empty_figures or view.all_figures([])  # shared, never mutated
 
     def model(self, key: str):
         custom = key == CUSTOM
@@ -255,7 +256,7 @@ class Handlers:
         reset = {"spec": view.placeholder_html("Waiting for the model…"), "ar": view.placeholder_html(
             "The baseline runs after the speculative pass." if baseline else "Baseline off."),
             "spec_stats": view.stats_html(view.RunStats()), "ar_stats": view.stats_html(view.RunStats()),
-            "compare": "", "theory": "", "figures": view.all_figures([])}
+            "compare": "", "theory": "", "figures": self.empty_figures}
         try:
             if not (prompt or "").strip():
                 raise ValueError("Type a prompt first, or pick one of the examples.")

@@ -164,30 +164,35 @@ class RunStats:
     def tokens_per_forward(self) -> float:
         return self.tokens / self.forwards if self.forwards else 0.0
 
+    def add(self, e: Event) -> "RunStats":
+        """Fold one more event in (streaming keeps one RunStats instead of recounting)."""
+        if isinstance(e, Start):
+            self.mode = e.mode
+        elif isinstance(e, (Accepted, Bonus, Token)):
+            self.tokens += 1
+            self.ids.append(e.token_id)
+            self.texts.append(e.text)
+            if isinstance(e, Accepted):
+                self.accepted += 1
+            if isinstance(e, Token):
+                self.seconds = max(self.seconds, e.t)
+        elif isinstance(e, Step):
+            self.forwards += 1
+            self.drafted += e.draft_len
+            self.seconds = max(self.seconds, e.t)
+        elif isinstance(e, Done):
+            self.done, self.stop_reason, self.seconds = True, e.stop_reason, e.seconds
+        elif isinstance(e, Error):
+            self.error = e.message
+        return self
+
 
 def run_stats(events: Iterable[Event], *, now: float | None = None) -> RunStats:
     """Counts and timings of one run; ``now`` (seconds since its start) overrides the
     elapsed time for a run still in progress (live or replayed)."""
     s = RunStats()
     for e in events:
-        if isinstance(e, Start):
-            s.mode = e.mode
-        elif isinstance(e, (Accepted, Bonus, Token)):
-            s.tokens += 1
-            s.ids.append(e.token_id)
-            s.texts.append(e.text)
-            if isinstance(e, Accepted):
-                s.accepted += 1
-            if isinstance(e, Token):
-                s.seconds = max(s.seconds, e.t)
-        elif isinstance(e, Step):
-            s.forwards += 1
-            s.drafted += e.draft_len
-            s.seconds = max(s.seconds, e.t)
-        elif isinstance(e, Done):
-            s.done, s.stop_reason, s.seconds = True, e.stop_reason, e.seconds
-        elif isinstance(e, Error):
-            s.error = e.message
+        s.add(e)
     if now is not None and not s.done:
         s.seconds = now
     return s
