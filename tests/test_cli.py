@@ -91,6 +91,7 @@ def test_vocabulary_mismatch(pair, tmp_path, capsys):
 
 def test_unknown_hub_id_offline(capsys, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)  # read at import
     assert main(["generate", "--target", "nobody/no-such-model", "--prompt", "hi"]) == 2
     err = capsys.readouterr().err
     assert "nobody/no-such-model" in err and len(err.strip().splitlines()) == 1
