@@ -95,7 +95,7 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
         "max_draft_tokens": schedule.cap, "max_new_tokens": max_new_tokens, **sampling.as_dict()})
     t0 = time.perf_counter()
     drafter.reset()
-    k = schedule.start()
+    schedule.start()  # resets per-generation state; the prefill step drafts nothing
     cache = new_cache(target)
     want_state = drafter.needs_target_state
 

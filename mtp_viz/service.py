@@ -171,7 +171,7 @@ def _stream(pair: Any, prompt: str, settings: dict[str, Any], sess: Session, out
     step's drafts are all out (so pending drafts show during verification, when the
     last verification took long enough to see them) and at the end. Steps faster than
     ``frame_interval`` share a frame; charts ride along at most every ``chart_interval``."""
-    from . import view
+    from . import charts, view
     from .events import Done, Drafted, Start, Step
 
     pane, stats = view.PaneRenderer(), view.RunStats()
@@ -204,8 +204,8 @@ def _stream(pair: Any, prompt: str, settings: dict[str, Any], sess: Session, out
             frame["status"] = view.message_html(e.message, level="error")
         if pane_key == "spec" and isinstance(e, Step) and now - last_chart >= chart_interval:
             last_chart = now
-            frame["figures"] = {"acceptance-plot": view.acceptance_figure(out),
-                                "draft-length-plot": view.draft_length_figure(out)}
+            frame["figures"] = {"acceptance-plot": charts.acceptance_figure(out),
+                                "draft-length-plot": charts.draft_length_figure(out)}
         yield frame
 
 
@@ -216,7 +216,7 @@ def compare_frames(pair: Any, prompt: str, settings: dict[str, Any], sess: Sessi
     every chart, the speedup and the identity check. Yields frames: dicts from display
     slot ("status", "spec", "spec_stats", "ar", "ar_stats", "figures", "compare",
     "theory") to HTML or figures; slots absent from a frame are unchanged."""
-    from . import view
+    from . import charts, view
 
     sess.greedy = float(settings.get("temperature") or 0.0) == 0.0
     yield {"status": view.message_html("Speculative decoding: drafting and verifying…")}
@@ -228,7 +228,7 @@ def compare_frames(pair: Any, prompt: str, settings: dict[str, Any], sess: Sessi
         yield from _stream(pair, prompt, {**settings, "mode": "autoregressive"}, sess, sess.ar,
                            "ar", chart_interval, frame_interval)
         failed = any(isinstance(e, Error) for e in sess.ar)
-    final: dict[str, Any] = {"figures": view.all_figures(sess.spec, sess.ar),
+    final: dict[str, Any] = {"figures": charts.all_figures(sess.spec, sess.ar),
                              "compare": view.compare_html(view.run_stats(sess.spec),
                                                           view.run_stats(sess.ar), greedy=sess.greedy),
                              "theory": theory_html(sess.spec, sess.ar)}

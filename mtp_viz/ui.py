@@ -18,7 +18,7 @@ from typing import Any
 
 import gradio as gr
 
-from . import service, view
+from . import charts, service, view
 from .schedules import SCHEDULES
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -181,7 +181,7 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
                 ar = gr.HTML(view.placeholder_html("The baseline runs after the speculative pass."), elem_id="ar-output")
                 ar_stats = gr.HTML(view.stats_html(view.RunStats()), elem_id="ar-stats")
         compare = gr.HTML("", elem_id="compare")
-        figs = view.all_figures([])
+        figs = charts.all_figures([])
         gr.Markdown("### What happened, step by step", elem_id="charts-title")
         with gr.Row():
             plots = {k: gr.Plot(figs[k], elem_id=k, show_label=False) for k in PLOTS[:2]}
@@ -228,7 +228,7 @@ class Handlers:
 
     def __init__(self, loader: service.PairLoader, cap: int, empty_figures: dict | None = None):
         self.loader, self.cap = loader, cap
-        self.empty_figures = empty_figures or view.all_figures([])  # shared, never mutated
+        self.empty_figures = empty_figures or charts.all_figures([])  # shared, never mutated
 
     def model(self, key: str):
         custom = key == CUSTOM

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from mtp_viz import service, view
+from mtp_viz import charts, service, view
 from mtp_viz.events import Accepted, Bonus, Done, Drafted, Error, Rejected, Start, Step, Token
 
 EVIL = '<img src=x onerror="alert(1)">'
@@ -140,24 +140,24 @@ def test_events_until_replays_on_recorded_times():
 
 def test_figures_from_events():
     ev = spec_run()
-    acc = view.acceptance_figure(ev)
+    acc = charts.acceptance_figure(ev)
     assert list(acc.data[0].y) == [1.0, 0.4, 0.0]
     assert list(acc.data[1].y) == pytest.approx([1.0, 5 / 8, 5 / 12])
-    dl = view.draft_length_figure(ev)
+    dl = charts.draft_length_figure(ev)
     assert list(dl.data[1].y) == [3, 5, 4]
     assert "all accepted: +2" in dl.data[1].hovertext[1] and "rejection: -1" in dl.data[1].hovertext[2]
-    tpf = view.tokens_per_forward_figure(ev)
+    tpf = charts.tokens_per_forward_figure(ev)
     assert list(tpf.data[0].y) == [4, 3, 1]
-    pos = view.position_figure(ev)
+    pos = charts.position_figure(ev)
     assert list(pos.data[0].y) == [pytest.approx(2 / 3), 1.0, 0.5, None, None]
-    tim = view.timing_figure(ev, ar_run())
+    tim = charts.timing_figure(ev, ar_run())
     assert [t.name for t in tim.data] == ["draft", "verify", "autoregressive"]
-    figs = view.all_figures(ev, ar_run())
+    figs = charts.all_figures(ev, ar_run())
     assert set(figs) >= {"acceptance-plot", "draft-length-plot"}
 
 
 def test_empty_figures_have_a_hint():
-    for fig in view.all_figures([]).values():
+    for fig in charts.all_figures([]).values():
         assert not fig.data and fig.layout.annotations
 
 
