@@ -1,0 +1,103 @@
+"""The bundled offline pair (assets/tiny) and the pipeline that builds it (training/)."""
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "assets" / "tiny"
+MIN_MEAN_ACCEPTED_LENGTH = 1.5  # guards against a broken checkpoint; the shipped pair measures well above
+
+
+@pytest.fixture(scope="module")
+def pair():
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_HUB_OFFLINE", "1")
+        mp.setenv("TRANSFORMERS_OFFLINE", "1")
+        tok = AutoTokenizer.from_pretrained(TINY / "target")
+        target = AutoModelForCausalLM.from_pretrained(TINY / "target").eval()
+        drafter = AutoModelForCausalLM.from_pretrained(TINY / "drafter").eval()
+    return tok, target, drafter
+
+
+@pytest.fixture(scope="module")
+def prompt_ids(pair):
+    tok = pair[0]
+    prompts = json.loads((TINY / "eval_prompts.json").read_text())["prompts"]
+    return tok(prompts[0]["prompt"])["input_ids"]
+
+
+def test_bundled_pair_loads_offline(pair):
+    tok, target, drafter = pair
+    assert type(target).__name__ == "Gemma4ForCausalLM"
+    assert type(drafter).__name__ == "Gemma4AssistantForCausalLM"
+    assert drafter.generation_config.num_assistant_tokens == 4
+    assert drafter.config.backbone_hidden_size == target.config.hidden_size
+    assert target.config.eos_token_id == tok.eos_token_id == 1
+    text = "def f(x):\n\tif x:\n        return 'é'\n"
+    assert tok.decode(tok(text)["input_ids"], skip_special_tokens=True) == text
+    size = sum(f.stat().st_size for f in TINY.rglob("*") if f.is_file())
+    assert size < 30e6
+
+
+@torch.inference_mode()
+def test_speculative_equals_greedy_and_accepts(pair, prompt_ids):
+    from training.speculative import greedy_speculative
+
+    tok, target, drafter = pair
+    ref = target.generate(torch.tensor([prompt_ids]), do_sample=False, max_new_tokens=32,
+                          eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)[0, len(prompt_ids):].tolist()
+    res = greedy_speculative(target, drafter, prompt_ids, max_new_tokens=32, k=4, eos_token_id=tok.eos_token_id)
+    assert res.ids == ref
+    assert res.mean_accepted_length > MIN_MEAN_ACCEPTED_LENGTH
+
+
+@torch.inference_mode()
+def test_project_engine_with_bundled_pair(pair, prompt_ids):
+    engine = pytest.importorskip("mtp_viz.engine")
+    from mtp_viz.drafters import MTPDrafter
+    from mtp_viz.events import Done
+    from mtp_viz.sampling import Sampling
+
+    tok, target, drafter = pair
+    ref = target.generate(torch.tensor([prompt_ids]), do_sample=False, max_new_tokens=32,
+                          eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)[0, len(prompt_ids):].tolist()
+    events = list(engine.speculative(target, MTPDrafter(drafter, target), prompt_ids, max_new_tokens=32,
+                                     sampling=Sampling(temperature=0.0), schedule="constant", draft_tokens=4,
+                                     eos_token_ids=[tok.eos_token_id]))
+    done = events[-1]
+    assert isinstance(done, Done)
+    assert list(done.generated_ids) == ref
+    assert done.mean_accepted_length > MIN_MEAN_ACCEPTED_LENGTH
+
+
+def test_bundled_drafter_parallel_formulation_matches_inference(pair):
+    """The batched training forward equals the inference call, also past the sliding window."""
+    from training.mtp import check_parallel_matches_sequential
+
+    tok, target, drafter = pair
+    text = (ROOT / "training" / "mtp.py").read_text()
+    ids = torch.tensor([tok(text)["input_ids"][:200]])
+    sw = target.config.sliding_window
+    check_parallel_matches_sequential(target, drafter, ids, [1, 5, 64, sw + 1, sw + 2, 195], steps=4)
+
+
+def test_quick_pipeline(tmp_path):
+    """`python -m training.train_tiny --quick` end to end (tokenizer, target, drafter), a smoke test."""
+    from training.train_tiny import main
+
+    t0 = time.time()
+    main(["--quick", "--out", str(tmp_path), "--stages", "target,drafter"])
+    elapsed = time.time() - t0
+    assert (tmp_path / "target" / "config.json").exists()
+    assert (tmp_path / "drafter" / "config.json").exists()
+    assert (tmp_path / "eval_prompts.json").exists()
+    log = [json.loads(l) for l in (tmp_path / "logs" / "drafter_log.jsonl").read_text().splitlines()]
+    checks = [r for r in log if r["event"] == "parallel_vs_sequential_check"]
+    assert len(checks) == 2 and all(r["passed"] for r in checks)
+    assert elapsed < 120  # designed for well under a minute on 2 CPU cores
