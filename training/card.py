@@ -153,7 +153,8 @@ def write_card(out: Path) -> Path:
         "",
         "## Training",
         "",
-        f"Hardware: {run.get('threads', 2)} CPU threads ({run.get('processor', 'CPU')}), no GPU; torch {run.get('torch', '?')}.",
+        f"Hardware: a 2-core {run.get('processor', 'CPU')} machine, no GPU, shared with other jobs (so step rates varied a lot);",
+        f"torch {run.get('torch', '?')}, float32. The target trained on 2 threads, the drafter on 1.",
         "",
         "* Target: AdamW (betas 0.9/0.95, weight decay 0.1), linear warmup then cosine decay, "
         f"{len(t_dones)} phase(s) (a later phase continues from the previous checkpoint with a fresh schedule):",
@@ -173,7 +174,8 @@ def write_card(out: Path) -> Path:
         f"  {d_start['unroll']} unrolled, teacher-forced steps; loss: cross-entropy to the target's own next-token",
         "  distribution at each drafted position (later steps weighted 0.8^j). Initialised from the target's",
         "  embedding, final norm and last sliding / full layers.",
-        f"  Batches of {d_start['batch_size']} x {a.get('seq_len')} tokens, every anchor; {d_done['step']} steps in "
+        f"  Batches of {d_start['batch_size']} x {a.get('seq_len')} tokens, {d_start['anchors']} random anchors per sequence; "
+        f"peak LR {a.get('drafter_lr')}; {d_done['step']} steps in "
         f"{d_done['elapsed_s'] / 60:.1f} min; final distillation loss {d_done['loss_ema']:.3f} (EMA).",
         "  Held-out teacher-forced top-1 agreement with the target per draft position: "
         + ", ".join(f"{100 * d_done[f'val_agree{j}']:.0f}%" for j in range(1, 5) if f"val_agree{j}" in d_done) + ".",
@@ -198,7 +200,7 @@ def write_card(out: Path) -> Path:
         "token included; the prefill counts as one forward). Per-position acceptance = P(draft i accepted | drafts",
         "1..i-1 accepted).",
         "",
-        "| prompts | n | mean accepted length | first-position acceptance | per position (1/2/3/4) | all drafts accepted |",
+        "| prompts | n | mean accepted length | first-position acceptance | per position (1/2/3/4) | drafts accepted overall |",
         "|---|---|---|---|---|---|",
         row("held-out stdlib code", code),
         row("English prose (surprising)", prose),
