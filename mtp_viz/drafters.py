@@ -23,8 +23,9 @@ from typing import Callable, Protocol
 import torch
 from transformers import DynamicCache
 
-# pick(raw_logits[V]) -> (token id, q of that token, processed q distribution [V])
-Pick = Callable[[torch.Tensor], tuple[int, float, torch.Tensor]]
+# pick(raw_logits[V]) -> (token id, q of that token, processed q distribution [V] or None
+# when greedy: acceptance then needs only the target's argmax)
+Pick = Callable[[torch.Tensor], tuple[int, float, "torch.Tensor | None"]]
 # keep(index, q) -> False stops drafting after this token (confidence schedule)
 Keep = Callable[[int, float], bool]
 
@@ -45,8 +46,14 @@ class DraftContext:
 @dataclass
 class Proposal:
     tokens: list[int]
-    q: torch.Tensor | None    # [len(tokens), V] processed drafter distributions; None = one-hot
-    forwards: int = 0         # drafter forward passes spent
+    q_tokens: list[float] | None = None  # drafter's probability of each token; None = certain
+    q: torch.Tensor | None = None  # [len(tokens), V] distributions drawn from (sampling only)
+    forwards: int = 0              # drafter forward passes spent
+
+
+def _proposal(tokens: list[int], q_tokens: list[float], rows: list) -> Proposal:
+    q = torch.stack(rows) if rows and rows[0] is not None else None
+    return Proposal(tokens, q_tokens, q, forwards=len(tokens))
 
 
 class Drafter(Protocol):
@@ -82,7 +89,7 @@ class MTPDrafter:
     @torch.inference_mode()
     def propose(self, ctx: DraftContext, k: int, pick: Pick, keep: Keep) -> Proposal:
         if k <= 0:
-            return Proposal([], None)
+            return Proposal([])
         kv = ctx.shared_kv
         device = self.embed.weight.device
         h = ctx.hidden
@@ -91,19 +98,20 @@ class MTPDrafter:
         kv_len = kv["full_attention"][0].shape[-2]
         mask = torch.ones(1, kv_len, dtype=torch.long, device=device)
         token = torch.tensor([[ctx.ids[-1]]], device=device)
-        tokens, qs = [], []
+        tokens, q_tokens, rows = [], [], []
         for i in range(k):
             x = torch.cat([self.embed(token), h.to(self.embed.weight.dtype)], dim=-1)
             out = self.assistant(inputs_embeds=x, position_ids=position, shared_kv_states=kv,
                                  attention_mask=mask, use_cache=False)
             tok, q_tok, q_row = pick(out.logits[0, -1])
             tokens.append(tok)
-            qs.append(q_row)
+            q_tokens.append(q_tok)
+            rows.append(q_row)
             if not keep(i, q_tok):
                 break
             token = torch.tensor([[tok]], device=device)
             h = out.last_hidden_state  # [1, 1, H_target]: the drafter's own state feeds the next draft
-        return Proposal(tokens, torch.stack(qs), forwards=len(tokens))
+        return _proposal(tokens, q_tokens, rows)
 
 
 class ModelDrafter:
@@ -124,21 +132,22 @@ class ModelDrafter:
     @torch.inference_mode()
     def propose(self, ctx: DraftContext, k: int, pick: Pick, keep: Keep) -> Proposal:
         if k <= 0:
-            return Proposal([], None)
+            return Proposal([])
         device = self.model.device
         feed = ctx.ids[self.cached:]  # everything verified since the last draft
-        tokens, qs = [], []
+        tokens, q_tokens, rows = [], [], []
         for i in range(k):
             out = self.model(input_ids=torch.tensor([feed], device=device), cache=self.cache,
                              use_cache=True, logits_to_keep=1)
             self.cached += len(feed)
             tok, q_tok, q_row = pick(out.logits[0, -1])
             tokens.append(tok)
-            qs.append(q_row)
+            q_tokens.append(q_tok)
+            rows.append(q_row)
             if not keep(i, q_tok):
                 break
             feed = [tok]
-        return Proposal(tokens, torch.stack(qs), forwards=len(tokens))
+        return _proposal(tokens, q_tokens, rows)
 
     def rollback(self, verified_len: int) -> None:
         # Keep KV only for tokens the target verified; the newest token is re-fed next time.
@@ -179,5 +188,5 @@ class PromptLookupDrafter:
                     if len(best) == k:
                         break
             if best:
-                return Proposal(list(best), None)
-        return Proposal([], None)
+                return Proposal(list(best))
+        return Proposal([])

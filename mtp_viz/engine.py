@@ -108,9 +108,11 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
     while True:
         # -- accept: decide, cut at EOS / the token limit, emit, crop the cache ----------
         drafts = proposal.tokens
-        p = sampler.probs(fwd.logits)
+        # greedy needs only the argmax; sampling the processed distributions p_0..p_k
+        p = None if sampler.greedy else sampler.probs(fwd.logits)
         argmax = fwd.logits.argmax(-1).tolist() if sampler.greedy else None
         n, nxt = accept(sampler, drafts, proposal.q, p, argmax)
+        p_tok = token_probs(fwd.logits, p, drafts, n, nxt)
         new = drafts[:n] + [nxt]
         cut = ""
         for j, tok in enumerate(new):
@@ -122,7 +124,7 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
         if len(new) >= remaining:
             cut = cut or ("max_new_tokens" if len(new) > remaining else "")
             new, stop_reason = new[:remaining], stop_reason or "max_new_tokens"
-        yield from _verdict_events(step, ids, drafts, proposal.q, p, n, new, text)
+        yield from _verdict_events(step, ids, proposal, p_tok, n, new, text)
         ids.extend(new)
         stats["drafted"] += len(drafts)
         stats["accepted"] += min(n, len(new))
@@ -152,8 +154,7 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
         draft_s = time.perf_counter() - t
         stats["drafter"] += proposal.forwards
         for i, tok in enumerate(proposal.tokens):
-            q_tok = float(proposal.q[i, tok]) if proposal.q is not None else 1.0
-            yield Drafted(step, i, tok, text.piece(ids + proposal.tokens[:i], tok), q_tok)
+            yield Drafted(step, i, tok, text.piece(ids + proposal.tokens[:i], tok), _q(proposal, i))
 
         # -- verify: one target forward over the newest token and all drafts ------------
         t = time.perf_counter()
@@ -165,30 +166,49 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
     yield _done(ids, prompt_ids, stats, time.perf_counter() - t0, stop_reason, text)
 
 
+def token_probs(logits: torch.Tensor, p: torch.Tensor | None, drafts: list[int], n: int,
+                nxt: int) -> list[float]:
+    """The target's probability of each draft and of its own next token, in one gather.
+
+    Greedy runs never build p: p_i(x) = exp(logit_i(x) - logsumexp_i) is the same number."""
+    rows = torch.tensor(list(range(len(drafts))) + [n], device=logits.device)
+    cols = torch.tensor(drafts + [nxt], device=logits.device)
+    if p is not None:
+        return p[rows, cols].tolist()
+    return (logits[rows, cols] - logits.logsumexp(-1)[rows]).exp().tolist()
+
+
 def _picker(sampler: Sampler):
-    def pick(logits: torch.Tensor) -> tuple[int, float, torch.Tensor]:
+    def pick(logits: torch.Tensor) -> tuple[int, float, torch.Tensor | None]:
+        if sampler.greedy:  # q of the argmax only: exp(max - logsumexp), one sync
+            top, lse = logits.float().max(-1), logits.float().logsumexp(-1)
+            tok, q_tok = torch.stack([top.indices.float(), (top.values - lse).exp()]).tolist()
+            return int(tok), q_tok, None
         q = sampler.probs(logits[None])[0]
-        tok = int(logits.argmax()) if sampler.greedy else sampler.pick(q)
+        tok = sampler.pick(q)
         return tok, float(q[tok]), q
     return pick
 
 
-def _verdict_events(step, ids, drafts, q, p, n, new, text) -> Iterator[Event]:
+def _q(proposal: Proposal, i: int) -> float:
+    return proposal.q_tokens[i] if proposal.q_tokens is not None else 1.0
+
+
+def _verdict_events(step, ids, proposal, p_tok, n, new, text) -> Iterator[Event]:
     """accepted (kept drafts), rejected (from the first disagreement on), bonus."""
+    drafts = proposal.tokens
     kept = min(n, len(new))
     ctx = list(ids)
     for i in range(kept):
-        yield Accepted(step, i, drafts[i], text.piece(ctx, drafts[i]), float(p[i, drafts[i]]),
-                       float(q[i, drafts[i]]) if q is not None else 1.0)
+        yield Accepted(step, i, drafts[i], text.piece(ctx, drafts[i]), p_tok[i], _q(proposal, i))
         ctx.append(drafts[i])
-    if n < len(drafts):
-        for i in range(n, len(drafts)):
-            yield Rejected(step, i, drafts[i], text.piece(ids + drafts[:i], drafts[i]),
-                           float(p[i, drafts[i]]), float(q[i, drafts[i]]) if q is not None else 1.0)
+    for i in range(n, len(drafts)):
+        yield Rejected(step, i, drafts[i], text.piece(ids + drafts[:i], drafts[i]), p_tok[i],
+                       _q(proposal, i))
     if len(new) > n:
         tok = new[n]
         kind = "correction" if n < len(drafts) else "extension"
-        yield Bonus(step, tok, text.piece(ctx, tok), float(p[n, tok]), n, kind)
+        yield Bonus(step, tok, text.piece(ctx, tok), p_tok[-1], n, kind)
 
 
 def _done(ids, prompt_ids, stats, seconds, stop_reason, text) -> Done:
@@ -216,10 +236,11 @@ def autoregressive(target, prompt_ids: Sequence[int], *, max_new_tokens: int = 6
         step += 1
         t = time.perf_counter()
         fwd = target_forward(target, cache, feed, False, keep=1)
-        p = sampler.probs(fwd.logits)[0]
-        tok = int(fwd.logits[0].argmax()) if sampler.greedy else sampler.pick(p)
+        p = None if sampler.greedy else sampler.probs(fwd.logits)
+        tok = int(fwd.logits[0].argmax()) if sampler.greedy else sampler.pick(p[0])
+        p_tok = token_probs(fwd.logits, p, [], 0, tok)[0]
         verify_s = time.perf_counter() - t
-        yield Token(step, tok, text.piece(ids, tok), float(p[tok]), time.perf_counter() - t0)
+        yield Token(step, tok, text.piece(ids, tok), p_tok, time.perf_counter() - t0)
         ids.append(tok)
         if tok in eos:
             stop_reason = "eos"

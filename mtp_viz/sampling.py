@@ -85,7 +85,7 @@ class Sampler:
 
 
 def accept(sampler: Sampler, drafts: list[int], q: torch.Tensor | None,
-           p: torch.Tensor, argmax: list[int] | None = None) -> tuple[int, int]:
+           p: torch.Tensor | None, argmax: list[int] | None = None) -> tuple[int, int]:
     """Decide how many drafts to keep and the target's own next token.
 
     drafts: k proposed ids; q: [k, V] drafter distributions they were drawn from

@@ -107,7 +107,7 @@ class ScriptDrafter:
         if self.wrong_every and tokens and self.calls % self.wrong_every == 0:
             j = len(tokens) // 2
             tokens[j] = (tokens[j] + 7) % self.vocab
-        return Proposal(tokens, None)
+        return Proposal(tokens)
 
 
 def save_gemma_pair(root, V=512, window=16, chat_template=None):
