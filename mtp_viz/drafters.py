@@ -95,14 +95,13 @@ class MTPDrafter:
         h = ctx.hidden
         # Constant position: the newest token's position, for every draft of this step.
         position = torch.tensor([[len(ctx.ids) - 1]], device=device)
-        kv_len = kv["full_attention"][0].shape[-2]
-        mask = torch.ones(1, kv_len, dtype=torch.long, device=device)
         token = torch.tensor([[ctx.ids[-1]]], device=device)
         tokens, q_tokens, rows = [], [], []
         for i in range(k):
             x = torch.cat([self.embed(token), h.to(self.embed.weight.dtype)], dim=-1)
+            # No padding at batch size 1: no mask (the sliding window still applies)
             out = self.assistant(inputs_embeds=x, position_ids=position, shared_kv_states=kv,
-                                 attention_mask=mask, use_cache=False)
+                                 use_cache=False)
             tok, q_tok, q_row = pick(out.logits[0, -1])
             tokens.append(tok)
             q_tokens.append(q_tok)
