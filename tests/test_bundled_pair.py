@@ -1,7 +1,6 @@
 """The bundled offline pair (assets/tiny) and the pipeline that builds it (training/)."""
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -91,13 +90,10 @@ def test_quick_pipeline(tmp_path):
     """`python -m training.train_tiny --quick` end to end (tokenizer, target, drafter), a smoke test."""
     from training.train_tiny import main
 
-    t0 = time.time()
     main(["--quick", "--out", str(tmp_path), "--stages", "target,drafter"])
-    elapsed = time.time() - t0
     assert (tmp_path / "target" / "config.json").exists()
     assert (tmp_path / "drafter" / "config.json").exists()
     assert (tmp_path / "eval_prompts.json").exists()
     log = [json.loads(l) for l in (tmp_path / "logs" / "drafter_log.jsonl").read_text().splitlines()]
     checks = [r for r in log if r["event"] == "parallel_vs_sequential_check"]
     assert len(checks) == 2 and all(r["passed"] for r in checks)
-    assert elapsed < 120  # designed for well under a minute on 2 CPU cores
