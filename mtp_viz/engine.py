@@ -105,8 +105,8 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
     # Step 1 is the prefill: no drafts, the target's first token closes it.
     fwd = target_forward(target, cache, ids, want_state, keep=1)
     cache.crop(0)
-    proposal, stats = Proposal([], None), {"forwards": 1, "drafter": 0, "drafted": 0, "accepted": 0}
-    step, draft_s, stop_reason = 1, 0.0, ""
+    proposal, stats = Proposal([]), {"forwards": 1, "drafter": 0, "drafted": 0, "accepted": 0}
+    step, draft_s, pick = 1, 0.0, _picker(sampler)
     verify_s = time.perf_counter() - t0
     while True:
         # -- accept: decide, cut at EOS / the token limit, emit, crop the cache ----------
@@ -116,17 +116,8 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
         argmax = fwd.logits.argmax(-1).tolist() if sampler.greedy else None
         n, nxt = accept(sampler, drafts, proposal.q, p, argmax)
         p_tok = token_probs(fwd.logits, p, drafts, n, nxt)
-        new = drafts[:n] + [nxt]
-        cut = ""
-        for j, tok in enumerate(new):
-            if tok in eos:
-                cut, new = ("eos" if j < len(new) - 1 else ""), new[:j + 1]
-                stop_reason = "eos"
-                break
-        remaining = max_new_tokens - (len(ids) - len(prompt_ids))
-        if len(new) >= remaining:
-            cut = cut or ("max_new_tokens" if len(new) > remaining else "")
-            new, stop_reason = new[:remaining], stop_reason or "max_new_tokens"
+        new, cut, stop_reason = limit(drafts[:n] + [nxt], eos,
+                                      max_new_tokens - (len(ids) - len(prompt_ids)))
         yield from _verdict_events(step, ids, proposal, p_tok, n, new, text)
         ids.extend(new)
         stats["drafted"] += len(drafts)
@@ -137,8 +128,8 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
         drafter.rollback(len(ids))
         next_k, reason = schedule.update(drafted=len(drafts), accepted=n,
                                          draft_seconds=draft_s, verify_seconds=verify_s)
-        if stop is not None and stop.is_set():
-            stop_reason = stop_reason or "stopped"
+        if not stop_reason and stop is not None and stop.is_set():
+            stop_reason = "stopped"
         yield Step(step, len(drafts), n, len(new), draft_s, verify_s, next_k, reason, cut,
                    time.perf_counter() - t0)
         if stop_reason:
@@ -153,7 +144,7 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
             ctx.shared_kv = crop_shared_kv(fwd.shared_kv, drop)
         budget = max_new_tokens - (len(ids) - len(prompt_ids)) - 1  # leave room for the bonus
         t = time.perf_counter()
-        proposal = drafter.propose(ctx, min(next_k, budget), _picker(sampler), schedule.keep_drafting)
+        proposal = drafter.propose(ctx, min(next_k, budget), pick, schedule.keep_drafting)
         draft_s = time.perf_counter() - t
         stats["drafter"] += proposal.forwards
         for i, tok in enumerate(proposal.tokens):
@@ -167,6 +158,23 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
         stats["forwards"] += 1
 
     yield _done(ids, prompt_ids, stats, time.perf_counter() - t0, stop_reason, text)
+
+
+def limit(new: list[int], eos: set[int], remaining: int) -> tuple[list[int], str, str]:
+    """Keep tokens up to the first EOS and within the token budget.
+
+    Returns (kept, cut, stop_reason); cut names what dropped tokens the target had
+    already produced in this step ("eos" or "max_new_tokens"), stop_reason why the
+    generation ends here ("" when it goes on)."""
+    cut = stop_reason = ""
+    for j, tok in enumerate(new):
+        if tok in eos:
+            cut, new, stop_reason = ("eos" if j < len(new) - 1 else ""), new[:j + 1], "eos"
+            break
+    if len(new) >= remaining:
+        cut = cut or ("max_new_tokens" if len(new) > remaining else "")
+        new, stop_reason = new[:remaining], stop_reason or "max_new_tokens"
+    return new, cut, stop_reason
 
 
 def token_probs(logits: torch.Tensor, p: torch.Tensor | None, drafts: list[int], n: int,
