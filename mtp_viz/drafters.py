@@ -51,9 +51,24 @@ class Proposal:
     forwards: int = 0              # drafter forward passes spent
 
 
-def _proposal(tokens: list[int], q_tokens: list[float], rows: list) -> Proposal:
-    q = torch.stack(rows) if rows and rows[0] is not None else None
-    return Proposal(tokens, q_tokens, q, forwards=len(tokens))
+class _Drafts:
+    """Collects one step's drafts: each token, its q, and its q row when sampling."""
+
+    def __init__(self, pick: Pick, keep: Keep):
+        self.pick, self.keep = pick, keep
+        self.tokens, self.q_tokens, self.rows = [], [], []
+
+    def take(self, logits: torch.Tensor) -> bool:
+        """Pick a token from the drafter's logits; False when drafting should stop."""
+        tok, q_tok, q_row = self.pick(logits)
+        self.tokens.append(tok)
+        self.q_tokens.append(q_tok)
+        self.rows.append(q_row)
+        return self.keep(len(self.tokens) - 1, q_tok)
+
+    def proposal(self) -> Proposal:
+        q = torch.stack(self.rows) if self.rows and self.rows[0] is not None else None
+        return Proposal(self.tokens, self.q_tokens, q, forwards=len(self.tokens))
 
 
 class Drafter(Protocol):
@@ -96,21 +111,17 @@ class MTPDrafter:
         # Constant position: the newest token's position, for every draft of this step.
         position = torch.tensor([[len(ctx.ids) - 1]], device=device)
         token = torch.tensor([[ctx.ids[-1]]], device=device)
-        tokens, q_tokens, rows = [], [], []
-        for i in range(k):
+        drafts = _Drafts(pick, keep)
+        for _ in range(k):
             x = torch.cat([self.embed(token), h.to(self.embed.weight.dtype)], dim=-1)
             # No padding at batch size 1: no mask (the sliding window still applies)
             out = self.assistant(inputs_embeds=x, position_ids=position, shared_kv_states=kv,
                                  use_cache=False)
-            tok, q_tok, q_row = pick(out.logits[0, -1])
-            tokens.append(tok)
-            q_tokens.append(q_tok)
-            rows.append(q_row)
-            if not keep(i, q_tok):
+            if not drafts.take(out.logits[0, -1]):
                 break
-            token = torch.tensor([[tok]], device=device)
+            token = torch.tensor([[drafts.tokens[-1]]], device=device)
             h = out.last_hidden_state  # [1, 1, H_target]: the drafter's own state feeds the next draft
-        return _proposal(tokens, q_tokens, rows)
+        return drafts.proposal()
 
 
 class ModelDrafter:
@@ -134,19 +145,15 @@ class ModelDrafter:
             return Proposal([])
         device = self.model.device
         feed = ctx.ids[self.cached:]  # everything verified since the last draft
-        tokens, q_tokens, rows = [], [], []
-        for i in range(k):
+        drafts = _Drafts(pick, keep)
+        for _ in range(k):
             out = self.model(input_ids=torch.tensor([feed], device=device), cache=self.cache,
                              use_cache=True, logits_to_keep=1)
             self.cached += len(feed)
-            tok, q_tok, q_row = pick(out.logits[0, -1])
-            tokens.append(tok)
-            q_tokens.append(q_tok)
-            rows.append(q_row)
-            if not keep(i, q_tok):
+            if not drafts.take(out.logits[0, -1]):
                 break
-            feed = [tok]
-        return _proposal(tokens, q_tokens, rows)
+            feed = drafts.tokens[-1:]
+        return drafts.proposal()
 
     def rollback(self, verified_len: int) -> None:
         # Keep KV only for tokens the target verified; the newest token is re-fed next time.
