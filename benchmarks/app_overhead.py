@@ -18,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from mtp_viz.presets import assets_dir
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -56,7 +58,7 @@ def main() -> int:
 
     target, drafter, prompt = args.target, args.drafter, args.prompt or PROMPT
     if target is None:
-        tiny = ROOT / "assets" / "tiny"
+        tiny = assets_dir() / "tiny"
         if all((tiny / sub / "config.json").exists() for sub in ("target", "drafter")):
             target = "tiny"
         else:

@@ -20,6 +20,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from mtp_viz.presets import assets_dir
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -76,7 +78,7 @@ def main() -> int:
         env["MTP_VIZ_TARGET"] = args.target
         if args.drafter:
             env["MTP_VIZ_DRAFTER"] = args.drafter
-    elif not all((ROOT / "assets" / "tiny" / sub / "config.json").exists() for sub in ("target", "drafter")):
+    elif not all((assets_dir() / "tiny" / sub / "config.json").exists() for sub in ("target", "drafter")):
         sys.path.insert(0, str(ROOT / "benchmarks"))
         from app_overhead import random_pair
         env["MTP_VIZ_TARGET"], env["MTP_VIZ_DRAFTER"] = random_pair(Path(tempfile.mkdtemp()))

@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from .cli import UserError
+from .presets import assets_dir
 
-PROMPTS_FILE = Path(__file__).resolve().parent.parent / "assets" / "prompts.json"
+PROMPTS_FILE = assets_dir() / "prompts.json"
 QUICK = dict(max_new_tokens=24, repeats=1, draft_tokens=(2, 4), per_category=1)
 
 

@@ -5,13 +5,13 @@ batch size 1 with a short context (weights plus a little KV cache).
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 
 def assets_dir() -> Path:
-    return Path(os.environ.get("MTP_VIZ_ASSETS", Path(__file__).resolve().parent.parent / "assets"))
+    """The package's data folder: the bundled pair, prompt suites, example traces, CSS."""
+    return Path(__file__).resolve().parent / "assets"
 
 
 @dataclass(frozen=True)

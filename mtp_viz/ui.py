@@ -19,9 +19,10 @@ from typing import Any
 import gradio as gr
 
 from . import charts, service, view
+from .presets import assets_dir
 from .schedules import SCHEDULES
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
+ASSETS = assets_dir()
 PRESETS = service.presets()
 CUSTOM = "custom"
 PLOTS = ("acceptance-plot", "draft-length-plot", "tokens-per-forward-plot", "position-plot", "timing-plot")

@@ -6,8 +6,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from mtp_viz.presets import assets_dir
+
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ROOT / "assets" / "tiny"
+TINY = assets_dir() / "tiny"
 MIN_MEAN_ACCEPTED_LENGTH = 1.5  # guards against a broken checkpoint; the shipped pair measures well above
 
 

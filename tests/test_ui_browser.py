@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from mtp_viz.presets import assets_dir
+
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,7 +35,7 @@ TINY_PROMPT = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\
 
 
 def _bundled_tiny() -> bool:
-    return all((ROOT / "assets" / "tiny" / sub / "config.json").exists() for sub in ("target", "drafter"))
+    return all((assets_dir() / "tiny" / sub / "config.json").exists() for sub in ("target", "drafter"))
 
 
 def _random_pair(folder: Path) -> tuple[str, str]:

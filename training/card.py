@@ -1,6 +1,6 @@
-"""Write the model card (assets/tiny/README.md) and the loss-curve plot from the training logs.
+"""Write the model card (mtp_viz/assets/tiny/README.md) and the loss-curve plot from the training logs.
 
-    python -m training.card --out assets/tiny
+    python -m training.card --out mtp_viz/assets/tiny
 """
 
 from __future__ import annotations
@@ -118,9 +118,9 @@ def write_card(out: Path) -> Path:
         "",
         "```python",
         "from transformers import AutoModelForCausalLM, AutoTokenizer",
-        'tok = AutoTokenizer.from_pretrained("assets/tiny/target")',
-        'target = AutoModelForCausalLM.from_pretrained("assets/tiny/target")    # Gemma4ForCausalLM',
-        'drafter = AutoModelForCausalLM.from_pretrained("assets/tiny/drafter")  # Gemma4AssistantForCausalLM',
+        'tok = AutoTokenizer.from_pretrained("mtp_viz/assets/tiny/target")',
+        'target = AutoModelForCausalLM.from_pretrained("mtp_viz/assets/tiny/target")    # Gemma4ForCausalLM',
+        'drafter = AutoModelForCausalLM.from_pretrained("mtp_viz/assets/tiny/drafter")  # Gemma4AssistantForCausalLM',
         "```",
         "",
         "## Models",
@@ -185,7 +185,7 @@ def write_card(out: Path) -> Path:
         "Reproduce (same Python version gives the same files and split; seeds are fixed):",
         "",
         "```bash",
-        "training/build_bundled.sh assets/tiny   # the exact sequence of runs above, then this card",
+        "training/build_bundled.sh mtp_viz/assets/tiny   # the exact sequence of runs above, then this card",
         "python -m training.train_tiny --quick --out /tmp/tiny-quick # smoke test, under a minute",
         "```",
         "",
@@ -211,7 +211,7 @@ def write_card(out: Path) -> Path:
         sample["prompt"] + "#### generated:\n" + sample["completion"],
         "```",
         "",
-        "Regenerate the numbers with `python -m training.evaluate --out assets/tiny`.",
+        "Regenerate the numbers with `python -m training.evaluate --out mtp_viz/assets/tiny`.",
         "",
     ]
     path = out / "README.md"
@@ -221,5 +221,5 @@ def write_card(out: Path) -> Path:
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--out", type=Path, default=Path("assets/tiny"))
+    ap.add_argument("--out", type=Path, default=Path("mtp_viz/assets/tiny"))
     print(write_card(ap.parse_args().out))

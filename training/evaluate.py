@@ -1,6 +1,6 @@
 """Measure the bundled pair: greedy speculative decoding, constant draft length 4, on held-out code and on prose.
 
-    python -m training.evaluate --out assets/tiny
+    python -m training.evaluate --out mtp_viz/assets/tiny
 
 Every run is checked against `target.generate(do_sample=False)` (speculative decoding must not change the
 output). The project's own engine (`mtp_viz.engine`) is used for the numbers when it can be imported, and
@@ -132,7 +132,7 @@ def evaluate_pair(out: Path, log_dir: Path | None = None, quick: bool = False, m
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=Path("assets/tiny"))
+    ap.add_argument("--out", type=Path, default=Path("mtp_viz/assets/tiny"))
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()

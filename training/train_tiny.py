@@ -2,7 +2,7 @@
 
 Full run (about 85 minutes on 2 CPU cores):
 
-    nice -n 5 python -m training.train_tiny --out assets/tiny
+    nice -n 5 python -m training.train_tiny --out mtp_viz/assets/tiny
 
 Smoke test (well under a minute):
 
@@ -10,8 +10,8 @@ Smoke test (well under a minute):
 
 Stages can be run separately (each reads what the previous ones wrote to --out):
 
-    python -m training.train_tiny --out assets/tiny --stages target
-    python -m training.train_tiny --out assets/tiny --stages drafter,eval
+    python -m training.train_tiny --out mtp_viz/assets/tiny --stages target
+    python -m training.train_tiny --out mtp_viz/assets/tiny --stages drafter,eval
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ STAGES = ("target", "drafter", "eval")
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=Path, default=Path("assets/tiny"))
+    p.add_argument("--out", type=Path, default=Path("mtp_viz/assets/tiny"))
     p.add_argument("--quick", action="store_true", help="tiny models, a few steps: a smoke test of the pipeline")
     p.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated subset of {STAGES}")
     p.add_argument("--seed", type=int, default=0)
