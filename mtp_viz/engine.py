@@ -79,7 +79,7 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
                 draft_tokens: int | None = None, max_draft_tokens: int = 16,
                 eos_token_ids: Sequence[int] = (), detok: Any = None, stale_kv: bool = False,
                 stop=None) -> Iterator[Event]:
-    """Speculative decoding with any drafter; yields the event stream of DESIGN.md.
+    """Speculative decoding with any drafter; yields the event stream of docs/events.md.
 
     stale_kv=True leaves the MTP drafter the KV entry computed from the first rejected
     draft, as transformers 5.24 does after a rejection (an experiment switch; past the
@@ -118,10 +118,11 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
         p_tok = token_probs(fwd.logits, p, drafts, n, nxt)
         new, cut, stop_reason = limit(drafts[:n] + [nxt], eos,
                                       max_new_tokens - (len(ids) - len(prompt_ids)))
+        kept = min(n, len(new))  # drafts emitted; below n only when an EOS cut the step
         yield from _verdict_events(step, ids, proposal, p_tok, n, new, text)
         ids.extend(new)
         stats["drafted"] += len(drafts)
-        stats["accepted"] += min(n, len(new))
+        stats["accepted"] += kept
         # The forward appended 1 + len(drafts) KV entries; the first 1 + n are verified.
         rejected_kv = len(drafts) - n
         cache.crop(-rejected_kv)
@@ -130,8 +131,8 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
                                          draft_seconds=draft_s, verify_seconds=verify_s)
         if not stop_reason and stop is not None and stop.is_set():
             stop_reason = "stopped"
-        yield Step(step, len(drafts), n, len(new), draft_s, verify_s, next_k, reason, cut,
-                   time.perf_counter() - t0)
+        yield Step(step, len(drafts), kept, len(new), draft_s, verify_s, next_k, reason, cut,
+                   time.perf_counter() - t0, agreed=n)
         if stop_reason:
             break
 
@@ -161,20 +162,18 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
 
 
 def limit(new: list[int], eos: set[int], remaining: int) -> tuple[list[int], str, str]:
-    """Keep tokens up to the first EOS and within the token budget.
+    """Keep the step's tokens up to the first EOS; say whether the generation ends.
 
-    Returns (kept, cut, stop_reason); cut names what dropped tokens the target had
-    already produced in this step ("eos" or "max_new_tokens"), stop_reason why the
+    The drafter is never asked for more than ``remaining - 1`` drafts, so a step's
+    tokens (accepted drafts + the target's own) always fit the budget: only an EOS
+    can cut a step short. Returns (kept, cut, stop_reason); cut is "eos" when tokens
+    the target had already produced were dropped after an EOS, stop_reason why the
     generation ends here ("" when it goes on)."""
-    cut = stop_reason = ""
+    assert len(new) <= remaining, "the draft budget keeps every step within max_new_tokens"
     for j, tok in enumerate(new):
         if tok in eos:
-            cut, new, stop_reason = ("eos" if j < len(new) - 1 else ""), new[:j + 1], "eos"
-            break
-    if len(new) >= remaining:
-        cut = cut or ("max_new_tokens" if len(new) > remaining else "")
-        new, stop_reason = new[:remaining], stop_reason or "max_new_tokens"
-    return new, cut, stop_reason
+            return new[:j + 1], ("eos" if j < len(new) - 1 else ""), "eos"
+    return new, "", "max_new_tokens" if len(new) == remaining else ""
 
 
 def token_probs(logits: torch.Tensor, p: torch.Tensor | None, drafts: list[int], n: int,
@@ -193,7 +192,8 @@ def _picker(sampler: Sampler):
     def pick(logits: torch.Tensor) -> tuple[int, float, torch.Tensor | None]:
         if sampler.greedy:  # q of the argmax only: exp(max - logsumexp), one sync
             top, lse = logits.float().max(-1), logits.float().logsumexp(-1)
-            tok, q_tok = torch.stack([top.indices.float(), (top.values - lse).exp()]).tolist()
+            # float64 holds every token id exactly (integers up to 2**53)
+            tok, q_tok = torch.stack([top.indices.double(), (top.values - lse).exp().double()]).tolist()
             return int(tok), q_tok, None
         q = sampler.probs(logits[None])[0]
         tok = sampler.pick(q)

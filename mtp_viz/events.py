@@ -4,7 +4,7 @@ The engine yields these; the CLI, the metrics, the trace recorder and the UI onl
 read them. Every event is a frozen dataclass that round-trips exactly through JSON:
 ``Event.from_dict(json.loads(json.dumps(e.to_dict()))) == e``.
 
-Invariants (see DESIGN.md): the generated sequence is exactly the ``accepted`` and
+Invariants (docs/events.md has the whole contract): the generated sequence is exactly the ``accepted`` and
 ``bonus`` events (speculative mode) or the ``token`` events (autoregressive mode), in
 stream order. Within a step all ``drafted`` come first, then ``accepted`` (indices
 0..n-1), then ``rejected``, then at most one ``bonus``, then the ``step`` summary.
@@ -82,7 +82,6 @@ class Drafted(Event):
     token_id: int
     text: str = ""
     q: float = 1.0                 # drafter's probability of this token
-    top: tuple[tuple[int, float], ...] = ()  # optional drafter top-k (id, prob)
 
 
 @dataclass(frozen=True)
@@ -141,14 +140,15 @@ class Step(Event):
     type: ClassVar[str] = "step"
     step: int
     draft_len: int                 # tokens drafted this step
-    accepted: int                  # drafts accepted this step
+    accepted: int                  # drafts kept this step: the number of its Accepted events
     new_tokens: int = 0            # tokens appended this step (accepted + bonus, after any cut)
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
     next_draft_len: int = 0        # what the schedule chose for the next step
     reason: str = ""               # why the schedule chose it
-    cut: str = ""                  # "eos" or "max_new_tokens" when the step was cut short
+    cut: str = ""                  # "eos" when tokens after an end-of-sequence were dropped
     t: float = 0.0                 # seconds since the start of generation, at the step's end
+    agreed: int = 0                # drafts the target agreed with, before any EOS cut (>= accepted)
 
 
 @dataclass(frozen=True)

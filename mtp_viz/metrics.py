@@ -19,7 +19,6 @@ Definitions (speculative mode):
 """
 from __future__ import annotations
 
-import html
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Sequence
 
@@ -30,7 +29,7 @@ __all__ = [
     "StepRecord", "Summary", "step_records", "per_step_acceptance", "per_position_counts",
     "per_position_acceptance", "acceptance_rate", "alpha_estimate", "mean_accepted_length",
     "drafter_seconds_per_token", "target_step_seconds", "cost_coefficient", "summarize",
-    "theory_panel_html",
+    "TheoryCheck", "theory_check",
 ]
 
 
@@ -252,64 +251,59 @@ def summarize(events: Iterable[Event]) -> Summary:
     )
 
 
-def theory_panel_html(events: Iterable[Event], baseline: Iterable[Event] | None = None,
-                      cap: int = 16) -> str:
-    """A small HTML panel: measured numbers beside Leviathan et al.'s prediction.
+@dataclass(frozen=True)
+class TheoryCheck:
+    """A run's measured numbers beside Leviathan et al.'s prediction (see :mod:`.theory`).
 
-    ``baseline`` (an autoregressive stream of the same prompt) gives the target step
-    time and a measured speedup; without it c uses the verification time and the
-    measured speedup is left out. All text is HTML-escaped.
-    """
+    Every field is measured or computed from measured quantities. ``v`` (verification
+    cost in target steps) needs an autoregressive baseline; it is ``None`` when the
+    baseline is missing or when the measured ratio is below 1, which no real forward
+    over γ+1 tokens achieves: such a value is timing noise, not a cost."""
+    acceptance_rate: float
+    alpha: float
+    gamma: float                      # mean draft length over steps that drafted
+    tau: float                        # measured tokens per target forward
+    tau_predicted: float              # Eq. 1 at the measured α and γ
+    c: float                          # drafter step ÷ target step
+    speedup_predicted: float          # Eq. 2: τ(α, γ) / (γc + 1)
+    gamma_star: int
+    speedup_star: float
+    speedup_measured: float | None = None
+    v: float | None = None            # verify seconds per step ÷ autoregressive step seconds
+    v_raw: float | None = None        # the ratio as measured, even when below 1
+    speedup_predicted_v: float | None = None  # τ_measured / (γc + v), when v is meaningful
+    per_position_conditional: tuple = ()
+    per_position_unconditional: tuple = ()
+
+
+def theory_check(events: Iterable[Event], baseline: Iterable[Event] | None = None,
+                 cap: int = 16) -> TheoryCheck | None:
+    """The numbers of the "measured vs theory" panel; None when nothing was drafted."""
     events = list(events)
     s = summarize(events)
-    esc = html.escape
     if s.steps == 0 or s.drafted == 0:
-        return ('<div class="mtp-theory"><p>No drafted tokens yet: the theory panel '
-                'needs a speculative run.</p></div>')
+        return None
     base = list(baseline) if baseline is not None else None
     c = cost_coefficient(events, base)
     gamma = s.mean_draft_len
-    predicted_tau = theory.expected_tokens(s.alpha, gamma)
-    predicted = theory.predicted_speedup(s.alpha, gamma, c)
     g_star, s_star = theory.optimal_gamma(s.alpha, c, cap)
-    rows = [
-        ("acceptance rate (accepted ÷ drafted)", f"{s.acceptance_rate:.1%}", ""),
-        ("α (per-token acceptance, MLE)", f"{s.alpha:.3f}", ""),
-        ("mean draft length γ", f"{s.mean_draft_len:.2f}", ""),
-        ("tokens per target forward τ", f"{s.mean_accepted_length:.2f}",
-         f"{predicted_tau:.2f} = (1−α^(γ+1))/(1−α)"),
-        ("cost coefficient c", f"{c:.3f}", "drafter step ÷ target step"),
-    ]
+    measured = v = v_raw = predicted_v = None
     if base is not None:
         bs = summarize(base)
-        measured = s.tokens_per_second / bs.tokens_per_second if bs.tokens_per_second else 0.0
-        rows.append(("speedup over autoregressive", f"×{measured:.2f}",
-                     f"×{predicted:.2f} predicted ({measured / predicted:.0%} of it)"
-                     if predicted > 0 else ""))
+        measured = s.tokens_per_second / bs.tokens_per_second if bs.tokens_per_second else None
         t_ar = target_step_seconds(base)
         if t_ar > 0 and s.verify_seconds_per_step > 0:
-            # Leviathan et al. assume verifying γ+1 tokens costs one target step; where it
-            # costs v steps instead, the prediction becomes τ / (γc + v).
-            v = s.verify_seconds_per_step / t_ar
-            rows.append(("verification cost v (in target steps)", f"{v:.2f}",
-                         f"×{predicted_tau / (gamma * c + v):.2f} predicted with this v"))
-    else:
-        rows.append(("predicted speedup", "", f"×{predicted:.2f} = τ/(γc+1)"))
-    rows.append(("best draft length γ*", "", f"{g_star} (×{s_star:.2f} predicted)"))
-    body = "".join(f"<tr><td>{esc(a)}</td><td>{esc(b)}</td><td>{esc(t)}</td></tr>"
-                   for a, b, t in rows)
-    bars = []
-    for k, (cond, unc) in enumerate(zip(s.per_position_conditional,
-                                        s.per_position_unconditional)):
-        if cond is None and unc is None:
-            continue
-        cv, uv = cond or 0.0, unc or 0.0
-        bars.append(
-            f'<div class="mtp-pos"><span>{k + 1}</span>'
-            f'<span class="mtp-bar" style="display:inline-block;width:{cv * 120:.0f}px;'
-            f'background:#4c9be8;height:0.8em" title="conditional {cv:.0%}"></span> '
-            f'{cv:.0%} <small>(unconditional {uv:.0%})</small></div>')
-    return ('<div class="mtp-theory"><table><thead><tr><th>measure</th><th>measured</th>'
-            f'<th>theory</th></tr></thead><tbody>{body}</tbody></table>'
-            '<p><b>Acceptance by draft position</b> (given the earlier drafts were '
-            f'accepted)</p>{"".join(bars)}</div>')
+            v_raw = s.verify_seconds_per_step / t_ar
+            if v_raw >= 1.0:
+                # Leviathan et al. assume verifying γ+1 tokens costs one target step; where
+                # it costs v steps instead, the prediction becomes τ / (γc + v).
+                v = v_raw
+                predicted_v = s.mean_accepted_length / (gamma * c + v)
+    return TheoryCheck(
+        acceptance_rate=s.acceptance_rate, alpha=s.alpha, gamma=gamma,
+        tau=s.mean_accepted_length, tau_predicted=theory.expected_tokens(s.alpha, gamma),
+        c=c, speedup_predicted=theory.predicted_speedup(s.alpha, gamma, c),
+        gamma_star=g_star, speedup_star=s_star, speedup_measured=measured, v=v, v_raw=v_raw,
+        speedup_predicted_v=predicted_v,
+        per_position_conditional=tuple(s.per_position_conditional),
+        per_position_unconditional=tuple(s.per_position_unconditional))

@@ -1,4 +1,6 @@
-"""Sampling settings, processed distributions, and the speculative acceptance rule.
+"""Processed distributions, seeded draws, and the speculative acceptance rule.
+
+The settings themselves (:class:`Sampling`) live in :mod:`mtp_viz.decoding`.
 
 Notation (Leviathan et al., 2023): the drafter proposes x_i ~ q_i, the target's
 processed distribution at the same position is p_i. Accepting x_i with probability
@@ -12,36 +14,14 @@ then emit argmax p_n.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from transformers.generation.logits_process import (
     LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper,
 )
 
+from .decoding import Sampling
 
-@dataclass(frozen=True)
-class Sampling:
-    temperature: float = 0.0   # 0 means greedy
-    top_k: int = 0             # 0 disables
-    top_p: float = 1.0         # 1 disables
-    seed: int | None = None    # seeds an explicit torch.Generator; None draws a fresh seed
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature <= 0.0
-
-    def validate(self) -> None:
-        if self.temperature < 0:
-            raise ValueError("Temperature must be 0 (greedy) or positive.")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError("top-p must be in (0, 1].")
-        if self.top_k < 0:
-            raise ValueError("top-k must be 0 (off) or positive.")
-
-    def as_dict(self) -> dict:
-        return {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p,
-                "seed": self.seed}
+__all__ = ["Sampler", "Sampling", "accept"]
 
 
 class Sampler:
@@ -64,8 +44,15 @@ class Sampler:
                 self.warpers.append(TopKLogitsWarper(sampling.top_k))
             if sampling.top_p < 1.0:
                 self.warpers.append(TopPLogitsWarper(sampling.top_p))
-        seed = sampling.seed if sampling.seed is not None else int(torch.seed() % (2**63))
-        self.generator = torch.Generator(device=device).manual_seed(seed)
+        # The engine's randomness lives in its own generator; torch's global RNG is
+        # never read or reseeded. Greedy decoding draws nothing, so it needs none.
+        self.generator = None
+        if not self.greedy:
+            self.generator = torch.Generator(device=device)
+            if sampling.seed is None:
+                self.generator.seed()  # fresh entropy, for this generator only
+            else:
+                self.generator.manual_seed(sampling.seed)
 
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
         """logits: [n, V] raw → [n, V] processed probabilities (plain softmax when greedy)."""

@@ -76,9 +76,9 @@ def check_invariants(events, max_new_tokens):
             assert [x.index for x in acc] == list(range(len(acc)))
             assert all(x.step == e.step for x in drafted + acc + rej)
             assert e.draft_len == len(drafted)
+            assert e.accepted == len(acc) and e.agreed >= e.accepted  # one meaning everywhere
             if not e.cut:
-                assert len(acc) + len(rej) == len(drafted)
-                assert e.accepted == len(acc)
+                assert len(acc) + len(rej) == len(drafted) and e.agreed == e.accepted
             for a, d in zip(acc + rej, drafted):
                 assert a.token_id == d.token_id
             cur, rank = [], -1
@@ -135,9 +135,11 @@ def test_eos_inside_a_step(target, prompt, reference, eos_at):
     check_invariants(events, N)
     assert events[-1].stop_reason == "eos"
     last = [e for e in events if isinstance(e, Step)][-1]
-    kept = last.new_tokens
-    if kept < last.draft_len + 1 and first > 0:
-        assert last.cut == "eos"
+    # the step produced its agreed drafts plus the target's token; an EOS before the last
+    # of them cuts the rest, and only then is the step marked as cut
+    assert last.cut == ("eos" if last.new_tokens < last.agreed + 1 else "")
+    assert last.accepted == min(last.agreed, last.new_tokens)
+    assert last.accepted == sum(isinstance(e, Accepted) and e.step == last.step for e in events)
 
 
 @pytest.mark.parametrize("limit", [1, 2, 6, 7])

@@ -123,13 +123,23 @@ def test_cost_coefficient():
     assert metrics.cost_coefficient(ev) == pytest.approx(0.005 / 0.15)
 
 
-def test_theory_panel_html_is_escaped_and_consistent():
-    ev = spec_stream([(4, 4, {"draft_s": 0.004, "verify_s": 0.1})] * 3 + [(4, 1)])
-    ev[0] = Start("speculative", 5, settings={"drafter": "<script>alert(1)</script>"})
-    out = metrics.theory_panel_html(ev, ar_stream(5, 0.1))
-    assert "<script>" not in out and "mtp-theory" in out
+def test_theory_check_uses_measured_numbers():
+    # verification of 4 drafts costs 0.15 s against 0.1 s per autoregressive step: v = 1.5
+    ev = spec_stream([(4, 4, {"draft_s": 0.004, "verify_s": 0.15})] * 3 + [(4, 1, {"verify_s": 0.15})])
+    chk = metrics.theory_check(ev, ar_stream(5, 0.1))
     alpha = metrics.alpha_estimate(ev)
-    assert f"{alpha:.3f}" in out
-    assert f"{theory.expected_tokens(alpha, 4):.2f}" in out
-    assert "γ*" in out
-    assert "No drafted tokens" in metrics.theory_panel_html(ar_stream(3))
+    assert chk.alpha == alpha and chk.gamma == 4
+    assert chk.tau_predicted == pytest.approx(theory.expected_tokens(alpha, 4))
+    assert chk.c == pytest.approx(metrics.cost_coefficient(ev, ar_stream(5, 0.1)))
+    assert chk.v == pytest.approx(1.5)
+    assert chk.speedup_predicted_v == pytest.approx(chk.tau / (4 * chk.c + 1.5))
+    assert (chk.gamma_star, chk.speedup_star) == theory.optimal_gamma(alpha, chk.c, 16)
+    assert metrics.theory_check(ar_stream(3)) is None
+
+
+def test_theory_check_calls_a_sub_unit_verification_cost_noise():
+    # a verification measured faster than one autoregressive step is not a cost
+    ev = spec_stream([(4, 4, {"draft_s": 0.004, "verify_s": 0.08})] * 3)
+    chk = metrics.theory_check(ev, ar_stream(5, 0.1))
+    assert chk.v is None and chk.speedup_predicted_v is None
+    assert chk.v_raw == pytest.approx(0.8)

@@ -4,7 +4,7 @@ import random
 import pytest
 
 from mtp_viz import theory
-from mtp_viz.schedules import make_schedule
+from mtp_viz.schedules import OptimalSchedule, make_schedule
 
 
 def test_expected_tokens_matches_geometric_sum():
@@ -68,7 +68,7 @@ def test_alpha_mle_recovers_alpha_from_simulated_steps():
 
 def test_optimal_schedule_is_registered_and_adapts():
     sch = make_schedule("optimal", initial=4, cap=12)
-    assert isinstance(sch, theory.OptimalSchedule) and sch.name == "optimal"
+    assert isinstance(sch, OptimalSchedule) and sch.name == "optimal"
     assert sch.start() == 4
     # always accepted, cheap drafting, flat verification -> long drafts
     for _ in range(30):
