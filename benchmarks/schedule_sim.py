@@ -23,10 +23,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from mtp_viz import theory  # noqa: E402
-from mtp_viz.schedules import make_schedule  # noqa: E402
+from mtp_viz import theory
+from mtp_viz.schedules import make_schedule
 
 # name -> (per-position acceptance for each phase, c, s, steps per phase)
 SCENARIOS = {

@@ -24,6 +24,7 @@ number of target forwards. Results: benchmarks/results/stale_kv.{json,md}.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import contextlib
 import json
 import random
@@ -32,10 +33,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from mtp_viz import engine, metrics  # noqa: E402
-from mtp_viz.bench import Runner, Setting, load_prompts  # noqa: E402
+from mtp_viz import engine, metrics
+from mtp_viz.bench import Runner, Setting
+from mtp_viz.prompts import load_prompts
 
 VARIANTS = ("cropped", "stale", "transformers")
 
@@ -86,12 +87,10 @@ def main(argv=None) -> int:
     pair = load_pair(args.target, args.drafter)
     prompts = load_prompts(args.prompts)
     if args.extra_prompts:
-        extra = load_prompts(args.extra_prompts)
-        for q in extra:  # e.g. assets/tiny/eval_prompts.json: held-out stdlib code
-            if q["category"] == "uncategorized":
-                q["category"], q["id"] = "held-out code", "heldout-" + q["id"]
-        prompts += extra
-    encoded = [pair.encode(q["text"], chat=not args.no_chat) for q in prompts]
+        # e.g. mtp_viz/assets/tiny/eval_prompts.json: held-out stdlib code
+        extra = load_prompts(args.extra_prompts, default_category="held-out code")
+        prompts += [dataclasses.replace(q, id="heldout-" + q.id) for q in extra]
+    encoded = [pair.encode(q.text, chat=not args.no_chat) for q in prompts]
     gammas = [int(x) for x in args.draft_tokens.split(",")]
     runners = {v: Runner(pair, pair.make_drafter("mtp"), args.max_new_tokens, Sampling(),
                          v != "cropped", 16) for v in VARIANTS}
@@ -114,7 +113,7 @@ def main(argv=None) -> int:
             tau = {v: metrics.mean_accepted_length(out[v][1]) for v in VARIANTS}
             for v in diffs:
                 diffs[v].append(tau["cropped"] - tau[v])
-            per_prompt.append({"gamma": g, "prompt_id": q["id"], "category": q["category"],
+            per_prompt.append({"gamma": g, "prompt_id": q.id, "category": q.category,
                                **{f"alpha_{v}": metrics.alpha_estimate(out[v][1]) for v in VARIANTS},
                                **{f"tau_{v}": tau[v] for v in VARIANTS},
                                **{f"forwards_{v}": out[v][0]["target_forwards"] for v in VARIANTS},

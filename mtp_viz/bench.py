@@ -22,7 +22,6 @@ The numbers are reduced by :mod:`mtp_viz.bench_report` (table, JSON, HTML report
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from dataclasses import dataclass
@@ -30,9 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from .cli import UserError
-from .presets import assets_dir
-
-PROMPTS_FILE = assets_dir() / "prompts.json"
+from .prompts import load_prompts
 QUICK = dict(max_new_tokens=24, repeats=1, draft_tokens=(2, 4), per_category=1)
 
 
@@ -40,7 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default="tiny", help="target model: hub id, local folder or 'tiny'")
     p.add_argument("--drafter", default=None, help="MTP assistant (default: the target's usual one)")
     p.add_argument("--prompts", default=None,
-                   help="prompt suite JSON (default: the bundled assets/prompts.json)")
+                   help="prompt suite JSON (default: the bundled category suite, mtp_viz/assets/prompts.json)")
     p.add_argument("--categories", default=None, help="comma-separated categories to keep")
     p.add_argument("--per-category", type=int, default=0,
                    help="use at most this many prompts per category (0: all)")
@@ -76,40 +73,6 @@ class Setting:
         return f"{self.schedule}-{self.gamma}"
 
 
-def load_prompts(path: str | Path | None, categories: str | None = None,
-                 per_category: int = 0) -> list[dict[str, Any]]:
-    """Prompts as dicts with id, category, text; filtered and capped per category."""
-    path = Path(path) if path else PROMPTS_FILE
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise UserError(f"Cannot read the prompt file {path}: {e}.") from e
-    items = data.get("prompts", data) if isinstance(data, dict) else data
-    prompts = []
-    for i, item in enumerate(items if isinstance(items, list) else []):
-        if isinstance(item, str):
-            item = {"text": item}
-        text = item.get("text") or item.get("prompt") if isinstance(item, dict) else None
-        if not text:
-            continue
-        prompts.append({"id": str(item.get("id") or f"prompt-{i + 1}"),
-                        "category": str(item.get("category") or "uncategorized"), "text": text})
-    if categories:
-        keep = {c.strip() for c in categories.split(",") if c.strip()}
-        prompts = [p for p in prompts if p["category"] in keep]
-    if per_category > 0:
-        seen: dict[str, int] = {}
-        capped = []
-        for p in prompts:
-            seen[p["category"]] = seen.get(p["category"], 0) + 1
-            if seen[p["category"]] <= per_category:
-                capped.append(p)
-        prompts = capped
-    if not prompts:
-        raise UserError(f"No prompts to run in {path} (after filtering).")
-    return prompts
-
-
 def parse_settings(draft_tokens: str | None, schedules: str, quick: bool) -> list[Setting]:
     from .schedules import SCHEDULES
     try:
@@ -136,8 +99,6 @@ class Runner:
 
     def __init__(self, pair, drafter, max_new_tokens: int, sampling, stale_kv: bool,
                  max_draft_tokens: int):
-        import torch
-        self.torch = torch
         self.pair, self.drafter = pair, drafter
         self.target, self.assistant = pair.target, pair.drafter_model
         self.n, self.sampling, self.stale_kv = max_new_tokens, sampling, stale_kv
@@ -145,6 +106,7 @@ class Runner:
         self.eos = tuple(pair.eos_token_ids or ())
         self.forwards = 0
         self._hook = self.target.register_forward_pre_hook(self._count)
+        self.schedules: dict[Setting, Any] = {}  # one per setting, carried across runs
 
     def close(self) -> None:
         self._hook.remove()
@@ -160,8 +122,10 @@ class Runner:
     def ours(self, ids: list[int], setting: Setting, n: int | None = None):
         from .engine import speculative
         from .schedules import make_schedule
-        schedule = make_schedule(setting.schedule, initial=setting.gamma,
-                                 cap=max(self.cap, setting.gamma))
+        cap = max(self.cap, setting.gamma)
+        if setting not in self.schedules:
+            self.schedules[setting] = make_schedule(setting.schedule, initial=setting.gamma, cap=cap)
+        schedule = self.schedules[setting]
         return self._consume(speculative(
             self.target, self.drafter, ids, max_new_tokens=n or self.n, sampling=self.sampling,
             schedule=schedule, max_draft_tokens=max(self.cap, setting.gamma),
@@ -182,7 +146,7 @@ class Runner:
                 "target_forwards": done.target_forwards, "ids": list(done.generated_ids)}, events
 
     def reference(self, ids: list[int], gamma: int, n: int | None = None):
-        torch = self.torch
+        import torch
         gc = self.assistant.generation_config
         saved = (gc.num_assistant_tokens, gc.num_assistant_tokens_schedule)
         gc.num_assistant_tokens, gc.num_assistant_tokens_schedule = gamma, "constant"
@@ -218,27 +182,22 @@ def run(args: argparse.Namespace) -> int:
     greedy = args.temperature <= 0
 
     import torch
-    from .sampling import Sampling
+    from .decoding import Sampling
     sampling = Sampling(temperature=max(args.temperature, 0.0), seed=None if greedy else args.seed)
     threads = torch.get_num_threads()
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     try:
-        return _run(args, torch, sampling, prompts, settings, n, repeats, quick, greedy)
+        return _run(args, sampling, prompts, settings, n, repeats, quick, greedy)
     finally:
         torch.set_num_threads(threads)
 
 
-def _run(args, torch, sampling, prompts, settings, n, repeats, quick, greedy) -> int:
+def _run(args, sampling, prompts, settings, n, repeats, quick, greedy) -> int:
     from . import bench_report
     from .models import load_pair
     t_load = time.perf_counter()
-    try:
-        pair = load_pair(args.target, args.drafter)
-    except UserError:
-        raise
-    except (OSError, ValueError) as e:
-        raise UserError(f"Cannot load the model pair: {str(e).splitlines()[0] if str(e) else e}") from e
+    pair = load_pair(args.target, args.drafter)
     if pair.drafter_model is None:
         raise UserError("The bench needs an MTP drafter; pass --drafter.")
     drafter = pair.make_drafter("mtp")
@@ -246,7 +205,7 @@ def _run(args, torch, sampling, prompts, settings, n, repeats, quick, greedy) ->
     print(f"mtp-viz bench: loaded {args.target} in {time.perf_counter() - t_load:.1f} s; "
           f"{len(prompts)} prompts x {len(settings)} settings x {repeats} repeats, "
           f"{n} new tokens each", file=sys.stderr)
-    encoded = [pair.encode(p["text"], chat=not args.no_chat) for p in prompts]
+    encoded = [pair.encode(p.text, chat=not args.no_chat) for p in prompts]
 
     tasks: list[tuple[str, Setting | None]] = [("autoregressive", None)]
     if greedy:
@@ -279,15 +238,15 @@ def _run(args, torch, sampling, prompts, settings, n, repeats, quick, greedy) ->
                     rec, ev = one(mode, setting, ids)
                     rec.update(mode=mode, setting=setting.name if setting else "",
                                schedule=setting.schedule if setting else "",
-                               gamma=setting.gamma if setting else 0, prompt_id=prompt["id"],
-                               category=prompt["category"], repeat=r,
+                               gamma=setting.gamma if setting else 0, prompt_id=prompt.id,
+                               category=prompt.category, repeat=r,
                                prompt_tokens=len(ids))
                     done[(mode, rec["setting"])] = rec
                     if ev is not None:
                         events.setdefault((mode, rec["setting"]), []).append((prompt, r, ev))
                     bar.update(1)
                 if greedy:
-                    mismatches += _check_parity(done, prompt["id"], r, bar)
+                    mismatches += _check_parity(done, prompt.id, r, bar)
                 records.extend(done.values())
     finally:
         bar.close()
@@ -299,7 +258,7 @@ def _run(args, torch, sampling, prompts, settings, n, repeats, quick, greedy) ->
         "target": args.target, "drafter": args.drafter, "max_new_tokens": n, "repeats": repeats,
         "prompts": len(prompts), "settings": [s.name for s in settings],
         "temperature": sampling.temperature, "stale_kv": args.stale_kv, "chat": not args.no_chat,
-        "quick": quick, "parity_failures": mismatches, **bench_report.environment(torch),
+        "quick": quick, "parity_failures": mismatches, **bench_report.environment(),
     }
     result = bench_report.reduce(meta, records, events, settings)
     out = Path(args.out)

@@ -18,7 +18,8 @@ from typing import Any
 from . import metrics, theory
 
 
-def environment(torch) -> dict[str, Any]:
+def environment() -> dict[str, Any]:
+    import torch
     import transformers
     return {"torch": torch.__version__, "transformers": transformers.__version__,
             "python": platform.python_version(), "machine": platform.machine(),
@@ -53,11 +54,17 @@ def _tps_by_repeat(records, mode, setting, category=None, decode=False) -> dict[
     return {k: tok[k] / sec[k] for k in tok if sec[k] > 0}
 
 
-def _speedup(records, mode, setting, category=None, decode=False):
-    """Median over repeats of this mode's tokens/s over autoregressive tokens/s."""
+def speedup_ratios(records, mode, setting, category=None, decode=False) -> list[float]:
+    """Per repeat, this mode's tokens/s over autoregressive tokens/s (the app's Measure
+    reports these too)."""
     ar = _tps_by_repeat(records, "autoregressive", "", category, decode)
     this = _tps_by_repeat(records, mode, setting, category, decode)
-    return _median([this[k] / ar[k] for k in this if ar.get(k)])
+    return [this[k] / ar[k] for k in sorted(this) if ar.get(k)]
+
+
+def _speedup(records, mode, setting, category=None, decode=False):
+    """Median over repeats of this mode's tokens/s over autoregressive tokens/s."""
+    return _median(speedup_ratios(records, mode, setting, category, decode))
 
 
 def _overhead(records, setting, key="seconds"):
@@ -81,7 +88,7 @@ def _forwards(records, mode, setting):
 def _events(events, mode, setting, category=None):
     out = []
     for prompt, _, ev in events.get((mode, setting), []):
-        if category is None or prompt["category"] == category:
+        if category is None or prompt.category == category:
             out.extend(ev)
     return out
 

@@ -13,7 +13,7 @@ import sys
 SUBCOMMANDS = {
     "generate": ("mtp_viz.cli_generate", "Generate text and show how each token was decided."),
     "bench": ("mtp_viz.bench", "Benchmark speculative decoding against autoregressive and transformers."),
-    "ui": ("mtp_viz.ui", "Start the Gradio app."),
+    "ui": ("mtp_viz.app.ui", "Start the Gradio app."),
 }
 
 from .errors import UserError
@@ -21,10 +21,17 @@ from .errors import UserError
 __all__ = ["main", "build_parser", "UserError"]
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, but a mistake is one sentence on stderr and exit status 2 (no usage block)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message.rstrip('.')}; see {self.prog} --help.\n")
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """Only the chosen subcommand's module is imported (the UI's pulls in gradio)."""
-    parser = argparse.ArgumentParser(prog="mtp-viz", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = Parser(prog="mtp-viz", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for name, (module, help_text) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.set_defaults(_module=module)
@@ -36,12 +43,15 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv if a in SUBCOMMANDS), None)
-    args = build_parser(command).parse_args(argv)
+    try:
+        args = build_parser(command).parse_args(argv)
+    except SystemExit as e:  # --help, or a one-sentence usage error (see Parser.error)
+        return int(e.code or 0)
     module = importlib.import_module(args._module)
     try:
         return int(module.run(args) or 0)
     except UserError as e:
-        print(f"mtp-viz: error: {e}", file=sys.stderr)
+        print(f"mtp-viz: error: {str(e).strip()}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("mtp-viz: interrupted", file=sys.stderr)

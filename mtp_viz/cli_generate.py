@@ -69,13 +69,9 @@ def run(args: argparse.Namespace) -> int:
                 print(json.dumps(e.to_dict(), ensure_ascii=False), flush=True)
         else:
             print_styled(events, color)
-    except UserError as e:
+    except UserError as e:  # e.g. out of memory mid-run: the stream ends with an error event
         if args.jsonl:
             print(json.dumps(Error(str(e)).to_dict()), flush=True)
-        raise
-    except Exception as e:  # noqa: BLE001 - out of memory and friends become one sentence
-        if "out of memory" in str(e).lower():
-            raise UserError("Ran out of memory while generating; try fewer tokens or a smaller model.") from e
         raise
     return 0
 

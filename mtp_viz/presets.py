@@ -5,6 +5,7 @@ batch size 1 with a short context (weights plus a little KV cache).
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,3 +52,23 @@ def resolve(spec: str) -> tuple[str, str | None]:
         root = assets_dir() / "tiny"
         return str(root / "target"), str(root / "drafter")
     return preset.target, preset.drafter
+
+
+def is_local(spec: str) -> bool:
+    """A folder rather than a hub id: it starts like a path, has more than one '/', or
+    names a folder that exists (transformers, too, prefers a folder to a hub id)."""
+    spec = spec.strip()
+    return (spec.startswith((".", "/", "~")) or spec.count("/") > 1 or (os.sep != "/" and os.sep in spec)
+            or os.path.isdir(os.path.expanduser(spec)))
+
+
+def canonical(spec: str) -> str:
+    """One key per model however it is written: a preset's name in lower case, a
+    folder's real path (``./a/``, ``a//b`` and ``../x/a`` are the same folder), or the
+    hub id as given."""
+    spec = spec.strip()
+    if spec.lower() in PRESETS:
+        return spec.lower()
+    if is_local(spec):
+        return os.path.realpath(os.path.expanduser(spec))
+    return spec

@@ -17,7 +17,7 @@ def gemma_target(V=512, window=16, seed=0, sharpen=1.0, layers=4):
         num_attention_heads=2, num_key_value_heads=1, head_dim=32, global_head_dim=32,
         vocab_size_per_layer_input=V, hidden_size_per_layer_input=8, sliding_window=window,
         layer_types=["sliding_attention"] * (layers - 1) + ["full_attention"],
-        pad_token_id=0, eos_token_id=1, bos_token_id=2)
+        max_position_embeddings=2048, pad_token_id=0, eos_token_id=1, bos_token_id=2)
     model = Gemma4ForCausalLM(cfg).eval()
     if sharpen != 1.0:  # peakier distributions make statistical tests more powerful
         with torch.no_grad():

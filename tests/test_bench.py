@@ -7,27 +7,28 @@ import torch
 from factories import ScriptDrafter, gemma_assistant, gemma_target, greedy_reference, word_tokenizer
 from mtp_viz import bench, bench_report, metrics
 from mtp_viz.cli import UserError
+from mtp_viz.prompts import category_suite, load_prompts
 from mtp_viz.sampling import Sampling
 
 
 def test_prompt_suite_covers_every_category():
-    prompts = bench.load_prompts(None)
-    data = json.loads(bench.PROMPTS_FILE.read_text())
-    assert len({p["id"] for p in prompts}) == len(prompts)
-    cats = {p["category"] for p in prompts}
+    prompts = load_prompts(None)
+    data = json.loads(category_suite().read_text())
+    assert len({p.id for p in prompts}) == len(prompts)
+    cats = {p.category for p in prompts}
     assert cats == set(data["categories"]) == {
         "code", "structured", "summarization", "translation", "chat", "creative"}
     for c in cats:
-        assert sum(p["category"] == c for p in prompts) >= 2
-    assert len(bench.load_prompts(None, per_category=1)) == len(cats)
-    assert {p["category"] for p in bench.load_prompts(None, categories="code,chat")} == {"code", "chat"}
+        assert sum(p.category == c for p in prompts) >= 2
+    assert len(load_prompts(None, per_category=1)) == len(cats)
+    assert {p.category for p in load_prompts(None, categories="code,chat")} == {"code", "chat"}
 
 
 def test_bad_inputs_are_user_errors(tmp_path):
     with pytest.raises(UserError):
-        bench.load_prompts(tmp_path / "missing.json")
+        load_prompts(tmp_path / "missing.json")
     with pytest.raises(UserError):
-        bench.load_prompts(None, categories="nope")
+        load_prompts(None, categories="nope")
     with pytest.raises(UserError):
         bench.parse_settings("1,x", "constant", False)
     with pytest.raises(UserError):

@@ -50,11 +50,23 @@ def test_styled_output_and_summary(pair, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--target", "/no/such/folder"], "There is no model folder at /no/such/folder."),
-    (["--max-new-tokens", "0"], "Max new tokens must be at least 1."),
+    (["--target", "/no/such/folder"], "There is no loadable model folder at /no/such/folder."),
+    (["--target", "/root/.ssh"], "There is no loadable model folder at /root/.ssh."),
+    (["--max-new-tokens", "0"], "Max new tokens must be a whole number of at least 1."),
+    (["--max-new-tokens", "lots"], "argument --max-new-tokens: invalid int value: 'lots'"),
     (["--schedule", "fastest"], "Unknown schedule 'fastest'"),
-    (["--draft-tokens", "99"], "Draft tokens must be between 1 and 16."),
-    (["--temperature", "-1"], "Temperature must be 0"),
+    (["--draft-tokens", "99"], "Draft tokens must be a whole number between 1 and 16."),
+    (["--temperature", "-1"], "Temperature must be a finite number, 0 (greedy) or positive."),
+    (["--temperature", "nan"], "Temperature must be a finite number"),
+    (["--temperature", "inf"], "Temperature must be a finite number"),
+    (["--temperature", "0.7", "--top-p", "nan"], "Top-p must be a number in (0, 1]."),
+    (["--temperature", "0.7", "--top-k", "-1"], "Top-k must be a whole number"),
+    (["--seed", "1e30"], "argument --seed: invalid int value: '1e30'"),
+    (["--seed", str(2**64)], "The seed must be a whole number from 0 to 9223372036854775807."),
+    (["--temperature", "0.7", "--seed", "-1"], "The seed must be a whole number from 0"),
+    (["--prompt", "w10 \udcff"], "The prompt is not valid UTF-8 text."),
+    (["--prompt", "w10 " * 5000], "exceeds the model's context of"),
+    (["--drafter", "/no/such/drafter"], "There is no loadable model folder at /no/such/drafter."),
 ])
 def test_user_errors_exit_2_with_one_line(pair, argv, message, capsys):
     target, _ = pair
@@ -62,6 +74,8 @@ def test_user_errors_exit_2_with_one_line(pair, argv, message, capsys):
     assert main(base + argv) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert not err.endswith("..")
+    assert main(base + ["--max-new-tokens", "2", "--jsonl"]) == 0  # and the next run works
 
 
 def test_empty_prompt(pair, capsys):
@@ -103,4 +117,6 @@ def test_console_script_runs_as_a_process(pair):
                            "--prompt", PROMPT, "--max-new-tokens", "4", "--jsonl"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert all(json.loads(line)["type"] for line in proc.stdout.splitlines())
+    events = [event_from_dict(json.loads(line)) for line in proc.stdout.splitlines()]
+    assert events[0].type == "start" and events[-1].type == "done" and events[-1].new_tokens == 4
+    assert sum(e.type in ("accepted", "bonus") for e in events) == 4  # the generated tokens

@@ -1,10 +1,12 @@
-"""Loading local pairs: chat template, default drafter, shared cache, drafter kinds."""
+"""Loading local pairs: chat template, default drafter, drafter kinds, error sentences;
+the engine leaves torch's global RNG alone; schedules carry across generations."""
 import pytest
+import torch
 
 from factories import save_gemma_pair
 from mtp_viz.drafters import MTPDrafter, PromptLookupDrafter
 from mtp_viz.errors import UserError
-from mtp_viz.models import get_pair, load_pair
+from mtp_viz.models import load_pair
 from mtp_viz.presets import PRESETS, resolve
 
 TEMPLATE = ("{% for m in messages %}w5 {{ m['content'] }} w6{% endfor %}"
@@ -36,9 +38,65 @@ def test_default_drafter_is_the_sibling_assistant(folders):
         lookup_only.make_drafter("mtp")
 
 
-def test_get_pair_loads_once(folders):
-    a = get_pair(str(folders[0]))
-    assert get_pair(str(folders[0])) is a
+@pytest.mark.parametrize("kw", [dict(), dict(temperature=0.9, seed=7), dict(temperature=0.9)],
+                         ids=["greedy", "seeded", "unseeded"])
+def test_generation_leaves_the_global_rng_alone(folders, kw):
+    pair = load_pair(str(folders[0]))
+    torch.manual_seed(1234)
+    expected = torch.rand(4)
+    torch.manual_seed(1234)
+    for _ in pair.generate("w10 w11 w12", max_new_tokens=12, chat=False, **kw):
+        pass
+    for _ in pair.generate("w10 w11 w12", mode="autoregressive", max_new_tokens=6, chat=False, **kw):
+        pass
+    assert torch.equal(torch.rand(4), expected)
+
+
+def test_heuristic_schedule_carries_its_length_across_generations(folders):
+    pair = load_pair(str(folders[0]))
+
+    def run():
+        events = list(pair.generate("w10 w11 w12", max_new_tokens=24, draft_tokens=3,
+                                    schedule="heuristic", chat=False))
+        steps = [e for e in events if e.type == "step"]
+        return steps[1].draft_len, steps[-1].next_draft_len  # first drafting step, last choice
+
+    first_len, carried = run()
+    second_len, _ = run()
+    assert first_len == 3 and carried != 3
+    assert second_len == carried  # the second generation starts where the first ended
+    transient = [e for e in pair.generate("w10 w11 w12", max_new_tokens=24, draft_tokens=3,
+                                          schedule="heuristic_transient", chat=False) if e.type == "step"]
+    assert transient[1].draft_len == 3
+
+
+def test_a_preset_name_as_drafter_means_its_drafter():
+    pair = load_pair("tiny", "tiny")
+    assert pair.has_mtp and pair.drafter_name.endswith("tiny/drafter")
+
+
+@pytest.mark.parametrize("spec", ["/root", "/root/.ssh", "/nonexistent/model", "~", "./"])
+def test_local_paths_get_one_answer_that_leaks_nothing(spec):
+    with pytest.raises(UserError) as e:
+        load_pair(spec)
+    assert str(e.value) == f"There is no loadable model folder at {spec}."
+
+
+def test_hub_errors_are_classified_by_type():
+    with pytest.raises(UserError, match="not in the local Hugging Face cache"):
+        load_pair("nobody-here/no-such-model")
+    with pytest.raises(UserError, match="neither a local model folder nor a model id"):
+        load_pair("not a valid id")
+
+
+def test_prompts_past_the_context_are_refused_before_any_forward(folders):
+    pair = load_pair(str(folders[0]))
+    n = pair.context_length
+    assert n > 0
+    with pytest.raises(UserError, match="exceeds the model's context"):
+        pair.generate(" ".join(["w10"] * n), max_new_tokens=8, chat=False)
+    with pytest.raises(UserError, match="not valid UTF-8"):
+        pair.generate("w10 \udcff", chat=False)
 
 
 def test_presets_resolve():
