@@ -14,13 +14,10 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
 from pathlib import Path
-
-from mtp_viz.presets import assets_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -78,10 +75,6 @@ def main() -> int:
         env["MTP_VIZ_TARGET"] = args.target
         if args.drafter:
             env["MTP_VIZ_DRAFTER"] = args.drafter
-    elif not all((assets_dir() / "tiny" / sub / "config.json").exists() for sub in ("target", "drafter")):
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-        from app_overhead import random_pair
-        env["MTP_VIZ_TARGET"], env["MTP_VIZ_DRAFTER"] = random_pair(Path(tempfile.mkdtemp()))
     runs = [once(env) for _ in range(args.repeats)]
     for page, loaded in runs:
         print(f"page answers after {page:.1f} s, model pair loaded after {loaded:.1f} s")

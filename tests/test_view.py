@@ -1,5 +1,4 @@
-"""Pure view functions on hand-built event streams, and the app's run sequence with a
-fake model pair (no torch, no gradio)."""
+"""Pure view functions on hand-built event streams (no torch, no gradio)."""
 from __future__ import annotations
 
 import re
@@ -8,7 +7,7 @@ import sys
 
 import pytest
 
-from mtp_viz import charts, service, view
+from mtp_viz.app import charts, service, view
 from mtp_viz.events import Accepted, Bonus, Done, Drafted, Error, Rejected, Start, Step, Token
 
 EVIL = '<img src=x onerror="alert(1)">'
@@ -105,15 +104,44 @@ def test_run_stats_and_stats_html():
     assert not live.done and live.seconds == 0.5
 
 
-def test_compare_identity_and_speedup():
+def test_compare_identity_and_speedup_hooks():
     spec, same = view.run_stats(spec_run()), view.run_stats(ar_run())
-    h = view.compare_html(spec, same, greedy=True)
-    assert "faster" in h and "token-identical" in h
+    h = view.compare_html(spec, same, greedy=True, threads=1)
+    assert "token-identical" in h and "one run each, 1 torch thread" in h
+    x = spec.tokens_per_second / same.tokens_per_second
+    hooks = dict(re.findall(r'data-([a-z-]+)="([^"]*)"', h.split(">", 1)[0]))
+    assert h.startswith('<div id="compare"') and float(hooks["speedup"]) == pytest.approx(x, abs=1e-4)
+    assert float(hooks["spec-tps"]) == pytest.approx(spec.tokens_per_second, abs=1e-3)
+    assert float(hooks["ar-tps"]) == pytest.approx(same.tokens_per_second, abs=1e-3)
+    assert hooks["basis"] == "single run" and hooks["threads"] == "1"
+    assert "faster" not in h  # one run each names no winner
     other = view.run_stats(ar_run(texts=("def", " f", "X", ")", ":", "\n", EVIL, "<eos>")))
     h = view.compare_html(spec, other, greedy=True)
     assert "first differ at token 3" in h and "<img" not in h
     assert "identical" not in view.compare_html(spec, other, greedy=False)
-    assert view.compare_html(spec, view.run_stats(ar_run()[:3]), greedy=True) == ""  # not done
+    assert "data-speedup" not in view.compare_html(spec, view.run_stats(ar_run()[:3]), greedy=True)
+
+
+def test_measurement_names_a_winner_only_when_every_repeat_agrees():
+    from mtp_viz.app.runs import Measurement
+    m = Measurement((1.8, 1.9, 2.0), 200.0, 105.0, 1)
+    h = view.measurement_html(m)
+    assert "×1.90</b> faster" in h and "median of 3 repeats" in h and 'data-basis="median of 3"' in h
+    assert m.spread == pytest.approx(2.0 / 1.8)
+    noisy = view.measurement_html(Measurement((0.9, 1.05, 1.2), 100.0, 95.0, 1))
+    assert "too close to call" in noisy and "faster" not in noisy
+    assert "slower" in view.measurement_html(Measurement((0.7, 0.8, 0.9), 80.0, 100.0, 2))
+
+
+def test_theory_panel_escapes_and_shows_noisy_v():
+    from mtp_viz.app import panels
+    from mtp_viz.metrics import theory_check
+    spec = spec_run()
+    chk = theory_check(spec, ar_run(dt=0.01))
+    out = panels.theory_panel_html(chk)
+    assert "mtp-theory" in out and f"{chk.alpha:.3f}" in out and "γ*" in out
+    assert "timing noise" in out  # verification measured at 0.005 s vs 0.01 s per AR step: v < 1
+    assert "No drafted tokens" in panels.theory_panel_html(theory_check(ar_run()))
 
 
 def test_legend_has_every_kind():
@@ -161,139 +189,9 @@ def test_empty_figures_have_a_hint():
         assert not fig.data and fig.layout.annotations
 
 
-class FakePair:
-    """Replays hand-built streams; records the settings it was asked for."""
-
-    def __init__(self, fail=None):
-        self.calls, self.fail = [], fail
-
-    def generate(self, prompt, *, mode, stop=None, **settings):
-        self.calls.append((mode, settings))
-        if self.fail:
-            raise self.fail
-        yield from (spec_run() if mode == "speculative" else ar_run())
-
-
-def test_compare_frames_runs_speculative_then_autoregressive():
-    pair, sess = FakePair(), service.Session()
-    frames = list(service.compare_frames(pair, "hi", {"draft_tokens": 3, "temperature": 0.0}, sess,
-                                         frame_interval=0))
-    assert [m for m, _ in pair.calls] == ["speculative", "autoregressive"]
-    assert sess.spec == spec_run() and sess.ar == ar_run()
-    first_ar = next(i for i, f in enumerate(frames) if "ar" in f)
-    assert all("ar" not in f for f in frames[:first_ar]) and "spec" in frames[first_ar - 2]
-    pending = [f["spec"] for f in frames if "spec" in f and 'data-kind="drafted"' in f["spec"]]
-    assert pending                                        # drafts shown while being verified
-    final = frames[-1]
-    assert set(final["figures"]) >= {"acceptance-plot", "draft-length-plot"}
-    assert "token-identical" in final["compare"]
-
-
-def test_compare_frames_turns_failures_into_one_sentence():
-    class UserError(Exception):
-        pass
-
-    sess = service.Session()
-    frames = list(service.compare_frames(FakePair(UserError("Unknown model id 'x'.")), "hi", {}, sess))
-    errors = [f["status"] for f in frames if "mv-msg-error" in f.get("status", "")]
-    assert errors and "Unknown model id" in errors[0] and "Traceback" not in errors[0]
-    assert isinstance(sess.spec[-1], Error) and not sess.ar
-
-
-def test_pair_loader_loads_once_and_reports_errors():
-    calls = []
-
-    def load(t, d):
-        calls.append((t, d))
-        if t == "bad":
-            raise ValueError("no such model")
-        return object()
-
-    loader = service.PairLoader(load)
-    a = loader.wait("tiny", None, timeout=5)
-    b = loader.wait("tiny", None, timeout=5)
-    assert a.status == "ready" and a.pair is b.pair and calls == [("tiny", None)]
-    bad = loader.wait("bad", None, timeout=5)
-    assert bad.status == "error" and "no such model" in bad.message
-
-
-def test_default_pair_from_environment(monkeypatch):
-    monkeypatch.setenv("MTP_VIZ_TARGET", "/models/t")
-    monkeypatch.setenv("MTP_VIZ_DRAFTER", "/models/d")
-    assert service.default_pair()[:2] == ("/models/t", "/models/d")
-    monkeypatch.delenv("MTP_VIZ_TARGET")
-    monkeypatch.setattr(service, "e2b_cached", lambda: False)
-    assert service.default_pair()[:2] == ("tiny", None)
-    monkeypatch.setattr(service, "e2b_cached", lambda: True)
-    assert service.default_pair()[:2] == service.E2B
-
-
-def test_cap_from_environment(monkeypatch):
-    monkeypatch.setenv("MTP_VIZ_MAX_NEW_TOKENS_CAP", "32")
-    assert service.env_cap() == 32
-    monkeypatch.setenv("MTP_VIZ_MAX_NEW_TOKENS_CAP", "lots")
-    assert service.env_cap() == 512
-
-
 def test_app_modules_do_not_import_torch():
-    code = ("import sys, mtp_viz.ui, mtp_viz.view, mtp_viz.service; "
+    code = ("import sys, mtp_viz.app.ui, mtp_viz.app.view, mtp_viz.app.service, mtp_viz.app.runs, "
+            "mtp_viz.app.handlers, mtp_viz.app.panels; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120,
                    env={"GRADIO_ANALYTICS_ENABLED": "False", "PATH": "/usr/bin:/bin"})
-
-
-def test_fast_steps_share_frames_but_the_last_frame_is_complete():
-    sess = service.Session()
-    frames = list(service.compare_frames(FakePair(), "hi", {"draft_tokens": 3}, sess, frame_interval=60))
-    spec = [f["spec"] for f in frames if "spec" in f]
-    assert len(spec) <= 2 and spec[-1] == view.tokens_html(sess.spec)  # first drafts, then the end
-
-
-def _run_args(prompt="hi", key="tiny", ct="", cd=""):
-    return (prompt, key, ct, cd, 32, 3, "constant", "mtp", "greedy", 0.8, 0.95, 0, True, True)
-
-
-def _status_texts(frames):
-    from mtp_viz import ui
-    i = ui.SLOTS.index("status")
-    return [f[i] for f in frames if isinstance(f[i], str)]
-
-
-def test_handlers_turn_user_errors_into_sentences():
-    from mtp_viz import ui
-
-    def load(t, d):
-        raise ValueError(f"There is no model folder at {t}")
-
-    h = ui.Handlers(service.PairLoader(load), cap=64)
-    assert "Type a prompt first" in _status_texts(list(h.run(*_run_args(prompt="  "))))[-1]
-    assert "custom target" in _status_texts(list(h.run(*_run_args(key=ui.CUSTOM))))[-1]
-    last = _status_texts(list(h.run(*_run_args(key=ui.CUSTOM, ct="/nope"))))[-1]
-    assert "mv-msg-error" in last and "no model folder at /nope" in last
-
-
-def test_handlers_run_streams_both_panes_and_caps_tokens():
-    from mtp_viz import ui
-
-    pair = FakePair()
-    h = ui.Handlers(service.PairLoader(lambda t, d: pair), cap=16)
-    frames = list(h.run(*_run_args()))
-    assert pair.calls[0][1]["max_new_tokens"] == 16            # 32 asked, capped
-    sess = frames[0][len(ui.SLOTS)]
-    assert isinstance(sess, service.Session) and sess.spec and sess.ar
-    spec_i, ar_i = ui.SLOTS.index("spec"), ui.SLOTS.index("ar")
-    assert 'data-kind="accepted"' in [f[spec_i] for f in frames if isinstance(f[spec_i], str)][-1]
-    assert 'data-kind="token"' in [f[ar_i] for f in frames if isinstance(f[ar_i], str)][-1]
-    replay = list(ui.Handlers.replay(sess, 1000.0))
-    assert "Replay done" in _status_texts(replay)[-1]
-
-
-def test_examples_from_either_prompt_suite_shape(tmp_path):
-    from mtp_viz import ui
-
-    p = tmp_path / "prompts.json"
-    p.write_text('{"prompts": [{"category": "code", "title": "Sort", "text": "Sort a list."}]}')
-    assert ui.load_examples(p) == [("code · Sort", "Sort a list.")]
-    p.write_text('{"chat": ["Hello there"]}')
-    assert ui.load_examples(p) == [("chat · Hello there", "Hello there")]
-    assert ui.load_examples(tmp_path / "missing.json")             # built-in fallback

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from .events import Accepted, Bonus, Done, Drafted, Error, Event, Rejected, Start, Step, Token
+from ..events import Accepted, Bonus, Done, Drafted, Error, Event, Rejected, Start, Step, Token
 
 _SPECIAL = re.compile(r"^<[^<>\s]{1,40}>$|^\[[A-Z_]{2,20}\]$")
 
@@ -30,24 +30,25 @@ KIND_HELP = {
 }
 
 
-def escape_token(text: str, token_id: int | None = None) -> tuple[str, bool]:
+def escape_token(text: str, token_id: int | None = None, breaks: bool = True) -> tuple[str, bool]:
     """HTML for one token's text, and whether it is a special token.
 
-    Newlines keep their line break (panes use ``white-space: pre-wrap``) and get a
-    visible ``↵``; an empty piece shows its id so no token is ever invisible."""
+    Newlines get a visible ``↵`` and keep their line break (panes use ``white-space:
+    pre-wrap``) when ``breaks``; drafts that are not (or not yet) in the text do not
+    break lines. An empty piece shows its id so no token is ever invisible."""
     if text == "":
         return (f"⟨{token_id}⟩" if token_id is not None else "⟨⟩"), True
     special = bool(_SPECIAL.match(text))
     out = html.escape(text, quote=True)
     if "\n" in out:
-        out = out.replace("\n", '<span class="nl">↵</span>\n')
+        out = out.replace("\n", '<span class="nl">↵</span>' + ("\n" if breaks else ""))
     return out, special
 
 
 def token_span(kind: str, text: str, token_id: int | None = None, *, bonus: str = "",
                title: str = "") -> str:
     """One ``<span class="tok" data-kind=...>`` for a token."""
-    body, special = escape_token(text, token_id)
+    body, special = escape_token(text, token_id, breaks=kind not in ("rejected", "drafted"))
     cls = "tok special" if special else "tok"
     extra = f' data-bonus="{bonus}"' if bonus else ""
     tip = f' title="{html.escape(title, quote=True)}"' if title else ""
@@ -217,27 +218,60 @@ def stats_html(stats: RunStats) -> str:
     return f'<div class="mv-stats">{cells}{state}</div>'
 
 
-def compare_html(spec: RunStats, ar: RunStats, *, greedy: bool) -> str:
-    """Speedup and, under greedy decoding, whether both outputs are token-identical."""
-    if not (spec.done and ar.done) or not spec.tokens or not ar.tokens:
-        return ""
-    parts = []
-    if spec.tokens_per_second and ar.tokens_per_second:
-        x = spec.tokens_per_second / ar.tokens_per_second
-        cls = "mv-ok" if x >= 1.0 else "mv-warn"
-        word = "faster" if x >= 1.0 else "slower"
-        parts.append(f'<span class="mv-badge {cls}">speculative is <b>{x:.2f}×</b> {word} '
-                     f'({spec.tokens_per_second:.1f} vs {ar.tokens_per_second:.1f} tokens/s)</span>')
+def _compare_div(speedup: float | None, spec_tps: float, ar_tps: float, basis: str, threads: int,
+                 body: str) -> str:
+    """``#compare``: the figure's hooks as data attributes, the badges inside."""
+    attrs = ""
+    if speedup is not None:
+        attrs = (f' data-speedup="{speedup:.4f}" data-spec-tps="{spec_tps:.3f}" data-ar-tps="{ar_tps:.3f}"'
+                 f' data-basis="{html.escape(basis)}" data-threads="{threads}"')
+    return f'<div id="compare" class="mv-compare"{attrs}>{body}</div>'
+
+
+def _threads(threads: int) -> str:
+    return f", {threads} torch thread{'s' if threads != 1 else ''}" if threads else ""
+
+
+def compare_html(spec: RunStats, ar: RunStats, *, greedy: bool, threads: int = 0) -> str:
+    """The speedup of one run of each mode and, under greedy decoding, whether both
+    outputs are token-identical. One run each cannot name a winner: the figure says
+    what it is and points to Measure."""
+    if not (spec.done and ar.done) or not spec.tokens or not ar.tokens \
+            or not (spec.tokens_per_second and ar.tokens_per_second):
+        return _compare_div(None, 0, 0, "", threads, identity_badge(spec, ar) if greedy and spec.done
+                            and ar.done and spec.tokens and ar.tokens else "")
+    x = spec.tokens_per_second / ar.tokens_per_second
+    parts = [f'<span class="mv-badge mv-speedup" title="Measure repeats both modes and names a winner '
+             f'only when every repeat agrees">speculative ran at <b>×{x:.2f}</b> the speed '
+             f'<small>({spec.tokens_per_second:.1f} vs {ar.tokens_per_second:.1f} tokens/s · one run each'
+             f'{_threads(threads)})</small></span>']
     if greedy:
         parts.append(identity_badge(spec, ar))
-    return f'<div class="mv-compare">{"".join(parts)}</div>'
+    return _compare_div(x, spec.tokens_per_second, ar.tokens_per_second, "single run", threads,
+                        "".join(parts))
+
+
+def measurement_html(m) -> str:
+    """Measure's result (:class:`mtp_viz.app.runs.Measurement`): the median of the
+    repeats, their range, and a winner only when every repeat agrees."""
+    cls = {"faster": "mv-ok", "slower": "mv-warn"}.get(m.verdict, "mv-neutral")
+    lo, hi = min(m.ratios), max(m.ratios)
+    if m.verdict == "too close to call":
+        head = (f"too close to call: median <b>×{m.median:.2f}</b>, but the {m.repeats} repeats "
+                f"ranged from ×{lo:.2f} to ×{hi:.2f}")
+    else:
+        head = (f"speculative is <b>×{m.median:.2f}</b> {m.verdict} (median of {m.repeats} repeats, "
+                f"range ×{lo:.2f}–×{hi:.2f})")
+    body = (f'<span class="mv-badge {cls} mv-speedup">{head}<small> · {m.spec_tps:.1f} vs '
+            f'{m.ar_tps:.1f} tokens/s{_threads(m.threads)}</small></span>')
+    return _compare_div(m.median, m.spec_tps, m.ar_tps, f"median of {m.repeats}", m.threads, body)
 
 
 def identity_badge(spec: RunStats, ar: RunStats) -> str:
     n = min(len(spec.ids), len(ar.ids))
     first = next((i for i in range(n) if spec.ids[i] != ar.ids[i]), None)
     if first is None and len(spec.ids) == len(ar.ids):
-        return f'<span class="mv-badge mv-ok">✓ token-identical outputs ({n} tokens)</span>'
+        return f'<span class="mv-badge mv-ok">✓ token-identical ({n} tokens)</span>'
     if first is None:
         return (f'<span class="mv-badge mv-warn">identical for the first {n} tokens; '
                 f'lengths differ ({len(spec.ids)} vs {len(ar.ids)})</span>')

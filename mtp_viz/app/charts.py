@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from .events import Event, Step
+from ..events import Event, Step
 
 COLORS = {"accepted": "#059669", "rejected": "#dc2626", "correction": "#d97706",
           "extension": "#2563eb", "draft": "#7c3aed", "verify": "#0891b2", "ar": "#6b7280"}
@@ -109,7 +109,7 @@ def tokens_per_forward_figure(events: Sequence[Event]):
 def position_figure(events: Sequence[Event]):
     """Acceptance at each draft position: given it was reached (earlier drafts all
     accepted), and given it was drafted."""
-    from .metrics import per_position_counts  # pure, torch-free
+    from ..metrics import per_position_counts  # pure, torch-free
 
     counts = [(k + 1, d, r, a) for k, (d, r, a) in enumerate(per_position_counts(events)) if d]
     data = []

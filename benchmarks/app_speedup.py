@@ -1,0 +1,113 @@
+"""Is the speedup the app shows a measurement? Five identical runs in a real browser
+against a fresh ``python app.py`` (the first, cold run included), then ``mtp-viz bench``
+on the same prompt and settings, in the same invocation.
+
+    python benchmarks/app_speedup.py                 # bundled pair, a held-out code prompt
+    python benchmarks/app_speedup.py --runs 5 --prompt-index 0
+
+Reports each run's ``#compare[data-speedup]``, their max/min spread (goal ≤ 1.15), their
+median, and the bench's median speedup (goal: the app's median within ±15% of it).
+Needs Debian's chromium and the ``playwright`` package. Run it on a quiet machine.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from mtp_viz.prompts import code_suite, load_prompts
+
+ROOT = Path(__file__).resolve().parent.parent
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def app_runs(prompt: str, runs: int, tokens: int, draft: int, threads: int) -> list[float]:
+    from playwright.sync_api import sync_playwright
+    port = free_port()
+    env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "GRADIO_ANALYTICS_ENABLED": "False",
+           "MTP_VIZ_THREADS": str(threads), "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+    proc = subprocess.Popen([sys.executable, str(ROOT / "app.py")], env=env, cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    shown = []
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
+            page = browser.new_page(viewport={"width": 1280, "height": 720})
+            deadline = time.monotonic() + 180
+            while True:
+                try:
+                    page.goto(f"http://127.0.0.1:{port}/")
+                    break
+                except Exception:  # noqa: BLE001 - not up yet
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.5)
+            page.wait_for_selector("#model-status:has-text('Ready')", timeout=180_000)
+            page.fill("#prompt textarea", prompt)
+            for inp, value in (("#max-new input[type='number']", tokens),
+                               ("#draft-tokens input[type='number']", draft)):
+                page.locator(inp).fill(str(value))
+                page.locator(inp).press("Enter")
+            for i in range(runs):
+                page.click("#run")
+                page.wait_for_selector("#compare[data-basis='single run']", timeout=300_000)
+                x = float(page.locator("#compare").get_attribute("data-speedup"))
+                shown.append(x)
+                print(f"app run {i + 1}: ×{x:.3f}", file=sys.stderr)
+            browser.close()
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    return shown
+
+
+def bench(prompt: str, tokens: int, draft: int, threads: int, repeats: int) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        suite = Path(tmp) / "prompt.json"
+        suite.write_text(json.dumps({"prompts": [{"id": "p", "category": "code", "text": prompt}]}))
+        subprocess.run([sys.executable, "-m", "mtp_viz.cli", "bench", "--target", "tiny", "--prompts",
+                        str(suite), "--no-chat", "--draft-tokens", str(draft), "--schedules", "constant",
+                        "--max-new-tokens", str(tokens), "--repeats", str(repeats), "--threads",
+                        str(threads), "--out", tmp, "--no-progress"], check=True, stdout=subprocess.DEVNULL)
+        result = json.loads((Path(tmp) / "bench.json").read_text())
+    return result["settings"][0]["speedup"]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--prompt-index", type=int, default=0, help="which held-out code prompt")
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--draft-tokens", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) - 1),
+                    help="torch threads for the app and the bench (the app's default)")
+    ap.add_argument("--bench-repeats", type=int, default=5)
+    args = ap.parse_args()
+    prompt = load_prompts(code_suite())[args.prompt_index].text
+    shown = app_runs(prompt, args.runs, args.max_new_tokens, args.draft_tokens, args.threads)
+    ref = bench(prompt, args.max_new_tokens, args.draft_tokens, args.threads, args.bench_repeats)
+    med = statistics.median(shown)
+    spread = max(shown) / min(shown)
+    print(f"app, {args.runs} runs (first cold): " + ", ".join(f"×{x:.2f}" for x in shown))
+    print(f"spread max/min {spread:.3f} (goal ≤ 1.15); median ×{med:.3f}")
+    print(f"mtp-viz bench, same prompt and settings, {args.bench_repeats} repeats: ×{ref:.3f}; "
+          f"app median ÷ bench = {med / ref:.3f} (goal 0.85–1.15); {args.threads} torch thread(s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,312 @@
+"""One run in the app: its settings, the worker thread its source runs on, the frames a
+view renders from it, and the off-screen Measure.
+
+Timing belongs to the source. The engine runs on a worker thread and hands its events
+to the renderer through a queue, so the time a browser or the server spends rendering
+and sending frames never enters the engine's clock. Stop (or the consumer going away:
+a closed tab ends the handler's generator) sets the run's stop switch, which the engine
+checks after every step.
+"""
+from __future__ import annotations
+
+import math
+import queue
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator
+
+from ..errors import UserError
+from ..events import Done, Error, Event
+from . import charts, panels, view, zerogpu
+from .service import user_message
+
+FRAME_INTERVAL = 1 / 20   # at most this many token frames a second (a screen shows no more)
+CHART_INTERVAL = 0.5      # plotly figures are re-sent whole: a few a second at most
+_END = object()
+
+
+def whole(value: Any, name: str) -> int:
+    """A whole number from a form field (Gradio sends floats), or one sentence."""
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise UserError(f"{name} must be a number.") from None
+    if not math.isfinite(f) or f != int(f):
+        raise UserError(f"{name} must be a whole number.")
+    return int(f)
+
+
+def number(value: Any, name: str) -> float:
+    """A finite number from a form field, or one sentence."""
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise UserError(f"{name} must be a number.") from None
+    if not math.isfinite(f):
+        raise UserError(f"{name} must be a finite number.")
+    return f
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Everything one comparison run needs, as the user chose it."""
+    prompt: str
+    target: str
+    drafter: str | None = None
+    drafter_kind: str = "auto"
+    max_new_tokens: int = 64
+    draft_tokens: int = 4
+    schedule: str = "constant"
+    temperature: float = 0.0      # 0 means greedy
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    chat: bool = True
+    baseline: bool = True
+    max_prompt_tokens: int | None = None  # the deployment's cap (MTP_VIZ_MAX_PROMPT_TOKENS)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def engine_kwargs(self, mode: str, schedule: Any = None) -> dict[str, Any]:
+        """Keyword arguments for ``ModelPair.generate``."""
+        return dict(mode=mode, drafter=self.drafter_kind, max_new_tokens=self.max_new_tokens,
+                    draft_tokens=self.draft_tokens, schedule=schedule or self.schedule,
+                    temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
+                    seed=self.seed, chat=self.chat, max_prompt_tokens=self.max_prompt_tokens)
+
+
+def check_prompt(prompt: Any, cap_tokens: int) -> str:
+    """The prompt text, or one sentence; a cheap length bound before any tokenizing (no
+    tokenizer makes more tokens than characters plus a few specials)."""
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise UserError("Type a prompt first, or pick one of the examples.")
+    if len(prompt) > 16 * cap_tokens:
+        raise UserError(f"The prompt is too long for this app (at most {cap_tokens} tokens).")
+    return prompt
+
+
+class Session:
+    """Per-browser-session state (kept in ``gr.State``): the stop switch, the recorded
+    runs, and the schedules, which carry their state from one run to the next."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.spec: list[Event] = []
+        self.ar: list[Event] = []
+        self.greedy = True
+        self.schedules: dict[tuple, Any] = {}
+
+    def schedule(self, s: RunSettings, kind: str) -> Any:
+        from ..schedules import SCHEDULES, make_schedule
+        if s.schedule not in SCHEDULES:
+            raise UserError(f"Unknown schedule {s.schedule!r}; choose one of {', '.join(SCHEDULES)}.")
+        key = (s.schedule, kind, s.draft_tokens)
+        if key not in self.schedules:
+            self.schedules[key] = make_schedule(s.schedule, initial=s.draft_tokens)
+        return self.schedules[key]
+
+    def new_run(self) -> None:
+        self.stop = threading.Event()
+        self.spec, self.ar = [], []
+
+
+class Worker:
+    """Runs a source of events on its own thread; the consumer reads them from a queue.
+
+    The queue is unbounded, so the source never waits for the consumer: its clock
+    sees only its own work. ``close`` sets the stop switch and waits for the thread,
+    which the engine honours after the step in progress."""
+
+    def __init__(self, source: Callable[[], Iterable[Event]], stop: threading.Event):
+        self.stop = stop
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._source = source
+        self.thread = threading.Thread(target=self._run, daemon=True, name="mtp-viz-run")
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            for e in self._source():
+                self._queue.put(e)
+        except Exception as e:  # noqa: BLE001 - the app keeps serving
+            self._queue.put(Error(message=user_message(e)))
+        finally:
+            self._queue.put(_END)
+
+    def batches(self, wait: float) -> Iterator[list[Event]]:
+        """Every event as it arrives, in batches: all that is waiting, or an empty batch
+        after ``wait`` seconds without news (so a view can show pending drafts)."""
+        while True:
+            try:
+                first = self._queue.get(timeout=wait)
+            except queue.Empty:
+                yield []
+                continue
+            batch = [first]
+            while True:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            end = batch[-1] is _END
+            yield [e for e in batch if e is not _END]
+            if end:
+                return
+
+    def close(self, timeout: float | None = 30.0) -> None:
+        """Stop the source if it is still running (its consumer left), and wait for it."""
+        if self.thread.is_alive():
+            self.stop.set()
+        self.thread.join(timeout)
+
+
+def run_source(pair: Any, s: RunSettings, mode: str, sess: Session,
+               events: Callable = zerogpu.events) -> Callable[[], Iterable[Event]]:
+    """The local engine as a source: ``pair.generate`` with the session's schedule,
+    through ``events`` (:func:`zerogpu.on_gpu` puts it on a ZeroGPU GPU)."""
+    def source() -> Iterable[Event]:
+        kind = s.drafter_kind if s.drafter_kind != "auto" else ""
+        schedule = sess.schedule(s, kind) if mode == "speculative" else None
+        return events(pair, s.prompt, {"stop": sess.stop, **s.engine_kwargs(mode, schedule)})
+    return source
+
+
+def _stream(source: Callable[[], Iterable[Event]], sess: Session, out: list[Event], pane_key: str,
+            frame_interval: float, chart_interval: float) -> Iterator[dict[str, Any]]:
+    """Consume one run from its worker, recording into ``out``; yield a frame when news
+    arrived and the last frame is ``frame_interval`` old, when a verification is slow
+    enough for its pending drafts to be seen, and at the end."""
+    pane, stats = view.PaneRenderer(), view.RunStats()
+    worker = Worker(source, sess.stop)
+    last_frame = last_chart = 0.0
+    dirty = False  # events arrived since the last frame
+    try:
+        for batch in worker.batches(frame_interval):
+            for e in batch:
+                out.append(e)
+                pane.add(e)
+                stats.add(e)
+            dirty = dirty or bool(batch)
+            final = any(isinstance(e, (Done, Error)) for e in batch)
+            now = time.monotonic()
+            if not final and (not dirty or now - last_frame < frame_interval):
+                continue
+            dirty, last_frame = False, now
+            frame: dict[str, Any] = {pane_key: pane.html(), pane_key + "_stats": view.stats_html(stats)}
+            errors = [e for e in batch if isinstance(e, Error)]
+            if errors:
+                frame["status"] = view.message_html(errors[-1].message, level="error")
+            if pane_key == "spec" and (final or now - last_chart >= chart_interval):
+                last_chart = now
+                frame["figures"] = {"acceptance-plot": charts.acceptance_figure(out),
+                                    "draft-length-plot": charts.draft_length_figure(out)}
+            yield frame
+    finally:
+        worker.close()
+
+
+def compare_frames(pair: Any, s: RunSettings, sess: Session, *, frame_interval: float = FRAME_INTERVAL,
+                   chart_interval: float = CHART_INTERVAL, threads: int = 0,
+                   events: Callable = zerogpu.events) -> Iterator[dict[str, Any]]:
+    """Speculative run, then (never at the same time, on the same kind of worker) the
+    autoregressive baseline, then every chart, the speedup and the identity check.
+    Yields frames: dicts from display slot to HTML or figures; absent slots are unchanged."""
+    sess.greedy = s.greedy
+    yield {"status": view.message_html("Speculative decoding: drafting and verifying…")}
+    yield from _stream(run_source(pair, s, "speculative", sess, events), sess, sess.spec, "spec",
+                       frame_interval, chart_interval)
+    failed = any(isinstance(e, Error) for e in sess.spec)
+    if s.baseline and not failed and not sess.stop.is_set():
+        yield {"status": view.message_html("Autoregressive baseline: one target forward per token…")}
+        yield from _stream(run_source(pair, s, "autoregressive", sess, events), sess, sess.ar, "ar",
+                           frame_interval, chart_interval)
+        failed = any(isinstance(e, Error) for e in sess.ar)
+    from ..metrics import theory_check
+    final: dict[str, Any] = {
+        "figures": charts.all_figures(sess.spec, sess.ar),
+        "compare": view.compare_html(view.run_stats(sess.spec), view.run_stats(sess.ar),
+                                     greedy=sess.greedy, threads=threads),
+        "theory": panels.theory_panel_html(theory_check(sess.spec, sess.ar or None))}
+    if not failed:
+        stopped = sess.stop.is_set()
+        final["status"] = view.message_html(
+            "Stopped." if stopped else
+            "Done. Press Race replay to watch both runs side by side on their recorded timings, "
+            "or Measure for the median of repeated runs.",
+            level="warn" if stopped else "info")
+    yield final
+
+
+# ---------------------------------------------------------------- Measure
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """N interleaved repeats of both modes, reduced as ``mtp-viz bench`` reduces them."""
+    ratios: tuple[float, ...]          # per repeat: speculative tokens/s ÷ autoregressive
+    spec_tps: float                    # medians over repeats
+    ar_tps: float
+    threads: int
+    repeats: int = field(init=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "repeats", len(self.ratios))
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.ratios)
+
+    @property
+    def spread(self) -> float:
+        """max ÷ min of the per-repeat speedups."""
+        return max(self.ratios) / min(self.ratios)
+
+    @property
+    def verdict(self) -> str:
+        """"faster" or "slower" only when every repeat agrees; else "too close to call"."""
+        if min(self.ratios) > 1.0:
+            return "faster"
+        if max(self.ratios) < 1.0:
+            return "slower"
+        return "too close to call"
+
+
+def measure(pair: Any, s: RunSettings, repeats: int, stop: threading.Event, threads: int = 0) -> Measurement:
+    """Both modes, ``repeats`` times, alternating which goes first, off-screen: the bench's
+    own runner and reduction (:mod:`mtp_viz.bench`, :mod:`mtp_viz.bench_report`)."""
+    from ..bench import Runner, Setting
+    from ..bench_report import speedup_ratios
+    from ..decoding import Sampling
+
+    pair.generate(s.prompt, **s.engine_kwargs("speculative")).close()  # every check, no compute
+    ids = pair.encode(s.prompt, s.chat)
+    drafter = pair.make_drafter(s.drafter_kind)
+    setting = Setting(s.schedule, s.draft_tokens)
+    sampling = Sampling(s.temperature, s.top_k, s.top_p, s.seed)
+    runner = Runner(pair, drafter, s.max_new_tokens, sampling, stale_kv=False,
+                    max_draft_tokens=max(16, s.draft_tokens))
+    records = []
+    try:
+        runner.autoregressive(ids, 4), runner.ours(ids, setting, 4)  # untimed warm-up
+        for r in range(repeats):
+            order = ("ours", "autoregressive") if r % 2 == 0 else ("autoregressive", "ours")
+            for mode in order:
+                if stop.is_set():
+                    raise UserError("Measure was stopped.")
+                rec, _ = runner.ours(ids, setting) if mode == "ours" else runner.autoregressive(ids)
+                records.append({**rec, "mode": mode, "setting": setting.name if mode == "ours" else "",
+                                "repeat": r, "category": ""})
+    finally:
+        runner.close()
+    tps = {m: statistics.median(x["new_tokens"] / x["seconds"] for x in records if x["mode"] == m)
+           for m in ("ours", "autoregressive")}
+    return Measurement(tuple(speedup_ratios(records, "ours", setting.name)), tps["ours"],
+                       tps["autoregressive"], threads)
+
+
+__all__ = ["RunSettings", "Session", "Worker", "Measurement", "compare_frames", "measure",
+           "check_prompt", "whole", "number"]

@@ -1,0 +1,292 @@
+"""The app's run layer without a browser: the worker thread, frames, handlers, the
+pair cache and the allow-list. Fake pairs replay hand-built streams; the timing tests
+run the real engine on a small random Gemma 4 pair."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from factories import gemma_assistant, gemma_target
+from mtp_viz.app import handlers, runs, service, view
+from mtp_viz.errors import UserError
+from mtp_viz.events import Done, Error
+from test_view import ar_run, spec_run
+
+
+class FakePair:
+    """Replays hand-built streams; records the settings it was asked for."""
+
+    def __init__(self, fail=None, chat_template=None):
+        self.calls, self.fail, self.chat_template = [], fail, chat_template
+
+    def generate(self, prompt, *, mode, stop=None, **settings):
+        self.calls.append((mode, settings))
+        if self.fail:
+            raise self.fail
+        return iter(spec_run() if mode == "speculative" else ar_run())
+
+
+def settings(**kw):
+    return runs.RunSettings(**{"prompt": "hi", "target": "tiny", "draft_tokens": 3, **kw})
+
+
+def test_compare_frames_runs_speculative_then_autoregressive():
+    pair, sess = FakePair(), runs.Session()
+    frames = list(runs.compare_frames(pair, settings(), sess, frame_interval=0))
+    assert [m for m, _ in pair.calls] == ["speculative", "autoregressive"]
+    assert sess.spec == spec_run() and sess.ar == ar_run()
+    first_ar = next(i for i, f in enumerate(frames) if "ar" in f)
+    assert all("ar" not in f for f in frames[:first_ar]) and any("spec" in f for f in frames[:first_ar])
+    final = frames[-1]
+    assert set(final["figures"]) >= {"acceptance-plot", "draft-length-plot"}
+    assert "token-identical" in final["compare"] and 'data-basis="single run"' in final["compare"]
+    assert "mtp-theory" in final["theory"]
+
+
+def test_compare_frames_turn_failures_into_one_sentence():
+    sess = runs.Session()
+    frames = list(runs.compare_frames(FakePair(UserError("Unknown model id x.")), settings(), sess))
+    errors = [f["status"] for f in frames if "mv-msg-error" in f.get("status", "")]
+    assert errors == [view.message_html("Unknown model id x.", level="error")]
+    assert isinstance(sess.spec[-1], Error) and not sess.ar
+    # anything else is one generic sentence that echoes no text of the exception
+    frames = list(runs.compare_frames(FakePair(KeyError("/secret/path")), settings(), runs.Session()))
+    msg = [f["status"] for f in frames if "mv-msg-error" in f.get("status", "")][0]
+    assert "KeyError" in msg and "/secret" not in msg
+
+
+def test_fast_steps_share_frames_but_the_last_frame_is_complete():
+    sess = runs.Session()
+    frames = list(runs.compare_frames(FakePair(), settings(), sess, frame_interval=60))
+    spec = [f["spec"] for f in frames if "spec" in f]
+    assert spec[-1] == view.tokens_html(sess.spec)
+
+
+@pytest.fixture(scope="module")
+def real_pair():
+    """A random Gemma 4 pair behind the ModelPair interface (no tokenizer needed)."""
+    from mtp_viz.models import ModelPair
+    from factories import word_tokenizer
+    return ModelPair(gemma_target(layers=4), gemma_assistant(), word_tokenizer(), "random", "random", "cpu")
+
+
+def _engine_seconds(events):
+    return next(e.seconds for e in events if isinstance(e, Done))
+
+
+def test_engine_time_does_not_include_a_slow_consumer(real_pair):
+    """The engine's clock runs on its worker: a consumer that sleeps after every event
+    must not show up in the engine's seconds. A negative control consumes the same
+    generator directly and sees the sleeps."""
+    prompt = " ".join(f"w{i}" for i in range(10, 30))
+    kw = dict(mode="speculative", max_new_tokens=48, draft_tokens=4, chat=False)
+    delay = 0.02
+
+    def slow(events):
+        out = []
+        for e in events:
+            out.append(e)
+            time.sleep(delay)
+        return out
+
+    unhindered = min(_engine_seconds(list(real_pair.generate(prompt, **kw))) for _ in range(3))
+    direct = slow(real_pair.generate(prompt, **kw))
+    charged = delay * len(direct)
+    assert _engine_seconds(direct) >= charged  # negative control: inline, the sleeps count
+
+    stop, got = threading.Event(), []
+    worker = runs.Worker(lambda: real_pair.generate(prompt, stop=stop, **kw), stop)
+    for batch in worker.batches(0.05):
+        got.extend(slow(batch))
+    worker.close()
+    assert [e.to_dict() for e in got if not isinstance(e, Done)] and isinstance(got[-1], Done)
+    # a property, not a benchmark: the worker's engine time stays far below what the
+    # consumer's sleeps would have added (charged is many times the unhindered time)
+    assert charged > 4 * unhindered
+    assert _engine_seconds(got) < unhindered + charged / 2
+
+
+def test_closing_the_frames_stops_the_worker(real_pair):
+    """A closed tab ends the handler's generator: the worker must stop within a step."""
+    produced = []
+
+    class Recording:  # the real pair; every event the engine makes is recorded
+        def generate(self, prompt, **kw):
+            for e in real_pair.generate(prompt, **kw):
+                produced.append(e)
+                yield e
+
+    sess = runs.Session()
+    s = runs.RunSettings(prompt=" ".join(f"w{i}" for i in range(10, 30)), target="random",
+                         max_new_tokens=400, chat=False, baseline=False)
+    frames = runs.compare_frames(Recording(), s, sess, frame_interval=0)
+    next(frames), next(frames)  # the status line, then the first frame of tokens
+    frames.close()
+    assert sess.stop.is_set()
+    assert not [t for t in threading.enumerate() if t.name == "mtp-viz-run" and t.is_alive()]
+    done = [e for e in produced if isinstance(e, Done)]
+    assert done and done[0].stop_reason == "stopped" and done[0].new_tokens < 400
+
+
+def test_measure_reports_bench_ratios(real_pair):
+    s = runs.RunSettings(prompt=" ".join(f"w{i}" for i in range(10, 30)), target="random",
+                         max_new_tokens=16, chat=False, drafter_kind="mtp")
+    m = runs.measure(real_pair, s, 3, threading.Event(), threads=1)
+    assert m.repeats == 3 and all(r > 0 for r in m.ratios) and m.threads == 1
+    assert min(m.ratios) <= m.median <= max(m.ratios)
+
+
+def _values(**kw):
+    v = dict(prompt="hi", model="tiny", custom_target="", custom_drafter="", max_new_tokens=8,
+             draft_tokens=3, schedule="constant", drafter_kind="mtp", decoding="greedy",
+             temperature=0.8, top_p=0.95, top_k=0, seed=0, chat=True, baseline=True)
+    return {**v, **kw}
+
+
+def _handlers(load, allow=""):
+    loader = service.PairLoader(load, allow=service.AllowList(allow))
+    return handlers.Handlers(loader, service.presets(loader.allow), ("tiny", None), cap=16, prompt_cap=64)
+
+
+def _status(frames):
+    i = handlers.SLOTS.index("status")
+    return [f[i] for f in frames if isinstance(f[i], str)]
+
+
+@pytest.mark.parametrize("values, sentence", [
+    (dict(prompt="  "), "Type a prompt first"),
+    (dict(model=handlers.CUSTOM), "custom target"),
+    (dict(max_new_tokens=32), "between 1 and 16"),
+    (dict(max_new_tokens=float("nan")), "Max new tokens must be a whole number"),
+    (dict(decoding="sampling", temperature=float("inf")), "Temperature must be a finite number"),
+    (dict(decoding="sampling", seed=1e30), "seed must be a whole number from 0"),
+    (dict(prompt="x" * 5000), "too long"),
+])
+def test_handlers_turn_bad_input_into_one_sentence(values, sentence):
+    pair = FakePair()
+    h = _handlers(lambda t, d: pair)
+    msgs = _status(list(h.run(_values(**values), None)))
+    assert sentence in msgs[-1] and "mv-msg-error" in msgs[-1]
+    ok = _status(list(h.run(_values(), None)))  # and the next run works
+    assert "Done." in ok[-1]
+
+
+def test_handlers_run_streams_both_panes_and_keeps_the_session():
+    pair = FakePair()
+    h = _handlers(lambda t, d: pair)
+    frames = list(h.run(_values(max_new_tokens=8), None))
+    assert pair.calls[0][1]["max_new_tokens"] == 8
+    sess = frames[0][len(handlers.SLOTS)]
+    assert isinstance(sess, runs.Session) and sess.spec and sess.ar
+    spec_i, ar_i = handlers.SLOTS.index("spec"), handlers.SLOTS.index("ar")
+    assert 'data-kind="accepted"' in [f[spec_i] for f in frames if isinstance(f[spec_i], str)][-1]
+    assert 'data-kind="token"' in [f[ar_i] for f in frames if isinstance(f[ar_i], str)][-1]
+    assert "Replay done" in _status(list(handlers.Handlers.replay(sess, 1000.0)))[-1]
+
+
+def test_load_errors_clear_the_waiting_pane():
+    def load(t, d):
+        raise UserError(f"There is no loadable model folder at {t}.")
+
+    h = _handlers(load)
+    frames = list(h.run(_values(model=handlers.CUSTOM, custom_target="/nope"), None))
+    spec_i = handlers.SLOTS.index("spec")
+    assert "loadable model folder at /nope" in _status(frames)[-1]
+    assert "Waiting for the model" not in [f[spec_i] for f in frames if isinstance(f[spec_i], str)][-1]
+
+
+def test_session_schedule_carries_across_runs():
+    sess = runs.Session()
+    s = settings(schedule="heuristic", draft_tokens=4)
+    a = sess.schedule(s, "mtp")
+    a.start()
+    a.update(drafted=4, accepted=4)  # all accepted: +2
+    b = sess.schedule(s, "mtp")
+    assert b is a and b.start() == 6
+
+
+def test_pair_loader_loads_once_per_pair_however_it_is_written(tmp_path):
+    calls = []
+    (tmp_path / "m").mkdir()
+
+    def load(t, d):
+        calls.append((t, d))
+        if t == "bad":
+            raise UserError("no such model")
+        return object()
+
+    loader = service.PairLoader(load)
+    spellings = [str(tmp_path / "m"), str(tmp_path / "m") + "/", str(tmp_path) + "//m",
+                 str(tmp_path / "m" / ".." / "m")]
+    states = [loader.wait(s, None, timeout=5) for s in spellings]
+    assert len(calls) == 1 and all(s.pair is states[0].pair for s in states)
+    assert service.pair_key("tiny", None) == service.pair_key(*__import__("mtp_viz.presets").presets.resolve("tiny"))
+    bad = loader.wait("bad", None, timeout=5)
+    assert bad.status == "error" and bad.message == "no such model"
+
+
+def test_pair_loader_is_bounded_and_says_what_it_unloaded(tmp_path):
+    loader = service.PairLoader(lambda t, d: object(), max_pairs=1)
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        assert loader.wait(str(tmp_path / name), None, timeout=5).status == "ready"
+    assert len(loader.loaded()) == 1
+    gone = loader.state(str(tmp_path / "a"), None)
+    assert gone.status == "unloaded" and "unloaded" in gone.message
+    assert loader.wait(str(tmp_path / "a"), None, timeout=5).status == "ready"  # loads again
+
+
+def test_parallel_starts_of_one_pair_load_it_once():
+    calls, gate = [], threading.Event()
+
+    def load(t, d):
+        calls.append(t)
+        gate.wait(5)
+        return object()
+
+    loader = service.PairLoader(load)
+    threads = [threading.Thread(target=loader.start, args=("tiny", None)) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    gate.set()
+    assert loader.wait("tiny", None, timeout=5).status == "ready" and calls == ["tiny"]
+
+
+def test_allow_list_refuses_without_loading(tmp_path):
+    calls = []
+    h = _handlers(lambda t, d: calls.append(t) or FakePair(), allow="tiny")
+    assert set(h.presets) == {"tiny"}
+    for custom in ("google/gemma-4-E2B-it", "/root", str(tmp_path), "~"):
+        msgs = _status(list(h.run(_values(model=handlers.CUSTOM, custom_target=custom), None)))
+        assert msgs[-1] == view.message_html("This deployment only serves the models in its picker.",
+                                             level="error")
+    assert calls == []
+    assert "Done." in _status(list(h.run(_values(max_new_tokens=8), None)))[-1]
+
+
+def test_user_message_matches_types_not_names():
+    class UserErrorLookalike(Exception):
+        pass
+    assert service.user_message(UserError("One sentence.")) == "One sentence."
+    assert "UserErrorLookalike" in service.user_message(UserErrorLookalike("/etc/passwd"))
+    assert "/etc/passwd" not in service.user_message(UserErrorLookalike("/etc/passwd"))
+
+
+def test_default_pair_and_caps_from_environment(monkeypatch):
+    allow = service.AllowList("")
+    monkeypatch.setenv("MTP_VIZ_TARGET", "/models/t")
+    monkeypatch.setenv("MTP_VIZ_DRAFTER", "/models/d")
+    assert service.default_pair(allow)[:2] == ("/models/t", "/models/d")
+    monkeypatch.delenv("MTP_VIZ_TARGET")
+    monkeypatch.setattr(service, "e2b_cached", lambda: False)
+    assert service.default_pair(allow)[:2] == ("tiny", None)
+    monkeypatch.setattr(service, "e2b_cached", lambda: True)
+    assert service.default_pair(allow)[:2] == service.E2B
+    monkeypatch.setenv("MTP_VIZ_MAX_NEW_TOKENS_CAP", "32")
+    assert service.env_cap() == 32
+    monkeypatch.setenv("MTP_VIZ_MAX_NEW_TOKENS_CAP", "lots")
+    assert service.env_cap() == 512
