@@ -14,12 +14,12 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from .errors import UserError
 from .prometheus import SpecDecodeCounters, parse, spec_decode
 
-__all__ = ["base_url", "get_json", "post_stream", "served_models", "scrape", "ServerModel"]
+__all__ = ["base_url", "get_json", "post_stream", "sse_chunks", "served_models", "scrape", "ServerModel"]
 
 CONNECT_TIMEOUT = 10.0   # seconds for GETs (models, metrics)
 READ_TIMEOUT = 600.0     # seconds the stream may stay silent (a long prefill on a busy server)
@@ -124,21 +124,9 @@ def post_stream(url: str, path: str, body: dict, *, timeout: float = READ_TIMEOU
         raise _http_error(url, path, e.code, body) from None
     with resp:
         try:
-            for raw in resp:
+            for chunk in sse_chunks(resp, url):
                 if stop is not None and stop.is_set():
                     return
-                line = raw.decode("utf-8", "replace").strip()
-                if not line.startswith("data:"):
-                    continue  # blank separators and SSE comments
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    return
-                try:
-                    chunk = json.loads(data)
-                except ValueError:
-                    raise UserError(f"The server at {url} sent a stream mtp-viz cannot read.") from None
-                if isinstance(chunk, dict) and "error" in chunk:
-                    raise UserError(f"The server at {url} reported an error while generating.")
                 yield time.perf_counter(), chunk
         except (socket.timeout, TimeoutError) as e:
             raise _explain(url, e, timeout) from None
@@ -146,11 +134,33 @@ def post_stream(url: str, path: str, body: dict, *, timeout: float = READ_TIMEOU
             raise UserError(f"The server at {url} closed the connection while generating.") from e
 
 
+def sse_chunks(lines: Iterable[bytes | str], url: str = "the server") -> Iterator[dict]:
+    """Server-sent events (``data: {json}`` lines, blank separators) → parsed chunks,
+    up to ``data: [DONE]``. A chunk that is not a JSON object, or an error event, ends
+    the stream with one sentence."""
+    for raw in lines:
+        line = (raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw).strip()
+        if not line.startswith("data:"):
+            continue  # blank separators and SSE comments
+        data = line[5:].strip()
+        if data == "[DONE]":
+            return
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            chunk = None
+        if not isinstance(chunk, dict):
+            raise UserError(f"The server at {url} sent a stream mtp-viz cannot read.")
+        if "error" in chunk:
+            raise UserError(f"The server at {url} reported an error while generating.")
+        yield chunk
+
+
 def _http_error(url: str, path: str, code: int, body: dict) -> UserError:
     if code == 404:
         return UserError(f"{url} is not a vLLM server: it has no {path}.")
     if code == 400:
-        hint = ("or its model has no chat template (send the raw prompt instead)"
+        hint = ("or its model has no chat template (send the raw prompt: --no-chat-template)"
                 if path.endswith("chat/completions") else "or a setting is out of range")
         return UserError(f"The server at {url} rejected the request (HTTP 400): the prompt plus "
                          f"{body.get('max_tokens')} new tokens may not fit its context, {hint}.")

@@ -32,13 +32,13 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from . import vllm_client
 from .errors import UserError
 from .events import Accepted, Bonus, Done, Error, Event, Start, Step, Token
 
-__all__ = ["generate", "events", "Received", "step_events", "pieces"]
+__all__ = ["generate", "events", "assemble", "Received", "step_events", "pieces"]
 
 FINISH = {"length": "max_new_tokens", "stop": "eos", "abort": "stopped"}
 
@@ -188,14 +188,21 @@ def events(url: str, prompt: str, *, model: str | None = None, mode: str = "spec
                 "api": "chat" if chat else "completions", "max_new_tokens": max_new_tokens,
                 "temperature": temperature, "top_p": top_p, "top_k": top_k, "seed": seed,
                 "draft_tokens": len(counters.accepted_per_pos), "server_speculates": counters.enabled}
-    yield from _stream(url, path, body, mode, settings, stop)
-
-
-def _stream(url, path, body, mode, settings, stop) -> Iterator[Event]:
     t0 = time.perf_counter()
+    chunks = vllm_client.post_stream(url, path, body, stop=stop)
+    yield from assemble(chunks, t0, mode, settings, stopped=lambda: stop is not None and stop.is_set())
+
+
+def assemble(chunks: Iterable[tuple[float, dict]], t0: float, mode: str, settings: dict,
+             stopped=lambda: False) -> Iterator[Event]:
+    """Streamed chunks ``(arrival time, parsed JSON)`` → events; no I/O of its own.
+
+    ``t0`` is when the request was sent (arrival times are on the same clock);
+    ``settings["server"]`` names the server in error sentences."""
+    url = settings.get("server", "the server")
     tokens: list[Received] = []
     finish, metrics, started, last = "", None, False, t0
-    for arrived, chunk in vllm_client.post_stream(url, path, body, stop=stop):
+    for arrived, chunk in chunks:
         last = arrived
         prompt_ids = chunk.get("prompt_token_ids")
         for choice in chunk.get("choices") or []:
@@ -214,7 +221,7 @@ def _stream(url, path, body, mode, settings, stop) -> Iterator[Event]:
             finish = FINISH.get(choice.get("finish_reason") or "", finish)
         if chunk.get("metrics") is not None or chunk.get("usage") is not None:
             metrics = chunk.get("metrics") or {}
-    stopped = stop is not None and stop.is_set()
+    stopped = stopped()
     if not started:
         if stopped:
             return
