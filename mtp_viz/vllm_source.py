@@ -232,6 +232,8 @@ def assemble(chunks: Iterable[tuple[float, dict]], t0: float, mode: str, setting
     steps = (len(tokens), 0, 0)
     if mode == "speculative" and not stopped:
         acc, dr = spec.get("per_step_accepted"), spec.get("per_step_drafted")
+        if spec and not spec.get("num_spec_steps"):
+            acc, dr = acc or [], dr or []  # vLLM leaves the arrays out when no step verified drafts
         if acc is None or dr is None:
             if metrics is None:
                 raise UserError(f"The server at {url} ended the stream without its final usage chunk.")

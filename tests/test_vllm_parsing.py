@@ -138,3 +138,15 @@ def test_dashboard_over_real_counters():
     assert "τ 4.33" in dashboard.summary_line(after)
     # a restarted server: counters fall, the interval is the new server's traffic
     assert prometheus.delta(before, after) == before
+
+
+def test_chat_stream():
+    """The chat endpoint's shape (prompt ids on the chunk, a role-only first delta,
+    logprobs as content entries), captured with tests/data/chat_template.jinja."""
+    chunks = list(sse_chunks((DATA / "vllm_chat_stream.txt").read_text().splitlines()))
+    events = list(assemble([(0.5, c) for c in chunks], 0.0, "speculative", {"server": "http://x"}))
+    assert events[0].prompt_ids == (2, 769, 668, 202, 769, 716, 202)
+    assert [(s.draft_len, s.accepted) for s in events if isinstance(s, Step)] == [(0, 0), (4, 4), (4, 4), (4, 4)]
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"]) == events[-1].text
+    assert all(0 < e.p <= 1 for e in events if isinstance(e, (Accepted, Bonus)))
+    assert events[-1].new_tokens == 12 and events[-1].seconds == 0.5
