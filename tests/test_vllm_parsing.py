@@ -150,3 +150,23 @@ def test_chat_stream():
     assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"]) == events[-1].text
     assert all(0 < e.p <= 1 for e in events if isinstance(e, (Accepted, Bonus)))
     assert events[-1].new_tokens == 12 and events[-1].seconds == 0.5
+
+
+def test_the_views_metrics_agree_with_the_servers_counters():
+    """The counters were scraped after this request ran twice: the per-position figures
+    the views compute from our events equal the server's own."""
+    from mtp_viz import charts, metrics
+    _, events = _events()
+    counters = prometheus.spec_decode(prometheus.parse((DATA / "vllm_metrics.txt").read_text()))
+    s = metrics.summarize(events + events)
+    assert s.per_position_unconditional == pytest.approx(counters.per_position(False))
+    assert s.per_position_conditional == pytest.approx(counters.per_position(True))
+    assert set(charts.all_figures(events)) >= {"acceptance-plot", "position-plot"}
+
+
+def test_a_server_without_speculation_exports_no_counters():
+    """vllm_metrics_baseline.txt: the same target served without --speculative-config."""
+    counters = prometheus.spec_decode(prometheus.parse((DATA / "vllm_metrics_baseline.txt").read_text()))
+    assert not counters.enabled and counters.models == ("mtp_viz/assets/tiny/target",)
+    assert counters.generation_tokens > 0
+    assert dashboard.summary_line(counters).startswith("This server does not speculate")
