@@ -106,7 +106,7 @@ def main():
     meta = {"prompts": len(prompts), "repeats": args.repeats, "max_new_tokens": n, "draft_tokens": 4,
             "torch_threads": 1, "torch": torch.__version__}
     (out / f"{tag}.json").write_text(json.dumps({"meta": meta, "results": result}, indent=1) + "\n")
-    lines = [f"| source | tok/s | ÷ engine AR | accept | α | τ | same tokens as engine | same steps |",
+    lines = ["| source | tok/s | ÷ engine AR | accept | α | τ | same tokens as engine | same steps |",
              "|---|---|---|---|---|---|---|---|"]
     f = lambda x, fmt="{:.2f}": "–" if x is None else fmt.format(x)  # noqa: E731
     for m, row in result.items():

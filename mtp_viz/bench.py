@@ -65,12 +65,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true",
                    help="smoke run: one prompt per category, 24 tokens, draft lengths 2,4, one repeat")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    p.add_argument("--server", metavar="URL",
-                   help="bench a vLLM server with speculation instead of the local engine")
-    p.add_argument("--baseline-server", metavar="URL",
-                   help="with --server: a vLLM server of the same model without speculation")
-    p.add_argument("--model", help="with --server: the served model's name (default: its first)")
-    p.add_argument("--baseline-model", help="the baseline server's model name (default: its first)")
+    from .bench_server import add_arguments as add_server_arguments
+    add_server_arguments(p)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,16 @@ from .vllm_source import events
 QUICK = dict(max_new_tokens=24, repeats=1, per_category=1)
 
 
+def add_arguments(p) -> None:
+    """The server flags of ``mtp-viz bench``; the prompt, token and output flags are shared."""
+    p.add_argument("--server", metavar="URL",
+                   help="bench a vLLM server with speculation instead of the local engine")
+    p.add_argument("--baseline-server", metavar="URL",
+                   help="with --server: a vLLM server of the same model without speculation")
+    p.add_argument("--model", help="with --server: the served model's name (default: its first)")
+    p.add_argument("--baseline-model", help="the baseline server's model name (default: its first)")
+
+
 def _run_one(url: str, prompt: str, mode: str, n: int, args) -> tuple[dict, list]:
     evs = list(events(url, prompt, model=args.model if mode == "speculative" else args.baseline_model,
                       mode=mode, chat=not args.no_chat, max_new_tokens=n,
