@@ -131,12 +131,15 @@ def _received(choice: dict, arrived: float) -> list[Received]:
     """The tokens of one streamed choice: ids, text pieces and the target's probabilities."""
     ids = choice.get("token_ids") or []
     lp = choice.get("logprobs") or {}
+    text = choice.get("text") if "text" in choice else (choice.get("delta") or {}).get("content")
+    text = text or ""
+    if text and not ids:
+        raise ValueError("text without token ids")
     if "content" in lp:  # chat: a list of {token, logprob}
         strings = [c.get("token", "") for c in lp.get("content") or []]
         logps = [c.get("logprob") for c in lp.get("content") or []]
-        text = (choice.get("delta") or {}).get("content") or ""
     else:                # completions: parallel lists
-        strings, logps, text = lp.get("tokens") or [], lp.get("token_logprobs") or [], choice.get("text") or ""
+        strings, logps = lp.get("tokens") or [], lp.get("token_logprobs") or []
     if len(strings) != len(ids):
         strings = [""] * len(ids)
     texts = pieces(text, strings)
@@ -211,7 +214,11 @@ def assemble(chunks: Iterable[tuple[float, dict]], t0: float, mode: str, setting
                 ids = tuple(int(i) for i in prompt_ids or ())
                 yield Start(mode, len(ids), ids, {**settings, "server_mode": mode})
                 started = True
-            new = _received(choice, arrived - t0)
+            try:
+                new = _received(choice, arrived - t0)
+            except ValueError:
+                raise UserError(f"The server at {url} does not return token ids; mtp-viz needs a "
+                                "vLLM that supports return_token_ids.") from None
             for tok in new:
                 if mode == "autoregressive":
                     n = len(tokens) + 1

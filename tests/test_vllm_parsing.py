@@ -170,3 +170,12 @@ def test_a_server_without_speculation_exports_no_counters():
     assert not counters.enabled and counters.models == ("mtp_viz/assets/tiny/target",)
     assert counters.generation_tokens > 0
     assert dashboard.summary_line(counters).startswith("This server does not speculate")
+
+
+def test_a_server_that_sends_no_token_ids():
+    chunks = list(sse_chunks((DATA / "vllm_stream.txt").read_text().splitlines()))
+    for c in chunks:
+        for choice in c["choices"]:
+            choice.pop("token_ids", None)
+    with pytest.raises(UserError, match="does not return token ids"):
+        list(assemble([(0.0, c) for c in chunks], 0.0, "speculative", {"server": "http://x"}))
