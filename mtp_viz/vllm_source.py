@@ -212,7 +212,7 @@ def assemble(chunks: Iterable[tuple[float, dict]], t0: float, mode: str, setting
             prompt_ids = prompt_ids or choice.get("prompt_token_ids")
             if not started:
                 ids = tuple(int(i) for i in prompt_ids or ())
-                yield Start(mode, len(ids), ids, {**settings, "server_mode": mode})
+                yield Start(mode, len(ids), ids, dict(settings))
                 started = True
             try:
                 new = _received(choice, arrived - t0)
