@@ -18,6 +18,7 @@ does none either). Greedy runs must reproduce the reference token for token; a
 mismatch is reported loudly and makes the command exit with status 1.
 
 The numbers are reduced by :mod:`mtp_viz.bench_report` (table, JSON, HTML report).
+``--server URL`` benches a vLLM server instead (:mod:`mtp_viz.bench_server`).
 """
 from __future__ import annotations
 
@@ -61,6 +62,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true",
                    help="smoke run: one prompt per category, 24 tokens, draft lengths 2,4, one repeat")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    from .bench_server import add_arguments as add_server_arguments
+    add_server_arguments(p)
 
 
 @dataclass(frozen=True)
@@ -171,6 +174,12 @@ class Runner:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.server or args.baseline_server:
+        if args.draft_tokens or args.drafter or args.stale_kv:
+            raise UserError("--draft-tokens, --drafter and --stale-kv apply to the local engine; a "
+                            "vLLM server's drafter and draft length are set when it starts.")
+        from .bench_server import run as run_server
+        return run_server(args)
     quick = args.quick
     n = args.max_new_tokens or (QUICK["max_new_tokens"] if quick else 64)
     repeats = args.repeats or (QUICK["repeats"] if quick else 3)

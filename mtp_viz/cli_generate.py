@@ -3,6 +3,7 @@
 Default output streams the text with tokens styled by kind (accepted drafts, the
 target's own tokens, rejected drafts struck through), then one summary line.
 ``--jsonl`` prints exactly one JSON object per event per line and nothing else.
+``--server URL`` streams from a vLLM server instead (see :mod:`mtp_viz.vllm_source`).
 """
 from __future__ import annotations
 
@@ -45,22 +46,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="cpu, cuda, mps (default: best available)")
     p.add_argument("--dtype", default=None, help="bfloat16, float16 or float32")
     p.add_argument("--color", choices=["auto", "always", "never"], default="auto")
+    p.add_argument("--server", metavar="URL",
+                   help="stream from a vLLM server (OpenAI-compatible) instead of the local engine")
+    p.add_argument("--model", help="with --server: the served model's name (default: its first)")
     p.add_argument("--stale-kv", action="store_true", help=argparse.SUPPRESS)
 
 
 def run(args: argparse.Namespace) -> int:
-    from .models import load_pair
-    if not sys.stderr.isatty():  # keep stderr to one line per error when piped
-        from transformers.utils import logging as hf_logging
-        hf_logging.disable_progress_bar()
-    kind = "lookup" if args.prompt_lookup else "auto"
-    pair = load_pair(args.target, args.drafter, drafter_kind="lookup" if args.prompt_lookup or
-                     args.autoregressive else "auto", device=args.device, dtype=args.dtype)
-    events = pair.generate(
-        args.prompt, mode="autoregressive" if args.autoregressive else "speculative", drafter=kind,
-        max_new_tokens=args.max_new_tokens, draft_tokens=args.draft_tokens, schedule=args.schedule,
-        temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed,
-        chat=not args.no_chat_template, stale_kv=args.stale_kv)
+    events = server_events(args) if args.server else local_events(args)
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty()
                                        and not os.environ.get("NO_COLOR"))
     try:
@@ -74,6 +67,39 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps(Error(str(e)).to_dict()), flush=True)
         raise
     return 0
+
+
+def local_events(args: argparse.Namespace):
+    from .models import load_pair
+    if args.model:
+        raise UserError("--model names a model served by --server; use --target for a local model.")
+    if not sys.stderr.isatty():  # keep stderr to one line per error when piped
+        from transformers.utils import logging as hf_logging
+        hf_logging.disable_progress_bar()
+    kind = "lookup" if args.prompt_lookup else "auto"
+    pair = load_pair(args.target, args.drafter, drafter_kind="lookup" if args.prompt_lookup or
+                     args.autoregressive else "auto", device=args.device, dtype=args.dtype)
+    return pair.generate(
+        args.prompt, mode="autoregressive" if args.autoregressive else "speculative", drafter=kind,
+        max_new_tokens=args.max_new_tokens, draft_tokens=args.draft_tokens, schedule=args.schedule,
+        temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed,
+        chat=not args.no_chat_template, stale_kv=args.stale_kv)
+
+
+def server_events(args: argparse.Namespace):
+    """A vLLM server's stream; its drafter and draft length were fixed when it started."""
+    from .vllm_source import events
+    local = [flag for flag, on in (("--drafter", args.drafter), ("--prompt-lookup", args.prompt_lookup),
+                                   ("--draft-tokens", args.draft_tokens is not None),
+                                   ("--schedule", args.schedule != "constant"),
+                                   ("--device", args.device), ("--dtype", args.dtype)) if on]
+    if local:
+        raise UserError(f"{local[0]} applies to the local engine; a vLLM server's drafter and "
+                        "draft length are set when the server starts.")
+    return events(args.server, args.prompt, model=args.model,
+                  mode="autoregressive" if args.autoregressive else "speculative",
+                  chat=not args.no_chat_template, max_new_tokens=args.max_new_tokens,
+                  temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
 
 
 def print_styled(events, color: bool, out=None) -> Done | None:

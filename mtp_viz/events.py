@@ -166,6 +166,9 @@ class Done(Event):
     tokens_per_second: float = 0.0
     stop_reason: str = ""          # "eos", "max_new_tokens" or "stopped"
     generated_ids: tuple[int, ...] = ()
+    # A server source's own per-request metrics, as it sent them (lists as tuples);
+    # vLLM: its response's "metrics" object, with "speculative_decoding". Empty locally.
+    server_metrics: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
