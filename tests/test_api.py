@@ -4,17 +4,13 @@ random Gemma 4 pair saved to disk: greedy output equals transformers' own greedy
 and the app keeps serving."""
 from __future__ import annotations
 
-import os
-import socket
 
 import pytest
 import torch
 
 from factories import save_gemma_pair
+from serving import serve
 
-os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-for var in ("NO_PROXY", "no_proxy"):
-    os.environ[var] = ",".join(filter(None, [os.environ.get(var), "127.0.0.1,localhost"]))
 
 PROMPT = " ".join(f"w{i}" for i in range(10, 40))
 
@@ -24,22 +20,13 @@ def folders(tmp_path_factory):
     return save_gemma_pair(tmp_path_factory.mktemp("api"))
 
 
-def _launch(demo):
-    from mtp_viz.app import ui
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ui.launch(demo, host="127.0.0.1", port=port, prevent_thread_lock=True, quiet=True,
-              share=False, ssr_mode=False)
-    return f"http://127.0.0.1:{port}/"
-
 
 @pytest.fixture(scope="module")
 def app(folders):
     from gradio_client import Client
     from mtp_viz.app import ui
     demo = ui.build_demo(target=str(folders[0]))
-    url = _launch(demo)
+    url = serve(demo)
     yield demo, Client(url, verbose=False)
     demo.close()
 
@@ -146,7 +133,7 @@ def test_allow_list_refuses_other_models_without_loading(folders, monkeypatch):
 
     demo = ui.build_demo(loader=service.PairLoader(load))
     try:
-        client = Client(_launch(demo), verbose=False)
+        client = Client(serve(demo), verbose=False)
         for model in ("tiny", "google/gemma-4-E2B-it", str(folders[1]), "/root"):
             events = client.predict(prompt=PROMPT, model=model, chat=False, api_name="/generate")
             assert events == [{"type": "error",

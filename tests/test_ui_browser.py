@@ -7,7 +7,6 @@ write the README's screenshot (docs/screenshot.png) from the first test.
 from __future__ import annotations
 
 import os
-import socket
 import threading
 import time
 from collections import Counter
@@ -15,34 +14,24 @@ from pathlib import Path
 
 import pytest
 
+from serving import serve
+
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-for var in ("NO_PROXY", "no_proxy"):
-    os.environ[var] = ",".join(filter(None, [os.environ.get(var), "127.0.0.1,localhost"]))
 
 PROMPT = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"
 
-
-def _serve(demo):
-    from mtp_viz.app import ui
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ui.launch(demo, host="127.0.0.1", port=port, prevent_thread_lock=True, quiet=True,
-              share=False, ssr_mode=False)
-    return f"http://127.0.0.1:{port}/"
 
 
 @pytest.fixture(scope="module")
 def server():
     from mtp_viz.app import ui
     demo = ui.build_demo(target="tiny")
-    url = _serve(demo)
+    url = serve(demo)
     yield demo, url
     demo.close()
 
@@ -87,7 +76,7 @@ def gated_server():
         return gate["pair"]
 
     demo = ui.build_demo(loader=service.PairLoader(load), target="tiny")
-    url = _serve(demo)
+    url = serve(demo)
     yield demo, url, gate
     demo.close()
 

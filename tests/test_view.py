@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from mtp_viz.app import charts, service, view
-from mtp_viz.events import Accepted, Bonus, Done, Drafted, Error, Rejected, Start, Step, Token
+from mtp_viz.app import charts, view
+from mtp_viz.events import Accepted, Bonus, Done, Drafted, Rejected, Start, Step, Token
 
 EVIL = '<img src=x onerror="alert(1)">'
 

@@ -51,6 +51,15 @@ def _choices(prompts: list[Prompt]) -> list[tuple[str, str]]:
     return [(p.label, p.text) for p in prompts]
 
 
+def _pane(title: str, key: str, placeholder: str) -> tuple[gr.HTML, gr.HTML]:
+    """A token pane (``#{key}-output``) under its title, with its stats line below."""
+    with gr.Column(elem_classes="mv-pane"):
+        gr.HTML(f'<div class="mv-pane-title">{title}</div>', padding=False)
+        tokens = gr.HTML(view.placeholder_html(placeholder), elem_id=f"{key}-output", padding=False)
+        stats = gr.HTML(view.stats_html(view.RunStats()), elem_id=f"{key}-stats", padding=False)
+    return tokens, stats
+
+
 def build_demo(loader: service.PairLoader | None = None, target: str | None = None,
                drafter: str | None = None) -> gr.Blocks:
     """The whole page. Loads no model; ``demo.mtp_loader`` is the pair cache it uses.
@@ -108,18 +117,10 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
         compare = gr.HTML(view.compare_html(view.RunStats(), view.RunStats(), greedy=True),
                           elem_id="compare-panel", padding=False)
         with gr.Row(equal_height=False, elem_id="panes"):
-            with gr.Column(elem_classes="mv-pane"):
-                gr.HTML('<div class="mv-pane-title">Speculative · drafter proposes, target verifies</div>',
-                        padding=False)
-                spec = gr.HTML(view.placeholder_html("Tokens appear here as they are verified."),
-                               elem_id="spec-output", padding=False)
-                spec_stats = gr.HTML(view.stats_html(view.RunStats()), elem_id="spec-stats", padding=False)
-            with gr.Column(elem_classes="mv-pane"):
-                gr.HTML('<div class="mv-pane-title">Autoregressive · one target forward per token</div>',
-                        padding=False)
-                ar = gr.HTML(view.placeholder_html("The baseline runs after the speculative pass."),
-                             elem_id="ar-output", padding=False)
-                ar_stats = gr.HTML(view.stats_html(view.RunStats()), elem_id="ar-stats", padding=False)
+            spec, spec_stats = _pane("Speculative · drafter proposes, target verifies", "spec",
+                                     "Tokens appear here as they are verified.")
+            ar, ar_stats = _pane("Autoregressive · one target forward per token", "ar",
+                                 "The baseline runs after the speculative pass.")
         gr.HTML(view.legend_html(), elem_id="legend", padding=False)
         hint = gr.HTML(_hint_html(presets, preset0, note), elem_id="model-hint")
         with gr.Accordion("More settings", open=False, elem_id="settings"):

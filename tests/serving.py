@@ -1,0 +1,20 @@
+"""Serving the app inside a test: launch a built demo on a free loopback port."""
+from __future__ import annotations
+
+import os
+import socket
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+for var in ("NO_PROXY", "no_proxy"):
+    os.environ[var] = ",".join(filter(None, [os.environ.get(var), "127.0.0.1,localhost"]))
+
+
+def serve(demo) -> str:
+    """Launch ``demo`` as ``mtp-viz ui`` would, without blocking; returns its URL."""
+    from mtp_viz.app import ui
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ui.launch(demo, host="127.0.0.1", port=port, prevent_thread_lock=True, quiet=True,
+              share=False, ssr_mode=False)
+    return f"http://127.0.0.1:{port}/"
