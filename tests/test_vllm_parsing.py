@@ -156,7 +156,8 @@ def test_chat_stream():
 def test_the_views_metrics_agree_with_the_servers_counters():
     """The counters were scraped after this request ran twice: the per-position figures
     the views compute from our events equal the server's own."""
-    from mtp_viz import charts, metrics
+    from mtp_viz import metrics
+    from mtp_viz.app import charts
     _, events = _events()
     counters = prometheus.spec_decode(prometheus.parse((DATA / "vllm_metrics.txt").read_text()))
     s = metrics.summarize(events + events)
