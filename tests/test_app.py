@@ -290,3 +290,16 @@ def test_default_pair_and_caps_from_environment(monkeypatch):
     assert service.env_cap() == 32
     monkeypatch.setenv("MTP_VIZ_MAX_NEW_TOKENS_CAP", "lots")
     assert service.env_cap() == 512
+
+
+@pytest.mark.parametrize("prompt, cap, sentence", [
+    ("w10 \udcff", 4096, "The prompt is not valid UTF-8 text."),
+    ("w10 " * 2100, 4096, "exceeds the model&#x27;s context of 2048 tokens"),
+    ("w10 " * 200, 100, "this deployment takes at most 100"),
+])
+def test_handlers_refuse_what_only_the_model_can_check(real_pair, prompt, cap, sentence):
+    loader = service.PairLoader(lambda t, d: real_pair)
+    h = handlers.Handlers(loader, service.presets(loader.allow), ("tiny", None), cap=16, prompt_cap=cap)
+    msgs = _status(list(h.run(_values(prompt=prompt, chat=False), None)))
+    assert sentence in msgs[-1] and "mv-msg-error" in msgs[-1]
+    assert "Done." in _status(list(h.run(_values(prompt="w10 w11 w12", chat=False), None)))[-1]
