@@ -1,0 +1,115 @@
+"""Traces: writing and reading JSON lines, traces the CLI made, and every bad-trace sentence."""
+import contextlib
+import io
+import json
+
+import pytest
+
+from factories import save_gemma_pair
+from mtp_viz import trace
+from mtp_viz.cli import main
+from mtp_viz.errors import UserError
+from mtp_viz.events import Accepted, Bonus, Done, Start, Step, Token
+
+PROMPT = " ".join(f"w{i}" for i in range(10, 40))
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    return save_gemma_pair(tmp_path_factory.mktemp("pair"))
+
+
+@pytest.fixture(scope="module")
+def cli_runs(pair):
+    """What `mtp-viz generate --jsonl` prints, speculative and autoregressive."""
+    outs = []
+    for extra in ([], ["--autoregressive"]):
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            assert main(["generate", "--target", str(pair[0]), "--prompt", PROMPT, "--max-new-tokens", "10",
+                         "--jsonl", *extra]) == 0
+        outs.append(buf.getvalue())
+    return outs
+
+
+def small_run() -> list:
+    return [Start(mode="speculative", prompt_tokens=2, prompt_ids=(5, 6), settings={"drafter": "mtp"}),
+            Bonus(step=1, token_id=7, text="<b>x</b>", p=0.5, kind="extension"),
+            Step(step=1, draft_len=0, accepted=0, new_tokens=1, t=0.01),
+            Accepted(step=2, index=0, token_id=8, text="é", p=0.9, q=0.8),
+            Bonus(step=2, token_id=9, text="\n", p=0.7, index=1),
+            Step(step=2, draft_len=1, accepted=1, new_tokens=2, t=0.02),
+            Done(new_tokens=3, target_forwards=2, seconds=0.02, generated_ids=(7, 8, 9))]
+
+
+def ar_run() -> list:
+    return [Start(mode="autoregressive", prompt_tokens=2, prompt_ids=(5, 6)),
+            Token(step=1, token_id=7, text="a", t=0.01), Step(step=1, draft_len=0, accepted=0, t=0.01),
+            Done(new_tokens=1, target_forwards=1, seconds=0.01, generated_ids=(7,))]
+
+
+def test_round_trip_keeps_every_event_and_the_header(tmp_path):
+    events = small_run() + ar_run()
+    path = trace.write(tmp_path / "t.jsonl", events)
+    first = json.loads(path.read_text(encoding="utf-8").splitlines()[0])
+    assert first["type"] == "trace" and first["format"] == "mtp-viz-trace" and first["version"] == 1
+    assert trace.read(path) == events
+    assert trace.spec_and_ar(events) == (small_run(), ar_run())
+    assert [r[0].mode for r in trace.split_runs(events)] == ["speculative", "autoregressive"]
+
+
+def test_a_cli_made_trace_reads_without_a_header(cli_runs):
+    spec_text, ar_text = cli_runs
+    assert not spec_text.startswith('{"type": "trace"')       # generate --jsonl stays bare events
+    spec, ar = trace.spec_and_ar(trace.loads(spec_text + ar_text))
+    assert spec[0].mode == "speculative" and isinstance(spec[-1], Done)
+    assert ar[0].mode == "autoregressive" and ar[-1].generated_ids == spec[-1].generated_ids
+    assert trace.loads(trace.dumps(spec + ar)) == spec + ar
+    assert trace.spec_and_ar(trace.loads(ar_text)) == ([], ar)
+
+
+HEAD = json.dumps(trace.header())
+GOOD = "\n".join(json.dumps(e.to_dict()) for e in small_run())
+
+
+@pytest.mark.parametrize("text, sentence", [
+    ("", "The trace holds no events."),
+    (HEAD, "The trace holds no events."),
+    ("not json at all /etc/passwd", "Line 1 of the trace is not JSON."),
+    (HEAD + "\n[1, 2]", "Line 2 of the trace is not a JSON object."),
+    (HEAD + '\n{"type": "launch_missiles"}', "Line 2 of the trace has an unknown event type."),
+    ('{"type": "start", "mode": "speculative", "prompt_tokens": "secret"}',
+     "Line 1 of the trace has a field of the wrong type."),
+    ('{"type": "start", "mode": "speculative", "prompt_tokens": NaN}',
+     "Line 1 of the trace is not JSON."),
+    ('{"type": "start", "mode": "speculative"}', "Line 1 of the trace misses a field its event needs."),
+    ('{"type": "trace", "format": "mtp-viz-trace", "version": 99}\n' + GOOD,
+     "The trace has an unknown format version; this mtp-viz reads version 1."),
+    ('{"type": "trace", "format": "other", "version": 1}\n' + GOOD, "The file is not an mtp-viz trace."),
+    (GOOD + "\n" + HEAD, "Line 8 of the trace is a header, which only the first line may be."),
+    ('{"type": "step", "step": 1, "draft_len": 0, "accepted": 0}', "The trace does not begin with a start event."),
+    (GOOD + "\n" + GOOD, "The trace holds two runs of the same mode; a trace holds at most one of each."),
+    (GOOD + '\n{"type": "step", "step": 3, "draft_len": 0, "accepted": 0}',
+     "The trace has events after a run ended that do not start a new run."),
+    ('{"type": "start", "mode": "secret-mode", "prompt_tokens": 1}', "A run in the trace has an unknown mode."),
+])
+def test_bad_traces_get_one_sentence(text, sentence):
+    with pytest.raises(UserError) as e:
+        trace.loads(text)
+    assert str(e.value) == sentence
+    assert "secret" not in str(e.value) and "passwd" not in str(e.value)
+
+
+def test_size_caps_and_unreadable_files(tmp_path, monkeypatch):
+    big = tmp_path / "big.jsonl"
+    big.write_bytes(b" " * (trace.MAX_BYTES + 1))
+    with pytest.raises(UserError, match=r"^The trace is larger than 5 MB, the most this app reads\.$"):
+        trace.read(big)
+    with pytest.raises(UserError, match=r"^The trace is not UTF-8 text\.$"):
+        trace.loads(b"\xff\xfe")
+    monkeypatch.setattr(trace, "MAX_EVENTS", 3)
+    with pytest.raises(UserError, match=r"^The trace has more than 3 events, the most this app reads\.$"):
+        trace.loads(GOOD)
+    with pytest.raises(UserError) as e:
+        trace.read(tmp_path / "secret" / "missing.jsonl")
+    assert str(e.value) == "The trace file cannot be read."
