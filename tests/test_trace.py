@@ -113,3 +113,41 @@ def test_size_caps_and_unreadable_files(tmp_path, monkeypatch):
     with pytest.raises(UserError) as e:
         trace.read(tmp_path / "secret" / "missing.jsonl")
     assert str(e.value) == "The trace file cannot be read."
+
+
+def test_replay_plays_a_cli_trace_styled_with_its_summary(cli_runs, tmp_path, capsys):
+    spec_text, ar_text = cli_runs
+    path = tmp_path / "cli.jsonl"
+    path.write_text(spec_text + ar_text, encoding="utf-8")
+    assert main(["replay", str(path), "--speed", "1e6", "--color", "always"]) == 0
+    out = capsys.readouterr().out
+    spec, ar = trace.spec_and_ar(trace.read(path))
+    lines = out.splitlines()
+    assert lines[0] == "[speculative]" and "[autoregressive]" in lines
+    assert "\x1b[32m" in out or "\x1b[1;4;33m" in out        # tokens styled by kind
+    summaries = [line for line in lines if line.endswith("tokens/s")]
+    assert len(summaries) == 2 and summaries[0].startswith(f"{spec[-1].new_tokens} new tokens")
+    assert "".join(e.text for e in ar if e.type == "token") in out
+
+
+def test_replay_waits_for_recorded_times():
+    from mtp_viz.cli_replay import played
+    now = [0.0]
+    seen = []
+    for e in played(small_run(), speed=0.5, clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s)):
+        seen.append((e.type, round(now[0], 2)))
+    assert seen[0] == ("start", 0.0)
+    assert ("bonus", 0.02) in seen and seen[-1] == ("done", 0.04)   # step 2 at t=0.02, half speed
+
+
+@pytest.mark.parametrize("argv, sentence", [
+    (["replay", "/no/such/trace.jsonl"], "mtp-viz: error: The trace file cannot be read.\n"),
+    (["replay", "TRACE", "--speed", "0"], "mtp-viz: error: --speed must be a positive number.\n"),
+    (["replay", "BAD"], "mtp-viz: error: Line 1 of the trace is not JSON.\n"),
+])
+def test_replay_errors_exit_2_with_one_line(argv, sentence, tmp_path, capsys):
+    (tmp_path / "t.jsonl").write_text(GOOD, encoding="utf-8")
+    (tmp_path / "bad.jsonl").write_text("nope", encoding="utf-8")
+    argv = [{"TRACE": str(tmp_path / "t.jsonl"), "BAD": str(tmp_path / "bad.jsonl")}.get(a, a) for a in argv]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == sentence
