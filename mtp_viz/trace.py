@@ -34,20 +34,21 @@ __all__ = ["FORMAT", "VERSION", "MAX_BYTES", "MAX_EVENTS", "header", "dumps", "w
            "split_runs", "spec_and_ar"]
 
 
-def header() -> dict[str, Any]:
+def header(**meta: str) -> dict[str, Any]:
+    """The first line of a written trace; ``meta`` (e.g. a title) rides along, unread."""
     from . import __version__
-    return {"type": "trace", "format": FORMAT, "version": VERSION, "mtp_viz": __version__}
+    return {"type": "trace", "format": FORMAT, "version": VERSION, "mtp_viz": __version__, **meta}
 
 
-def dumps(events: Iterable[Event]) -> str:
+def dumps(events: Iterable[Event], **meta: str) -> str:
     """The header line, then one event per line (as ``generate --jsonl`` prints it)."""
-    lines = [json.dumps(header())] + [json.dumps(e.to_dict(), ensure_ascii=False) for e in events]
+    lines = [json.dumps(header(**meta))] + [json.dumps(e.to_dict(), ensure_ascii=False) for e in events]
     return "\n".join(lines) + "\n"
 
 
-def write(path: str | Path, events: Iterable[Event]) -> Path:
+def write(path: str | Path, events: Iterable[Event], **meta: str) -> Path:
     path = Path(path)
-    path.write_text(dumps(events), encoding="utf-8")
+    path.write_text(dumps(events, **meta), encoding="utf-8")
     return path
 
 
@@ -160,3 +161,38 @@ def spec_and_ar(events: Sequence[Event]) -> tuple[list[Event], list[Event]]:
     """The speculative and the autoregressive run of a trace (either may be empty)."""
     by_mode = {r[0].mode: r for r in split_runs(events)}
     return by_mode.get("speculative", []), by_mode.get("autoregressive", [])
+
+
+# ---------------------------------------------------------------- the shipped examples
+
+EXAMPLE_PROMPTS = ("prompt-1", "prompt-2", "prompt-5")  # held-out code: ast.py, taskgroups.py, bz2.py
+EXAMPLE_SETTINGS = dict(drafter="mtp", max_new_tokens=64, draft_tokens=4, schedule="constant",
+                        temperature=0.0, chat=False)
+
+
+def examples_dir() -> Path:
+    from .presets import assets_dir
+    return assets_dir() / "traces"
+
+
+def make_examples(out: Path | None = None) -> list[Path]:
+    """Record the example traces with the bundled tiny pair: greedy, four drafts, 64
+    tokens, then the baseline. Rerun after the bundled pair changes."""
+    from .models import load_pair
+    from .prompts import code_suite, load_prompts
+    out = out or examples_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    pair = load_pair("tiny", None)
+    prompts = {p.id: p for p in load_prompts(code_suite(), default_category="code")}
+    paths = []
+    for pid in EXAMPLE_PROMPTS:
+        p = prompts[pid]
+        events = [e for mode in MODES for e in pair.generate(p.text, mode=mode, **EXAMPLE_SETTINGS)]
+        name = p.title.replace("/", "-").removesuffix(".py")
+        paths.append(write(out / f"{name}.jsonl", events, title=f"code · {p.title} (bundled tiny pair)"))
+    return paths
+
+
+if __name__ == "__main__":
+    for path in make_examples():
+        print(path)

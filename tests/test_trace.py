@@ -151,3 +151,14 @@ def test_replay_errors_exit_2_with_one_line(argv, sentence, tmp_path, capsys):
     argv = [{"TRACE": str(tmp_path / "t.jsonl"), "BAD": str(tmp_path / "bad.jsonl")}.get(a, a) for a in argv]
     assert main(argv) == 2
     assert capsys.readouterr().err == sentence
+
+
+def test_shipped_example_traces_are_real_runs_of_the_bundled_pair():
+    paths = sorted(trace.examples_dir().glob("*.jsonl"))
+    assert 2 <= len(paths) <= 3
+    for path in paths:
+        spec, ar = trace.spec_and_ar(trace.read(path))
+        assert spec[0].settings["drafter"] == "mtp" and spec[0].settings["draft_tokens"] == 4
+        assert spec[-1].type == ar[-1].type == "done"
+        assert 48 <= spec[-1].new_tokens <= 64 and spec[-1].drafted > 0
+        assert spec[-1].generated_ids == ar[-1].generated_ids   # greedy: lossless
