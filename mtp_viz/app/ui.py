@@ -122,6 +122,13 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
             ar, ar_stats = _pane("Autoregressive · one target forward per token", "ar",
                                  "The baseline runs after the speculative pass.")
         gr.HTML(view.legend_html(), elem_id="legend", padding=False)
+        with gr.Row(elem_id="trace-row", equal_height=True):  # below the panes: the first screen stays
+            trace_example = gr.Dropdown(h.example_traces(), value=None, label="Example trace (no model needed)",
+                                        elem_id="trace-examples", scale=3, filterable=False)
+            trace_upload = gr.File(label="Replay a trace (.jsonl)", file_types=[".jsonl", ".json", ".txt"],
+                                   type="filepath", elem_id="trace-upload", height=100, scale=3)
+            trace_download = gr.DownloadButton("Download trace", value=None, interactive=False,
+                                               elem_id="trace-download", scale=1, min_width=140)
         hint = gr.HTML(_hint_html(presets, preset0, note), elem_id="model-hint")
         with gr.Accordion("More settings", open=False, elem_id="settings"):
             with gr.Row():
@@ -190,7 +197,13 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
                                        show_progress_on=status, **hidden)
         replay_ev = replay_btn.click(h.replay, [session, speed], outputs, concurrency_limit=8,
                                      show_progress="hidden", **hidden)
-        stop_btn.click(h.stop, session, None, cancels=[replay_ev], queue=False, **hidden)
+        trace_opts = dict(concurrency_limit=8, show_progress="hidden", **hidden)
+        upload_ev = trace_upload.upload(h.replay_trace, [trace_upload, session, speed], outputs, **trace_opts)
+        example_ev = trace_example.change(h.replay_example, [trace_example, session, speed], outputs,
+                                          **trace_opts)
+        for ev in (run_ev, upload_ev, example_ev):  # the download offers whatever the panes show
+            ev.then(h.trace_file, session, trace_download, queue=False, **hidden)
+        stop_btn.click(h.stop, session, None, cancels=[replay_ev, upload_ev, example_ev], queue=False, **hidden)
         gr.api(h.api_generate, api_name="generate", concurrency_id="model")
     demo.mtp_loader, demo.mtp_handlers = loader, h  # type: ignore[attr-defined]
     demo.mtp_default = h.default  # type: ignore[attr-defined]
