@@ -217,6 +217,19 @@ def test_example_traces_are_offered_by_name_and_replay():
     assert "mv-msg-error" in _status(list(h.replay_example("../../etc/passwd", None, 1.0)))[-1]
 
 
+def test_scrub_shows_the_run_after_a_step_and_the_baseline_at_that_moment():
+    sess = runs.Session()
+    sess.spec, sess.ar = spec_run(), ar_run()
+    assert handlers.Handlers.scrub_range(sess)["maximum"] == 3
+    f = handlers.Handlers.scrub(sess, 2.0)
+    spec_i, ar_i = handlers.SLOTS.index("spec"), handlers.SLOTS.index("ar")
+    assert f[spec_i] == view.tokens_html(view.events_through_step(spec_run(), 2))
+    assert f[ar_i] == view.tokens_html(view.events_until(ar_run(), 0.02)[0])   # step 2 ended at t=0.02
+    assert "After step 2" in f[0]
+    assert "mv-msg-warn" in handlers.Handlers.scrub(None, 1)[0]
+    assert handlers.Handlers.scrub_range(None)["interactive"] is False
+
+
 def test_load_errors_clear_the_waiting_pane():
     def load(t, d):
         raise UserError(f"There is no loadable model folder at {t}.")

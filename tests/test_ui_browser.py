@@ -313,3 +313,29 @@ def test_a_downloaded_trace_uploaded_again_reproduces_the_run(page, tmp_path):
     _upload(page, path)
     for pane in ("spec", "ar"):
         assert page.locator(f"#{pane}-output span.tok").evaluate_all(SPANS_JS) == spans[pane], pane
+
+
+def test_scrubbing_to_a_step_shows_exactly_the_tokens_up_to_it(browser, modelless_server):
+    from mtp_viz import trace
+    path = sorted(trace.examples_dir().glob("*.jsonl"))[0]
+    spec, _ = trace.spec_and_ar(trace.read(path))
+    page = browser.new_page(viewport={"width": 1280, "height": 720})
+    try:
+        page.goto(modelless_server)
+        page.wait_for_selector("#model-status:has-text('no model')", timeout=60_000)
+        _upload(page, path)
+        box = page.locator("#scrub input[type='number']")
+        page.wait_for_function("() => !document.querySelector('#scrub input[type=number]').disabled",
+                               timeout=30_000)
+        for s in (5, 2):
+            box.fill(str(s))
+            box.press("Enter")
+            page.wait_for_selector(f"#status:has-text('After step {s} ')", timeout=30_000)
+            # (kind, bonus kind, step) of every token: the title of a span starts with its step
+            want = [(e.type, e.kind if e.type == "bonus" else "", e.step) for e in spec
+                    if e.type in ("accepted", "rejected", "bonus") and e.step <= s]
+            got = [(k, b, int(title.split(" ")[1])) for k, b, _, title in
+                   page.locator("#spec-output span.tok").evaluate_all(SPANS_JS)]
+            assert sorted(got) == sorted(want), s
+    finally:
+        page.close()

@@ -211,6 +211,35 @@ class Handlers:
             f"Replay done: speculative finished in {view.run_stats(sess.spec).seconds:.2f} s, "
             f"autoregressive in {view.run_stats(sess.ar).seconds:.2f} s.")})
 
+    # ------------------------------------------------------------ the scrubber
+
+    @staticmethod
+    def scrub_range(sess: runs.Session | None):
+        """``#scrub`` over the steps of the run just shown (speculative, else the
+        baseline), at its last step."""
+        steps = [e.step for e in (sess.spec or sess.ar) if e.type == "step"] if sess else []
+        if not steps:
+            return gr.update(minimum=0, maximum=1, value=0, interactive=False)
+        return gr.update(minimum=1, maximum=max(steps), value=max(steps), interactive=True)
+
+    @staticmethod
+    def scrub(sess: runs.Session | None, step: Any):
+        """The panes, stats and charts after step ``step`` of the run; the baseline as
+        it stood at that moment of the speculative run's recorded clock."""
+        if sess is None or not (sess.spec or sess.ar):
+            return frame({"status": view.message_html("Run a prompt or replay a trace first.", level="warn")})
+        s = runs.whole(step, "The step")
+        main, other = (sess.spec, sess.ar) if sess.spec else (sess.ar, [])
+        shown = view.events_through_step(main, s)
+        t = max((e.t for e in shown if e.type == "step"), default=0.0)
+        beside = view.events_until(other, t)[0]
+        spec, ar = (shown, beside) if sess.spec else ([], shown)
+        return frame({"spec": view.tokens_html(spec), "ar": view.tokens_html(ar),
+                      "spec_stats": view.stats_html(view.run_stats(spec, now=t)),
+                      "ar_stats": view.stats_html(view.run_stats(ar, now=t)),
+                      "figures": charts.all_figures(spec, ar),
+                      "status": view.message_html(f"After step {s} (t = {t:.3f} s of the recorded run).")})
+
     # ------------------------------------------------------------ traces
 
     @staticmethod
