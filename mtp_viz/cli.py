@@ -1,4 +1,4 @@
-"""`mtp-viz` entry point: generate | bench | ui.
+"""`mtp-viz` entry point: generate | replay | bench | ui.
 
 Each subcommand lives in its own module, which provides ``add_arguments(parser)``
 and ``run(args) -> int``. Errors a user can cause print one sentence on stderr and
@@ -12,6 +12,7 @@ import sys
 
 SUBCOMMANDS = {
     "generate": ("mtp_viz.cli_generate", "Generate text and show how each token was decided."),
+    "replay": ("mtp_viz.cli_replay", "Play a recorded trace in the terminal at its recorded timing."),
     "bench": ("mtp_viz.bench", "Benchmark speculative decoding against autoregressive and transformers."),
     "ui": ("mtp_viz.app.ui", "Start the Gradio app."),
 }

@@ -186,6 +186,50 @@ def test_handlers_run_streams_both_panes_and_keeps_the_session():
     assert "Replay done" in _status(list(handlers.Handlers.replay(sess, 1000.0)))[-1]
 
 
+def test_a_run_downloads_as_a_trace_that_replays_without_a_model(tmp_path):
+    pair = FakePair()
+    h = _handlers(lambda t, d: pair)
+    sess = list(h.run(_values(), None))[0][len(handlers.SLOTS)]
+    path = h.trace_file(sess)["value"]
+    from mtp_viz import trace
+    assert trace.read(path) == spec_run() + ar_run()
+    h2 = _handlers(lambda t, d: pytest.fail("a trace replay must not load a model"))
+    frames = list(h2.replay_trace(path, None, 1000.0))
+    sess2 = frames[0][len(handlers.SLOTS)]
+    assert sess2.spec == spec_run() and sess2.ar == ar_run()
+    assert "Replay done" in _status(frames)[-1]
+    spec_i = handlers.SLOTS.index("spec")
+    assert [f[spec_i] for f in frames if isinstance(f[spec_i], str)][-1] == view.tokens_html(spec_run())
+    assert all(not isinstance(frames[-1][handlers.SLOTS.index(k)], dict) for k in handlers.PLOTS)  # charts
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("<script>/etc/secret</script>")
+    msgs = _status(list(h2.replay_trace(str(bad), None, 1000.0)))
+    assert msgs == [view.message_html("Line 1 of the trace is not JSON.", level="error")]
+    assert handlers.Handlers.trace_file(None)["interactive"] is False
+
+
+def test_example_traces_are_offered_by_name_and_replay():
+    h = _handlers(lambda t, d: pytest.fail("no model"))
+    choices = h.example_traces()
+    assert choices and all("/" not in stem for _, stem in choices)
+    frames = list(h.replay_example(choices[0][1], None, 1e6))
+    assert "Replay done" in _status(frames)[-1]
+    assert "mv-msg-error" in _status(list(h.replay_example("../../etc/passwd", None, 1.0)))[-1]
+
+
+def test_scrub_shows_the_run_after_a_step_and_the_baseline_at_that_moment():
+    sess = runs.Session()
+    sess.spec, sess.ar = spec_run(), ar_run()
+    assert handlers.Handlers.scrub_range(sess)["maximum"] == 3
+    f = handlers.Handlers.scrub(sess, 2.0)
+    spec_i, ar_i = handlers.SLOTS.index("spec"), handlers.SLOTS.index("ar")
+    assert f[spec_i] == view.tokens_html(view.events_through_step(spec_run(), 2))
+    assert f[ar_i] == view.tokens_html(view.events_until(ar_run(), 0.02)[0])   # step 2 ended at t=0.02
+    assert "After step 2" in f[0]
+    assert "mv-msg-warn" in handlers.Handlers.scrub(None, 1)[0]
+    assert handlers.Handlers.scrub_range(None)["interactive"] is False
+
+
 def test_load_errors_clear_the_waiting_pane():
     def load(t, d):
         raise UserError(f"There is no loadable model folder at {t}.")

@@ -239,3 +239,103 @@ def test_closing_the_tab_stops_the_run(browser, gated_server):
     while any(t.name == "mtp-viz-run" and t.is_alive() for t in threading.enumerate()):
         assert time.monotonic() < deadline, "a worker kept computing after its client left"
         time.sleep(0.1)
+
+
+# ---------------------------------------------------------------- traces
+
+SPANS_JS = "els => els.map(e => [e.dataset.kind, e.dataset.bonus || '', e.textContent, e.title])"
+
+
+def _upload(page, path):
+    page.set_input_files("#trace-upload input[type='file']", str(path))
+    page.wait_for_selector("#status:has-text('Replay done')", timeout=120_000)
+
+
+@pytest.fixture(scope="module")
+def modelless_server():
+    """The app with no model to load: whatever it shows came from a trace."""
+    from mtp_viz.app import service, ui
+    from mtp_viz.errors import UserError
+
+    def load(target, drafter):
+        raise UserError("This test app has no model.")
+
+    demo = ui.build_demo(loader=service.PairLoader(load), target="tiny")
+    url = serve(demo)
+    yield url
+    demo.close()
+
+
+def test_an_uploaded_cli_trace_shows_exactly_its_token_kinds(browser, modelless_server, tmp_path):
+    import contextlib
+    import io
+    from mtp_viz import trace
+    from mtp_viz.cli import main
+    path = tmp_path / "cli.jsonl"
+    with path.open("w", encoding="utf-8") as f, contextlib.redirect_stdout(f):
+        for extra in ([], ["--autoregressive"]):
+            assert main(["generate", "--target", "tiny", "--prompt", PROMPT, "--max-new-tokens", "48",
+                         "--no-chat-template", "--jsonl", *extra]) == 0
+    spec, ar = trace.spec_and_ar(trace.read(path))
+    expected = Counter(e.type if e.type != "bonus" else f"bonus-{e.kind}" for e in spec)
+
+    page = browser.new_page(viewport={"width": 1280, "height": 720})
+    try:
+        page.goto(modelless_server)
+        page.wait_for_selector("#model-status:has-text('no model')", timeout=60_000)
+        _upload(page, path)
+        shown = Counter(k if k != "bonus" else f"bonus-{b}" for k, b, _, _ in
+                        page.locator("#spec-output span.tok").evaluate_all(SPANS_JS))
+        for kind in ("accepted", "rejected", "bonus-correction", "bonus-extension"):
+            assert shown[kind] == expected[kind], (kind, shown, expected)
+        assert shown["drafted"] == 0 and sum(shown.values()) > 0
+        assert page.locator("#ar-output span.tok[data-kind='token']").count() == sum(e.type == "token" for e in ar)
+        assert "token-identical" in page.inner_text("#compare")
+        page.wait_for_selector("#acceptance-plot .js-plotly-plot g.trace", state="attached", timeout=30_000)
+    finally:
+        page.close()
+
+
+def test_a_downloaded_trace_uploaded_again_reproduces_the_run(page, tmp_path):
+    page.fill("#prompt textarea", PROMPT)
+    page.click("#run")
+    page.wait_for_selector("#status:has-text('Done')", timeout=180_000)
+    spans = {pane: page.locator(f"#{pane}-output span.tok").evaluate_all(SPANS_JS) for pane in ("spec", "ar")}
+    assert spans["spec"] and spans["ar"]
+    page.wait_for_selector("#trace-download:not([disabled])", timeout=30_000)
+    with page.expect_download() as download:
+        page.click("#trace-download")
+    path = tmp_path / "downloaded.jsonl"
+    download.value.save_as(path)
+
+    page.reload()
+    page.wait_for_selector("#model-status:has-text('Ready')", timeout=180_000)
+    _upload(page, path)
+    for pane in ("spec", "ar"):
+        assert page.locator(f"#{pane}-output span.tok").evaluate_all(SPANS_JS) == spans[pane], pane
+
+
+def test_scrubbing_to_a_step_shows_exactly_the_tokens_up_to_it(browser, modelless_server):
+    from mtp_viz import trace
+    path = sorted(trace.examples_dir().glob("*.jsonl"))[0]
+    spec, _ = trace.spec_and_ar(trace.read(path))
+    page = browser.new_page(viewport={"width": 1280, "height": 720})
+    try:
+        page.goto(modelless_server)
+        page.wait_for_selector("#model-status:has-text('no model')", timeout=60_000)
+        _upload(page, path)
+        box = page.locator("#scrub input[type='number']")
+        page.wait_for_function("() => !document.querySelector('#scrub input[type=number]').disabled",
+                               timeout=30_000)
+        for s in (5, 2):
+            box.fill(str(s))
+            box.press("Enter")
+            page.wait_for_selector(f"#status:has-text('After step {s} ')", timeout=30_000)
+            # (kind, bonus kind, step) of every token: the title of a span starts with its step
+            want = [(e.type, e.kind if e.type == "bonus" else "", e.step) for e in spec
+                    if e.type in ("accepted", "rejected", "bonus") and e.step <= s]
+            got = [(k, b, int(title.split(" ")[1])) for k, b, _, title in
+                   page.locator("#spec-output span.tok").evaluate_all(SPANS_JS)]
+            assert sorted(got) == sorted(want), s
+    finally:
+        page.close()

@@ -166,6 +166,15 @@ def test_events_until_replays_on_recorded_times():
     assert sum(isinstance(e, Token) for e in shown) == 3
 
 
+def test_events_through_step_is_the_run_after_that_step():
+    ev = spec_run()
+    after_2 = view.events_through_step(ev, 2)
+    assert isinstance(after_2[-1], Step) and after_2[-1].step == 2
+    assert max(e.step for e in after_2 if hasattr(e, "step")) == 2 and not isinstance(after_2[-1], Done)
+    assert view.events_through_step(ev, 3) == ev and view.events_through_step(ev, 0) == ev[:1]
+    assert sum(isinstance(e, Token) for e in view.events_through_step(ar_run(), 4)) == 4
+
+
 def test_figures_from_events():
     ev = spec_run()
     acc = charts.acceptance_figure(ev)

@@ -225,12 +225,7 @@ def compare_frames(pair: Any, s: RunSettings, sess: Session, *, frame_interval: 
         yield from _stream(run_source(pair, s, "autoregressive", sess, events), sess, sess.ar, "ar",
                            frame_interval, chart_interval)
         failed = any(isinstance(e, Error) for e in sess.ar)
-    from ..metrics import theory_check
-    final: dict[str, Any] = {
-        "figures": charts.all_figures(sess.spec, sess.ar),
-        "compare": view.compare_html(view.run_stats(sess.spec), view.run_stats(sess.ar),
-                                     greedy=sess.greedy, threads=threads),
-        "theory": panels.theory_panel_html(theory_check(sess.spec, sess.ar or None))}
+    final = final_frame(sess, threads)
     if not failed:
         stopped = sess.stop.is_set()
         final["status"] = view.message_html(
@@ -239,6 +234,16 @@ def compare_frames(pair: Any, s: RunSettings, sess: Session, *, frame_interval: 
             "or Measure for the median of repeated runs.",
             level="warn" if stopped else "info")
     yield final
+
+
+def final_frame(sess: Session, threads: int = 0) -> dict[str, Any]:
+    """What a finished run shows besides its panes: every chart, the speedup and the
+    measured-vs-theory panel (after a live run, a Race replay or a replayed trace)."""
+    from ..metrics import theory_check
+    return {"figures": charts.all_figures(sess.spec, sess.ar),
+            "compare": view.compare_html(view.run_stats(sess.spec), view.run_stats(sess.ar),
+                                         greedy=sess.greedy, threads=threads),
+            "theory": panels.theory_panel_html(theory_check(sess.spec, sess.ar or None))}
 
 
 # ---------------------------------------------------------------- Measure
@@ -308,5 +313,5 @@ def measure(pair: Any, s: RunSettings, repeats: int, stop: threading.Event, thre
                        tps["autoregressive"], threads)
 
 
-__all__ = ["RunSettings", "Session", "Worker", "Measurement", "compare_frames", "measure",
+__all__ = ["RunSettings", "Session", "Worker", "Measurement", "compare_frames", "final_frame", "measure",
            "check_prompt", "whole", "number"]

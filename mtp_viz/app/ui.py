@@ -122,6 +122,15 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
             ar, ar_stats = _pane("Autoregressive · one target forward per token", "ar",
                                  "The baseline runs after the speculative pass.")
         gr.HTML(view.legend_html(), elem_id="legend", padding=False)
+        with gr.Row(elem_id="trace-row", equal_height=True):  # below the panes: the first screen stays
+            trace_example = gr.Dropdown(h.example_traces(), value=None, label="Example trace (no model needed)",
+                                        elem_id="trace-examples", scale=3, filterable=False)
+            trace_upload = gr.File(label="Replay a trace (.jsonl)", file_types=[".jsonl", ".json", ".txt"],
+                                   type="filepath", elem_id="trace-upload", height=100, scale=3)
+            trace_download = gr.DownloadButton("Download trace", value=None, interactive=False,
+                                               elem_id="trace-download", scale=1, min_width=140)
+        scrub = gr.Slider(0, 1, value=0, step=1, interactive=False, elem_id="scrub",
+                          label="Scrub: the state after step… (after a run or a replay)")
         hint = gr.HTML(_hint_html(presets, preset0, note), elem_id="model-hint")
         with gr.Accordion("More settings", open=False, elem_id="settings"):
             with gr.Row():
@@ -190,7 +199,17 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
                                        show_progress_on=status, **hidden)
         replay_ev = replay_btn.click(h.replay, [session, speed], outputs, concurrency_limit=8,
                                      show_progress="hidden", **hidden)
-        stop_btn.click(h.stop, session, None, cancels=[replay_ev], queue=False, **hidden)
+        trace_opts = dict(concurrency_limit=8, show_progress="hidden", **hidden)
+        upload_ev = trace_upload.upload(h.replay_trace, [trace_upload, session, speed], outputs, **trace_opts)
+        example_ev = trace_example.change(h.replay_example, [trace_example, session, speed], outputs,
+                                          **trace_opts)
+        for ev in (run_ev, upload_ev, example_ev, replay_ev):  # download and scrub what the panes show
+            ev.then(h.trace_file, session, trace_download, queue=False, **hidden).then(
+                h.scrub_range, session, scrub, queue=False, **hidden)
+        # input, not change: the range set after a run must not re-render the panes
+        scrub.input(h.scrub, [session, scrub], outputs, trigger_mode="always_last", show_progress="hidden",
+                    concurrency_limit=8, **hidden)
+        stop_btn.click(h.stop, session, None, cancels=[replay_ev, upload_ev, example_ev], queue=False, **hidden)
         gr.api(h.api_generate, api_name="generate", concurrency_id="model")
     demo.mtp_loader, demo.mtp_handlers = loader, h  # type: ignore[attr-defined]
     demo.mtp_default = h.default  # type: ignore[attr-defined]

@@ -334,3 +334,13 @@ def events_until(events: Sequence[Event], t: float) -> tuple[list[Event], bool]:
         else:
             pending.append(e)
     return shown + pending, True
+
+
+def events_through_step(events: Sequence[Event], step: int) -> list[Event]:
+    """The prefix of a recorded run after its step ``step``: every event of steps up to
+    it (a speculative step's drafts, verdicts and summary; an autoregressive token), and
+    the run's ``done`` only once every step is in."""
+    for i, e in enumerate(events):
+        if getattr(e, "step", 0) > step:
+            return list(events[:i])
+    return list(events)
