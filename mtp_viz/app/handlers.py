@@ -338,7 +338,10 @@ class Handlers:
         try:
             for batch in worker.batches(API_FRAME_SECONDS):
                 events.extend(e.to_dict() for e in batch)
-                if time.monotonic() - last >= API_FRAME_SECONDS and batch:
+                # news at most every API_FRAME_SECONDS; the same list again after a quiet
+                # second, so a client that left is noticed and its worker stopped
+                quiet = time.monotonic() - last >= runs.HEARTBEAT
+                if time.monotonic() - last >= API_FRAME_SECONDS and (batch or quiet):
                     last = time.monotonic()
                     yield list(events)
         finally:

@@ -24,6 +24,7 @@ from .service import user_message
 
 FRAME_INTERVAL = 1 / 20   # at most this many token frames a second (a screen shows no more)
 CHART_INTERVAL = 0.5      # plotly figures are re-sent whole: a few a second at most
+HEARTBEAT = 1.0           # an empty frame after this long without news (see _stream)
 _END = object()
 
 
@@ -193,6 +194,13 @@ def _stream(source: Callable[[], Iterable[Event]], sess: Session, out: list[Even
             dirty = dirty or bool(batch)
             final = any(isinstance(e, (Done, Error)) for e in batch)
             now = time.monotonic()
+            if not final and not dirty and now - last_frame >= HEARTBEAT:
+                # Nothing new (a slow step, or a paused source): an empty frame changes
+                # nothing on the page, but lets the server notice a client that left and
+                # close this generator, which stops the worker.
+                last_frame = now
+                yield {}
+                continue
             if not final and (not dirty or now - last_frame < frame_interval):
                 continue
             dirty, last_frame = False, now
