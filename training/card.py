@@ -54,7 +54,7 @@ def plot_losses(out: Path) -> Path | None:
     if d:
         ax = axes[1]
         dv = [r for r in d if "val_agree1" in r]
-        for j in range(1, 5):
+        for j in range(1, 9):
             if dv and f"val_agree{j}" in dv[0]:
                 ax.plot([r["step"] for r in dv], [r[f"val_agree{j}"] for r in dv],
                         label=f"draft {j}: top-1 agrees with target")
