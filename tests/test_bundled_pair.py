@@ -10,7 +10,13 @@ from mtp_viz.presets import assets_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = assets_dir() / "tiny"
-MIN_MEAN_ACCEPTED_LENGTH = 1.5  # guards against a broken checkpoint; the shipped pair measures well above
+# Acceptance floors for the shipped pair on held-out code: greedy, draft length ACCEPT_DRAFT_TOKENS, the first
+# ACCEPT_PROMPTS evaluation prompts, ACCEPT_NEW_TOKENS tokens each, through the engine and mtp_viz.metrics. There the
+# shipped pair measured first-position acceptance 0.76 and 3.84 tokens per target forward; a weaker drafter, or
+# one fed differently from how it was trained, falls below the floors.
+ACCEPT_PROMPTS, ACCEPT_NEW_TOKENS, ACCEPT_DRAFT_TOKENS = 6, 48, 6
+MIN_FIRST_POSITION_ACCEPTANCE = 0.70
+MIN_MEAN_ACCEPTED_LENGTH = 3.4
 
 
 @pytest.fixture(scope="module")
@@ -21,41 +27,59 @@ def pair():
         mp.setenv("HF_HUB_OFFLINE", "1")
         mp.setenv("TRANSFORMERS_OFFLINE", "1")
         tok = AutoTokenizer.from_pretrained(TINY / "target")
-        target = AutoModelForCausalLM.from_pretrained(TINY / "target").eval()
-        drafter = AutoModelForCausalLM.from_pretrained(TINY / "drafter").eval()
+        target = AutoModelForCausalLM.from_pretrained(TINY / "target", dtype=torch.float32).eval()
+        drafter = AutoModelForCausalLM.from_pretrained(TINY / "drafter", dtype=torch.float32).eval()
     return tok, target, drafter
 
 
 @pytest.fixture(scope="module")
-def prompt_ids(pair):
+def held_out_ids(pair):
     tok = pair[0]
     prompts = json.loads((TINY / "eval_prompts.json").read_text())["prompts"]
-    return tok(prompts[0]["prompt"])["input_ids"]
+    return [tok(p["prompt"])["input_ids"] for p in prompts]
+
+
+@pytest.fixture(scope="module")
+def prompt_ids(held_out_ids):
+    return held_out_ids[0]
 
 
 def test_bundled_pair_loads_offline(pair):
     tok, target, drafter = pair
     assert type(target).__name__ == "Gemma4ForCausalLM"
     assert type(drafter).__name__ == "Gemma4AssistantForCausalLM"
-    assert drafter.generation_config.num_assistant_tokens == 4
+    from training.models import DEFAULT_DRAFT_TOKENS
+
+    assert drafter.generation_config.num_assistant_tokens == DEFAULT_DRAFT_TOKENS
     assert drafter.config.backbone_hidden_size == target.config.hidden_size
     assert target.config.eos_token_id == tok.eos_token_id == 1
     text = "def f(x):\n\tif x:\n        return 'é'\n"
     assert tok.decode(tok(text)["input_ids"], skip_special_tokens=True) == text
     size = sum(f.stat().st_size for f in TINY.rglob("*") if f.is_file())
-    assert size < 30e6
+    assert size < 40e6
+    # stored in bfloat16, loaded as float32 (what mtp_viz does on a CPU, and transformers' default for this config)
+    assert target.dtype == drafter.dtype == torch.float32
+
+
+def test_bundled_pair_cost_shape(pair):
+    """The drafter/target cost ratio that makes MTP pay off on a CPU: one drafter layer against a deep target."""
+    _, target, drafter = pair
+    assert drafter.config.text_config.num_hidden_layers == 1
+    assert target.config.num_hidden_layers >= 24
 
 
 @torch.inference_mode()
-def test_speculative_equals_greedy_and_accepts(pair, prompt_ids):
-    from training.speculative import greedy_speculative
+def test_acceptance_floor_on_held_out_code(pair, held_out_ids):
+    """The shipped checkpoint's acceptance on held-out code, through the engine and mtp_viz.metrics."""
+    from training.evaluate import engine_events, summarize
 
     tok, target, drafter = pair
-    ref = target.generate(torch.tensor([prompt_ids]), do_sample=False, max_new_tokens=32,
-                          eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)[0, len(prompt_ids):].tolist()
-    res = greedy_speculative(target, drafter, prompt_ids, max_new_tokens=32, k=4, eos_token_id=tok.eos_token_id)
-    assert res.ids == ref
-    assert res.mean_accepted_length > MIN_MEAN_ACCEPTED_LENGTH
+    events = []
+    for ids in held_out_ids[:ACCEPT_PROMPTS]:
+        events += engine_events(target, drafter, ids, ACCEPT_NEW_TOKENS, tok.eos_token_id, ACCEPT_DRAFT_TOKENS)
+    res = summarize(events, ACCEPT_DRAFT_TOKENS)
+    assert res["first_position_acceptance"] >= MIN_FIRST_POSITION_ACCEPTANCE, res
+    assert res["mean_accepted_length"] >= MIN_MEAN_ACCEPTED_LENGTH, res
 
 
 @torch.inference_mode()
@@ -69,12 +93,12 @@ def test_project_engine_with_bundled_pair(pair, prompt_ids):
     ref = target.generate(torch.tensor([prompt_ids]), do_sample=False, max_new_tokens=32,
                           eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)[0, len(prompt_ids):].tolist()
     events = list(engine.speculative(target, MTPDrafter(drafter, target), prompt_ids, max_new_tokens=32,
-                                     sampling=Sampling(temperature=0.0), schedule="constant", draft_tokens=4,
+                                     sampling=Sampling(temperature=0.0), schedule="constant", draft_tokens=6,
                                      eos_token_ids=[tok.eos_token_id]))
     done = events[-1]
     assert isinstance(done, Done)
     assert list(done.generated_ids) == ref
-    assert done.mean_accepted_length > MIN_MEAN_ACCEPTED_LENGTH
+    assert done.mean_accepted_length > 1.5
 
 
 def test_bundled_drafter_parallel_formulation_matches_inference(pair):
@@ -86,6 +110,33 @@ def test_bundled_drafter_parallel_formulation_matches_inference(pair):
     ids = torch.tensor([tok(text)["input_ids"][:200]])
     sw = target.config.sliding_window
     check_parallel_matches_sequential(target, drafter, ids, [1, 5, 64, sw + 1, sw + 2, 195], steps=4)
+
+
+def test_depth_upscaling_is_exact():
+    """Growing a target by depth up-scaling keeps its function: same logits, last hidden state and shared K/V."""
+    from transformers import Gemma4ForCausalLM
+
+    from training.models import target_config, upscale_target
+
+    torch.manual_seed(0)
+    small = Gemma4ForCausalLM(target_config(quick=True, vocab_size=512, layers=6)).eval()
+    with torch.no_grad():  # non-trivial gains, so zeroing them is what makes the inserted layers identities
+        for n, p in small.named_parameters():
+            if n.endswith("layernorm.weight"):
+                p.uniform_(0.5, 1.5)
+    big, zeroed = upscale_target(small, 15)
+    big.eval()
+    assert big.config.num_hidden_layers == 15 and len(zeroed) == 2 * (15 - 6)
+    assert big.config.layer_types == small.config.layer_types[:3] * 5
+    ids = torch.randint(4, 512, (2, 40))
+    kw = dict(output_hidden_states=True, return_shared_kv_states=True, use_cache=False)
+    with torch.no_grad():
+        a, b = small(input_ids=ids, **kw), big(input_ids=ids, **kw)
+    torch.testing.assert_close(b.logits, a.logits)
+    torch.testing.assert_close(b.hidden_states[-1], a.hidden_states[-1])
+    for t in a.shared_kv_states:
+        torch.testing.assert_close(b.shared_kv_states[t][0], a.shared_kv_states[t][0])
+        torch.testing.assert_close(b.shared_kv_states[t][1], a.shared_kv_states[t][1])
 
 
 def test_quick_pipeline(tmp_path):

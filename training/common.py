@@ -75,3 +75,17 @@ class JsonlLog:
         self.f.write(json.dumps(rec) + "\n")
         self.f.flush()
         print(json.dumps(rec), flush=True)
+
+
+def store_weights(folder: Path, storage: str = "bfloat16") -> None:
+    """Rewrite `folder/model.safetensors` with its floating-point tensors in `storage` ("bfloat16" halves the
+    bytes in git). config.json keeps dtype float32, so `from_pretrained` loads float32 weights holding exactly the
+    stored values; training stages that read a saved model (the drafter, the evaluation) see what users get."""
+    if storage == "float32":
+        return
+    from safetensors.torch import load_file, save_file
+
+    dtype = {"bfloat16": torch.bfloat16}[storage]
+    path = folder / "model.safetensors"
+    sd = load_file(path)
+    save_file({k: v.to(dtype) if v.is_floating_point() else v for k, v in sd.items()}, path, metadata={"format": "pt"})

@@ -1,10 +1,11 @@
-"""Measure the bundled pair: greedy speculative decoding, constant draft length 4, on held-out code and on prose.
+"""Measure the bundled pair: greedy speculative decoding at a constant draft length, on held-out code and on prose.
 
     python -m training.evaluate --out mtp_viz/assets/tiny
 
-Every run is checked against `target.generate(do_sample=False)` (speculative decoding must not change the
-output). The project's own engine (`mtp_viz.engine`) is used for the numbers when it can be imported, and
-the minimal loop of `training/speculative.py` otherwise; when both are available their outputs are compared.
+Decoding runs through the project's own engine (`mtp_viz.engine.speculative` with `mtp_viz.drafters.MTPDrafter`),
+and the figures come from `mtp_viz.metrics` over its event stream, so they are the ones the app and
+`mtp-viz bench` report. Every output is checked against `target.generate(do_sample=False)` (speculative decoding
+must not change the output).
 """
 
 from __future__ import annotations
@@ -16,7 +17,13 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from .speculative import greedy_speculative
+from mtp_viz import metrics
+from mtp_viz.drafters import MTPDrafter
+from mtp_viz.engine import speculative
+from mtp_viz.events import Done
+from mtp_viz.sampling import Sampling
+
+from .models import DEFAULT_DRAFT_TOKENS
 
 # Surprising text for a model trained only on Python source: plain English prose.
 PROSE_PROMPTS = [
@@ -28,103 +35,77 @@ PROSE_PROMPTS = [
     "many years of silence, and read the first line twice before",
 ]
 
-DRAFT_TOKENS = 4
-
 
 def load_pair(out: Path):
+    """Tokenizer, target and drafter as the app loads them on a CPU: float32 weights."""
     tok = AutoTokenizer.from_pretrained(out / "target")
-    target = AutoModelForCausalLM.from_pretrained(out / "target").eval()
-    drafter = AutoModelForCausalLM.from_pretrained(out / "drafter").eval()
+    target = AutoModelForCausalLM.from_pretrained(out / "target", dtype=torch.float32).eval()
+    drafter = AutoModelForCausalLM.from_pretrained(out / "drafter", dtype=torch.float32).eval()
     return tok, target, drafter
 
 
-def engine_run(target, drafter, prompt_ids, max_new_tokens, eos_id):
-    """Run the project's engine; returns (generated ids, per-step accepted, per-step drafted, forwards) or None."""
-    try:
-        from mtp_viz.drafters import MTPDrafter
-        from mtp_viz.engine import speculative
-        from mtp_viz.events import Done, Step
-        from mtp_viz.sampling import Sampling
-    except Exception:  # the engine is optional here
-        return None
-    accepted, drafted, done = [], [], None
-    for ev in speculative(target, MTPDrafter(drafter, target), prompt_ids, max_new_tokens=max_new_tokens,
-                          sampling=Sampling(temperature=0.0), schedule="constant", draft_tokens=DRAFT_TOKENS,
-                          eos_token_ids=[eos_id]):
-        if isinstance(ev, Step) and ev.draft_len > 0:
-            accepted.append(ev.accepted)
-            drafted.append(ev.draft_len)
-        elif isinstance(ev, Done):
-            done = ev
-    return list(done.generated_ids), accepted, drafted, done.target_forwards
+def engine_events(target, drafter, prompt_ids, max_new_tokens: int, eos_id: int, draft_tokens: int) -> list:
+    """One greedy generation through the project's engine, as its event stream."""
+    return list(speculative(target, MTPDrafter(drafter, target), prompt_ids, max_new_tokens=max_new_tokens,
+                            sampling=Sampling(temperature=0.0), schedule="constant", draft_tokens=draft_tokens,
+                            eos_token_ids=[eos_id]))
 
 
-def summarize(accepted, drafted, new_tokens, forwards):
-    steps = len(accepted)
-    per_pos = []
-    for i in range(1, DRAFT_TOKENS + 1):
-        reached = sum(1 for a, d in zip(accepted, drafted) if d >= i and a >= i - 1)
-        ok = sum(1 for a, d in zip(accepted, drafted) if d >= i and a >= i)
-        per_pos.append(round(ok / reached, 4) if reached else None)
+def summarize(events: list, draft_tokens: int) -> dict:
+    """The evaluation's figures, all from `mtp_viz.metrics` (pooled over every generation in `events`)."""
+    s = metrics.summarize(events)
+    per_pos = (list(s.per_position_conditional) + [None] * draft_tokens)[:draft_tokens]
     return {
-        "mean_accepted_length": round(new_tokens / max(forwards, 1), 4),
-        "first_position_acceptance": per_pos[0],
-        "per_position_acceptance": per_pos,  # P(draft i accepted | drafts 1..i-1 accepted)
-        "draft_acceptance_rate": round(sum(accepted) / max(sum(drafted), 1), 4),
-        "verification_steps": steps,
-        "new_tokens": new_tokens,
-        "target_forwards": forwards,
+        "mean_accepted_length": round(s.mean_accepted_length, 4),
+        "alpha": round(s.alpha, 4),
+        "first_position_acceptance": None if per_pos[0] is None else round(per_pos[0], 4),
+        "per_position_acceptance": [None if p is None else round(p, 4) for p in per_pos],  # conditional
+        "draft_acceptance_rate": round(s.acceptance_rate, 4),
+        "verification_steps": sum(1 for r in metrics.step_records(events) if r.draft_len > 0),
+        "new_tokens": s.new_tokens,
+        "target_forwards": s.target_forwards,
     }
 
 
 @torch.inference_mode()
-def run_set(tok, target, drafter, prompts, max_new_tokens, use_engine=True):
-    acc_all, dr_all, new_all, fw_all, samples, engine_used = [], [], 0, 0, [], None
+def run_set(tok, target, drafter, prompts, max_new_tokens: int, draft_tokens: int) -> dict:
+    pooled, samples = [], []
     for text in prompts:
         ids = tok(text)["input_ids"]
         ref = target.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=max_new_tokens,
                               eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)[0, len(ids):].tolist()
-        own = greedy_speculative(target, drafter, ids, max_new_tokens, k=DRAFT_TOKENS, eos_token_id=tok.eos_token_id)
-        assert own.ids == ref, "speculative output differs from target.generate"
-        eng = engine_run(target, drafter, ids, max_new_tokens, tok.eos_token_id) if use_engine else None
-        if eng is not None:
-            assert eng[0] == ref, "engine output differs from target.generate"
-            gen, acc, dr, fw = eng
-            engine_used = True
-        else:
-            gen, acc, dr, fw = own.ids, own.accepted, own.drafted, own.forwards
-            engine_used = False
-        acc_all += acc
-        dr_all += dr
-        new_all += len(gen)
-        fw_all += fw
-        per = summarize(acc, dr, len(gen), fw)
-        samples.append({"prompt": text, "completion": tok.decode(gen), "mean_accepted_length": per["mean_accepted_length"],
-                        "first_position_acceptance": per["first_position_acceptance"],
-                        "own_loop_mean_accepted_length": round(own.mean_accepted_length, 4)})
-    res = summarize(acc_all, dr_all, new_all, fw_all)
-    res["measured_with"] = "mtp_viz.engine" if engine_used else "training/speculative.py"
+        events = engine_events(target, drafter, ids, max_new_tokens, tok.eos_token_id, draft_tokens)
+        done = events[-1]
+        assert isinstance(done, Done), f"the engine ended with {done!r}"
+        assert list(done.generated_ids) == ref, "engine output differs from target.generate"
+        pooled += events
+        per = summarize(events, draft_tokens)
+        samples.append({"prompt": text, "completion": tok.decode(list(done.generated_ids)),
+                        "mean_accepted_length": per["mean_accepted_length"],
+                        "first_position_acceptance": per["first_position_acceptance"]})
+    res = summarize(pooled, draft_tokens)
+    res["measured_with"] = "mtp_viz.engine + mtp_viz.metrics"
     res["prompts"] = len(prompts)
     res["samples"] = samples
     return res
 
 
-def evaluate_pair(out: Path, log_dir: Path | None = None, quick: bool = False, max_new_tokens: int = 64):
+def evaluate_pair(out: Path, log_dir: Path | None = None, quick: bool = False, max_new_tokens: int = 64,
+                  draft_tokens: int = DEFAULT_DRAFT_TOKENS):
     tok, target, drafter = load_pair(out)
     code = [p["prompt"] for p in json.loads((out / "eval_prompts.json").read_text())["prompts"]]
     prose = PROSE_PROMPTS
     if quick:
         code, prose, max_new_tokens = code[:1], prose[:1], 12
     results = {
-        "settings": {"greedy": True, "draft_tokens": DRAFT_TOKENS, "max_new_tokens": max_new_tokens},
-        "held_out_code": run_set(tok, target, drafter, code, max_new_tokens),
-        "prose": run_set(tok, target, drafter, prose, max_new_tokens),
+        "settings": {"greedy": True, "draft_tokens": draft_tokens, "max_new_tokens": max_new_tokens},
+        "held_out_code": run_set(tok, target, drafter, code, max_new_tokens, draft_tokens),
+        "prose": run_set(tok, target, drafter, prose, max_new_tokens, draft_tokens),
     }
     for name in ("held_out_code", "prose"):
         r = results[name]
-        print(f"{name}: mean accepted length {r['mean_accepted_length']}, first-position acceptance "
-              f"{r['first_position_acceptance']}, per position {r['per_position_acceptance']} ({r['measured_with']})",
-              flush=True)
+        print(f"{name}: mean accepted length {r['mean_accepted_length']}, alpha {r['alpha']}, first-position "
+              f"acceptance {r['first_position_acceptance']}, per position {r['per_position_acceptance']}", flush=True)
     (log_dir or out).mkdir(parents=True, exist_ok=True)
     ((log_dir or out) / "eval_results.json").write_text(json.dumps(results, indent=2) + "\n")
     return results
@@ -134,7 +115,8 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path("mtp_viz/assets/tiny"))
     ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--draft-tokens", type=int, default=DEFAULT_DRAFT_TOKENS)
+    ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    evaluate_pair(a.out, a.out / "logs", max_new_tokens=a.max_new_tokens)
+    evaluate_pair(a.out, a.out / "logs", max_new_tokens=a.max_new_tokens, draft_tokens=a.draft_tokens)

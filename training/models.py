@@ -1,7 +1,13 @@
-"""Configurations of the tiny Gemma 4 target and its MTP drafter (assistant)."""
+"""Configurations of the tiny Gemma 4 target and its MTP drafter (assistant), and the target's depth up-scaling.
+
+Sizes: on a CPU at these widths, per-layer overhead dominates the cost of a forward, so depth sets the
+drafter/target cost ratio c. A 24-layer target with a 1-layer drafter puts c near 0.07, the same regime as the
+real E2B assistant (about 78M parameters) against its roughly 5B-parameter target.
+"""
 
 from __future__ import annotations
 
+import torch
 from transformers import (
     Gemma4AssistantConfig,
     Gemma4AssistantForCausalLM,
@@ -15,10 +21,17 @@ VOCAB = 4096
 HEAD_DIM = 64
 KV_HEADS = 1
 SLIDING_WINDOW = 128
+PERIOD = 3  # layer pattern: sliding, sliding, full
+TARGET_LAYERS = 24  # the shipped target: the 6-layer base grown by depth up-scaling (`upscale_target`)
+BASE_LAYERS = 6  # the target trained from scratch before up-scaling
+DEFAULT_DRAFT_TOKENS = 6  # the drafter's generation_config.num_assistant_tokens: near the measured best on a CPU
 
 
-def target_config(quick: bool = False, vocab_size: int = VOCAB) -> Gemma4TextConfig:
-    hidden, layers, inter = (64, 3, 128) if quick else (256, 6, 512)
+def target_config(quick: bool = False, vocab_size: int = VOCAB, layers: int | None = None) -> Gemma4TextConfig:
+    """The target trained from scratch has `BASE_LAYERS` layers (3 with `quick`); `layers` overrides that."""
+    hidden, base, inter = (64, 3, 128) if quick else (256, BASE_LAYERS, 512)
+    layers = layers or base
+    assert layers % PERIOD == 0, f"target layers must be a multiple of {PERIOD}"
     return Gemma4TextConfig(
         vocab_size=vocab_size,
         hidden_size=hidden,
@@ -30,7 +43,7 @@ def target_config(quick: bool = False, vocab_size: int = VOCAB) -> Gemma4TextCon
         global_head_dim=HEAD_DIM,  # full-attention layers use the same head_dim as sliding ones
         # quick: a window shorter than the smoke-test sequences, so the sliding masks are exercised
         sliding_window=16 if quick else SLIDING_WINDOW,
-        layer_types=(["sliding_attention"] * 2 + ["full_attention"]) * (layers // 3),
+        layer_types=(["sliding_attention"] * (PERIOD - 1) + ["full_attention"]) * (layers // PERIOD),
         max_position_embeddings=4096,
         vocab_size_per_layer_input=0,
         hidden_size_per_layer_input=0,
@@ -43,7 +56,8 @@ def target_config(quick: bool = False, vocab_size: int = VOCAB) -> Gemma4TextCon
 
 
 def drafter_config(target_cfg: Gemma4TextConfig, quick: bool = False) -> Gemma4AssistantConfig:
-    hidden, layers, inter = (64, 2, 128) if quick else (256, 2, 512)
+    """One full-attention layer as wide as the target's layers (so it can start from the target's last one)."""
+    hidden, layers, inter = (64, 1, 128) if quick else (256, 1, 512)
     text = Gemma4TextConfig(
         vocab_size=target_cfg.vocab_size,
         hidden_size=hidden,
@@ -82,6 +96,52 @@ def build_target(quick: bool = False, vocab_size: int = VOCAB) -> Gemma4ForCausa
 
 def build_drafter(target_cfg: Gemma4TextConfig, quick: bool = False) -> Gemma4AssistantForCausalLM:
     return Gemma4AssistantForCausalLM(drafter_config(target_cfg, quick))
+
+
+def original_block_positions(old_layers: int, new_layers: int) -> dict[int, int]:
+    """Depth up-scaling's placement: {new block index: original block index}; the other blocks are inserted."""
+    old_blocks, new_blocks = old_layers // PERIOD, new_layers // PERIOD
+    assert old_layers % PERIOD == 0 and new_layers % PERIOD == 0 and new_blocks >= old_blocks >= 2
+    return {round(j * (new_blocks - 1) / (old_blocks - 1)): j for j in range(old_blocks)}
+
+
+@torch.no_grad()
+def upscale_target(small: Gemma4ForCausalLM, layers: int) -> tuple[Gemma4ForCausalLM, list[str]]:
+    """Depth up-scaling: a `layers`-deep target that computes exactly what `small` computes.
+
+    The small target's blocks (sliding, sliding, full) keep their order; its first block stays first and its last
+    block stays last (so the last hidden state and the shared K/V the drafter reads still come from trained layers),
+    the others are spread evenly. Every inserted block copies the weights of the nearest original block before it,
+    with the gains of its post-attention and post-feed-forward norms set to zero: Gemma 4 normalises each branch's
+    output before adding it to the residual stream, so a zero gain (not a zero output projection, which the norm
+    would rescale to full size after the first update) makes the layer an exact identity.
+    Returns the new model and the names of the zeroed gains."""
+    old_blocks, new_blocks = small.config.num_hidden_layers // PERIOD, layers // PERIOD
+    cfg = type(small.config).from_dict({
+        **small.config.to_dict(), "num_hidden_layers": layers,
+        "layer_types": small.config.layer_types[:PERIOD] * new_blocks})
+    big = Gemma4ForCausalLM(cfg)
+    place = original_block_positions(small.config.num_hidden_layers, layers)
+    old = small.state_dict()
+    new = {k: v.clone() for k, v in old.items() if not k.startswith("model.layers.")}
+    zeroed, src_block = [], 0
+    for b in range(new_blocks):
+        inserted = b not in place
+        src_block = src_block if inserted else place[b]
+        for r in range(PERIOD):
+            src, dst = f"model.layers.{src_block * PERIOD + r}.", f"model.layers.{b * PERIOD + r}."
+            for k, v in old.items():
+                if k.startswith(src):
+                    new[dst + k[len(src):]] = v.clone()
+            if inserted:
+                for norm in ("post_attention_layernorm", "post_feedforward_layernorm"):
+                    new[f"{dst}{norm}.weight"].zero_()
+                    zeroed.append(f"{dst}{norm}.weight")
+    missing, unexpected = big.load_state_dict(new, strict=False)
+    assert not unexpected and all(k == "lm_head.weight" for k in missing), (missing, unexpected)
+    big.tie_weights()
+    big.generation_config = small.generation_config
+    return big, zeroed
 
 
 def n_params(model) -> int:

@@ -7,9 +7,9 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from .common import JsonlLog, Progress, WindowSampler, flatten, lr_at, seed_everything
+from .common import JsonlLog, Progress, WindowSampler, flatten, lr_at, seed_everything, store_weights
 from .data import encode_files
-from .models import build_drafter, n_params
+from .models import DEFAULT_DRAFT_TOKENS, build_drafter, n_params
 from .mtp import check_parallel_matches_sequential, distill_loss, target_features, unrolled_logits
 
 
@@ -39,7 +39,7 @@ def init_from_target(drafter, target) -> list[str]:
 def train_drafter(args, out: Path, log_dir: Path, train_files, held_files):
     seed_everything(args.seed + 1)
     tokenizer = AutoTokenizer.from_pretrained(out / "target")
-    target = AutoModelForCausalLM.from_pretrained(out / "target")
+    target = AutoModelForCausalLM.from_pretrained(out / "target", dtype=torch.float32)
     target.eval().requires_grad_(False)
     embed = target.get_input_embeddings()
     sw = target.config.sliding_window
@@ -122,10 +122,11 @@ def train_drafter(args, out: Path, log_dir: Path, train_files, held_files):
 
     drafter.eval()
     gc = drafter.generation_config
-    gc.num_assistant_tokens = 4
+    gc.num_assistant_tokens = DEFAULT_DRAFT_TOKENS
     gc.bos_token_id, gc.eos_token_id, gc.pad_token_id = tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id
     d_out = out / "drafter"
     d_out.mkdir(parents=True, exist_ok=True)
     drafter.save_pretrained(d_out)
+    store_weights(d_out, args.storage)
     tokenizer.save_pretrained(d_out)
     return drafter

@@ -1,6 +1,8 @@
 """Build the bundled offline model pair: tokenizer, tiny Gemma 4 target, MTP drafter, eval, model card.
 
-Full run (about 85 minutes on 2 CPU cores):
+The shipped pair (a 24-layer target grown from a 6-layer one, and a 1-layer drafter) is built by a sequence of
+these runs: see training/build_bundled.sh. With the defaults, one run trains the 6-layer target from scratch and
+a drafter for it (about 85 minutes on 2 CPU cores):
 
     nice -n 5 python -m training.train_tiny --out mtp_viz/assets/tiny
 
@@ -46,6 +48,11 @@ def parse_args(argv=None):
     p.add_argument("--target-continue", action="store_true",
                    help="continue training the target saved in --out (a second warmup + cosine phase, appended to "
                         "the log) instead of starting from scratch; reuses its tokenizer")
+    p.add_argument("--target-upscale", type=int, default=0, metavar="LAYERS",
+                   help="with --target-continue: first grow the saved target to this many layers by depth "
+                        "up-scaling (inserted layers start as exact identities), then train it")
+    p.add_argument("--storage", choices=("bfloat16", "float32"), default="bfloat16",
+                   help="dtype of the saved safetensors (configs keep float32, so the pair loads as float32)")
     p.add_argument("--drafter-steps", type=int, default=3000)
     p.add_argument("--drafter-minutes", type=float, default=35.0)
     p.add_argument("--drafter-batch", type=int, default=8)
@@ -78,6 +85,8 @@ def _next_phase(log_dir: Path) -> int:
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.target_upscale and not args.target_continue:
+        raise SystemExit("--target-upscale grows the saved target: use it with --target-continue")
     torch.set_num_threads(args.threads)
     seed_everything(args.seed)
     stages = [s.strip() for s in args.stages.split(",") if s.strip()]
@@ -105,7 +114,8 @@ def main(argv=None):
                      max_steps=args.target_steps, minutes=args.target_minutes, batch_size=args.target_batch,
                      seq_len=args.seq_len, peak_lr=args.target_lr,
                      init_from=(out / "target") if args.target_continue else None,
-                     phase=_next_phase(log_dir) if args.target_continue else 1)
+                     phase=_next_phase(log_dir) if args.target_continue else 1,
+                     upscale_layers=args.target_upscale or None, storage=args.storage)
         from .prompts import write_eval_prompts
 
         write_eval_prompts(tokenizer, held_files, out / "eval_prompts.json", n=args.num_eval_prompts)
