@@ -64,6 +64,7 @@ def app_runs(prompt: str, runs: int, tokens: int, draft: int, threads: int) -> l
                 page.locator(inp).press("Enter")
             for i in range(runs):
                 page.click("#run")
+                page.wait_for_selector("#compare:not([data-speedup])", timeout=60_000)  # reset
                 page.wait_for_selector("#compare[data-basis='single run']", timeout=300_000)
                 x = float(page.locator("#compare").get_attribute("data-speedup"))
                 shown.append(x)
