@@ -13,7 +13,10 @@ One speculative step, in the notation of :mod:`mtp_viz.sampling`:
             crop the k - n rejected entries from the target's KV cache
 
 Both generators can be suspended between steps (they are plain generators), and
-stop cleanly when ``stop`` (a ``threading.Event``) is set.
+stop cleanly when ``stop`` (a ``threading.Event``) is set. Step mode passes ``pause``,
+a callable the speculative loop calls after each draft ("drafted") and after each
+verification ("verified"); it returns when the user wants the next phase, and the
+time spent in it is taken off the engine's clock, so timings count only the work.
 """
 from __future__ import annotations
 
@@ -78,7 +81,7 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
                 sampling: Sampling = Sampling(), schedule: Schedule | str = "constant",
                 draft_tokens: int | None = None, max_draft_tokens: int = 16,
                 eos_token_ids: Sequence[int] = (), detok: Any = None, stale_kv: bool = False,
-                stop=None) -> Iterator[Event]:
+                stop=None, pause=None) -> Iterator[Event]:
     """Speculative decoding with any drafter; yields the event stream of docs/events.md.
 
     stale_kv=True leaves the MTP drafter the KV entry computed from the first rejected
@@ -135,6 +138,7 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
                    time.perf_counter() - t0, agreed=n)
         if stop_reason:
             break
+        t0 += _held(pause, "verified")
 
         # -- draft --------------------------------------------------------------------
         step += 1
@@ -150,6 +154,8 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
         stats["drafter"] += proposal.forwards
         for i, tok in enumerate(proposal.tokens):
             yield Drafted(step, i, tok, text.piece(ids + proposal.tokens[:i], tok), _q(proposal, i))
+        if proposal.tokens:
+            t0 += _held(pause, "drafted")
 
         # -- verify: one target forward over the newest token and all drafts ------------
         t = time.perf_counter()
@@ -159,6 +165,15 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
         stats["forwards"] += 1
 
     yield _done(ids, prompt_ids, stats, time.perf_counter() - t0, stop_reason, text)
+
+
+def _held(pause, phase: str) -> float:
+    """Seconds spent in ``pause(phase)``: a step-mode wait, kept off the engine's clock."""
+    if pause is None:
+        return 0.0
+    t = time.perf_counter()
+    pause(phase)
+    return time.perf_counter() - t
 
 
 def limit(new: list[int], eos: set[int], remaining: int) -> tuple[list[int], str, str]:

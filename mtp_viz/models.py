@@ -298,12 +298,13 @@ class ModelPair:
                  schedule="constant", temperature: float = 0.0, top_p: float = 1.0,
                  top_k: int = 0, seed: int | None = None, chat: bool = True, stop=None,
                  stale_kv: bool = False, max_draft_tokens: int = 16,
-                 max_prompt_tokens: int | None = None):
+                 max_prompt_tokens: int | None = None, pause=None):
         """Check every setting, then return the engine's event generator for one prompt.
 
         ``schedule`` is a name (this pair's schedule of that name, carried across
         generations) or a :class:`mtp_viz.schedules.Schedule` the caller keeps.
-        ``max_prompt_tokens`` caps the prompt (public deployments set it)."""
+        ``max_prompt_tokens`` caps the prompt (public deployments set it); ``pause`` is
+        step mode's hook (see :func:`mtp_viz.engine.speculative`; speculative mode only)."""
         from . import engine
         from .decoding import Sampling
         from .text import Detokenizer
@@ -336,7 +337,7 @@ class ModelPair:
             schedule = self.schedule(schedule, d.kind, draft_tokens or d.default_draft_tokens,
                                      max_draft_tokens)
         return _guarded(engine.speculative(self.target, d, ids, schedule=schedule,
-                                           stale_kv=stale_kv, **common))
+                                           stale_kv=stale_kv, pause=pause, **common))
 
 
 def _guarded(events):

@@ -190,7 +190,7 @@ def test_a_run_downloads_as_a_trace_that_replays_without_a_model(tmp_path):
     pair = FakePair()
     h = _handlers(lambda t, d: pair)
     sess = list(h.run(_values(), None))[0][len(handlers.SLOTS)]
-    path = h.trace_file(sess)["value"]
+    path = h.download_files(sess)[0]["value"]
     from mtp_viz import trace
     assert trace.read(path) == spec_run() + ar_run()
     h2 = _handlers(lambda t, d: pytest.fail("a trace replay must not load a model"))
@@ -205,7 +205,7 @@ def test_a_run_downloads_as_a_trace_that_replays_without_a_model(tmp_path):
     bad.write_text("<script>/etc/secret</script>")
     msgs = _status(list(h2.replay_trace(str(bad), None, 1000.0)))
     assert msgs == [view.message_html("Line 1 of the trace is not JSON.", level="error")]
-    assert handlers.Handlers.trace_file(None)["interactive"] is False
+    assert all(u["interactive"] is False for u in h2.download_files(None))
 
 
 def test_example_traces_are_offered_by_name_and_replay():

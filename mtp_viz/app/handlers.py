@@ -7,9 +7,7 @@ UI turns a frame into its outputs list, leaving absent slots unchanged.
 from __future__ import annotations
 
 import json
-import tempfile
 import time
-from pathlib import Path
 from typing import Any, Iterator
 
 import gradio as gr
@@ -18,11 +16,11 @@ from .. import trace
 from ..decoding import Sampling
 from ..errors import UserError
 from ..events import Error
-from . import charts, runs, service, view, zerogpu
+from . import captions, charts, export, runs, service, view, zerogpu
 
 CUSTOM = "custom"
 PLOTS = ("acceptance-plot", "draft-length-plot", "tokens-per-forward-plot", "position-plot", "timing-plot")
-SLOTS = ("status", "spec", "spec_stats", "ar", "ar_stats", "compare", "theory") + PLOTS
+SLOTS = ("status", "caption", "spec", "spec_stats", "ar", "ar_stats", "compare", "theory") + PLOTS
 API_FRAME_SECONDS = 0.25  # the /generate stream sends the events so far at most this often
 
 
@@ -43,6 +41,7 @@ class Handlers:
         self.cap, self.prompt_cap = cap, prompt_cap
         self.events = zerogpu.on_gpu()  # model work; under spaces.GPU on ZeroGPU hardware
         self.empty_figures = empty_figures or charts.all_figures([])  # shared, never mutated
+        self.downloads = export.Downloads()
 
     # ------------------------------------------------------------ models
 
@@ -128,8 +127,8 @@ class Handlers:
     def run(self, values: dict[str, Any], sess: runs.Session | None):
         """Speculative run, then the baseline, streamed as frames for the outputs."""
         sess = sess or runs.Session()
-        sess.new_run()
-        reset = {"spec": view.placeholder_html("Waiting for the model…"),
+        sess.new_run(step_mode=bool(values.get("step_mode")))
+        reset = {"caption": "","spec": view.placeholder_html("Waiting for the model…"),
                  "ar": view.placeholder_html("The baseline runs after the speculative pass."
                                              if values["baseline"] else "Baseline off."),
                  "spec_stats": view.stats_html(view.RunStats()), "ar_stats": view.stats_html(view.RunStats()),
@@ -182,6 +181,20 @@ class Handlers:
     def stop(sess: runs.Session | None) -> None:
         if sess is not None:
             sess.stop.set()
+
+    @staticmethod
+    def step_mode(sess: runs.Session | None, on: bool) -> None:
+        """``#step-mode`` switched during a run: pause from the next phase on, or let
+        a waiting run go on by itself."""
+        if sess is not None:
+            sess.gate.on = bool(on)
+
+    @staticmethod
+    def next_step(sess: runs.Session | None):
+        """``#next``: let a run paused by step mode do its next phase."""
+        if sess is None or not sess.gate.advance():
+            return view.message_html("Nothing is waiting: tick Step mode, then Run.", level="warn")
+        return gr.skip()
 
     @staticmethod
     def replay(sess: runs.Session | None, speed: Any):
@@ -237,7 +250,7 @@ class Handlers:
         return frame({"spec": view.tokens_html(spec), "ar": view.tokens_html(ar),
                       "spec_stats": view.stats_html(view.run_stats(spec, now=t)),
                       "ar_stats": view.stats_html(view.run_stats(ar, now=t)),
-                      "figures": charts.all_figures(spec, ar),
+                      "figures": charts.all_figures(spec, ar), "caption": captions.caption_html(shown),
                       "status": view.message_html(f"After step {s} (t = {t:.3f} s of the recorded run).")})
 
     # ------------------------------------------------------------ traces
@@ -279,14 +292,24 @@ class Handlers:
                      "theory": "", "figures": self.empty_figures}, sess, gr.update(interactive=bool(spec and ar)))
         yield from self.replay(sess, speed)
 
-    @staticmethod
-    def trace_file(sess: runs.Session | None):
-        """The session's last run as a trace file for ``#trace-download``: the
-        speculative events, then the baseline's."""
+    def download_files(self, sess: runs.Session | None):
+        """The session's last run for the download buttons: the trace (``#trace-download``;
+        the speculative events, then the baseline's), the page (``#export-html``) and
+        the per-step metrics (``#export-csv``)."""
         if sess is None or not (sess.spec or sess.ar):
-            return gr.update(value=None, interactive=False)
-        path = Path(tempfile.mkdtemp(prefix="mtp-viz-trace-")) / "mtp-viz-trace.jsonl"
-        return gr.update(value=str(trace.write(path, [*sess.spec, *sess.ar])), interactive=True)
+            return (gr.update(value=None, interactive=False),) * 3
+        events = [*sess.spec, *sess.ar]
+        page = export.page_html(sess.spec, sess.ar, greedy=sess.greedy, css=service.css(),
+                                title="mtp-viz run")
+        paths = (trace.write(self.downloads.path("mtp-viz-trace.jsonl"), events),
+                 self._text(self.downloads.path("mtp-viz-run.html"), page),
+                 self._text(self.downloads.path("mtp-viz-steps.csv"), export.steps_csv(sess.spec, sess.ar)))
+        return tuple(gr.update(value=str(p), interactive=True) for p in paths)
+
+    @staticmethod
+    def _text(path, text: str):
+        path.write_text(text, encoding="utf-8")
+        return path
 
     # ------------------------------------------------------------ the /generate API
 

@@ -19,12 +19,13 @@ from typing import Any, Callable, Iterable, Iterator
 
 from ..errors import UserError
 from ..events import Done, Error, Event
-from . import charts, panels, view, zerogpu
+from . import captions, charts, panels, view, zerogpu
 from .service import user_message
 
 FRAME_INTERVAL = 1 / 20   # at most this many token frames a second (a screen shows no more)
 CHART_INTERVAL = 0.5      # plotly figures are re-sent whole: a few a second at most
 HEARTBEAT = 1.0           # an empty frame after this long without news (see _stream)
+STEP_IDLE = 300.0         # step mode stops a run left waiting for Next this long (seconds)
 _END = object()
 
 
@@ -90,12 +91,49 @@ def check_prompt(prompt: Any, cap_tokens: int) -> str:
     return prompt
 
 
+class StepGate:
+    """Step mode: the engine's ``pause`` hook (see :func:`mtp_viz.engine.speculative`).
+
+    While ``on``, each call waits until Next (:meth:`advance`), Stop, step mode being
+    switched off, or ``idle`` seconds without Next (then it stops the run: a paused run
+    holds the model, and other visitors may be queued behind it). The engine takes the
+    wait off its clock."""
+
+    def __init__(self, stop: threading.Event, on: bool = False, idle: float = STEP_IDLE):
+        self.stop, self.on, self.idle = stop, on, idle
+        self.waiting = ""           # the phase a run waits after ("drafted", "verified"), or ""
+        self.timed_out = False
+        self._next = threading.Event()
+
+    def __call__(self, phase: str) -> None:
+        if not self.on:
+            return
+        self._next.clear()
+        self.waiting, deadline = phase, time.monotonic() + self.idle
+        try:
+            while self.on and not self._next.wait(0.05) and not self.stop.is_set():
+                if time.monotonic() > deadline:
+                    self.timed_out = True
+                    self.stop.set()
+        finally:
+            self.waiting = ""
+
+    def advance(self) -> bool:
+        """Next: release a waiting run; False when none waits (the press is ignored)."""
+        if not self.waiting:
+            return False
+        self._next.set()
+        return True
+
+
 class Session:
-    """Per-browser-session state (kept in ``gr.State``): the stop switch, the recorded
-    runs, and the schedules, which carry their state from one run to the next."""
+    """Per-browser-session state (kept in ``gr.State``): the stop switch, step mode's
+    gate, the recorded runs, and the schedules, which carry their state from one run
+    to the next."""
 
     def __init__(self) -> None:
         self.stop = threading.Event()
+        self.gate = StepGate(self.stop)
         self.spec: list[Event] = []
         self.ar: list[Event] = []
         self.greedy = True
@@ -110,8 +148,9 @@ class Session:
             self.schedules[key] = make_schedule(s.schedule, initial=s.draft_tokens)
         return self.schedules[key]
 
-    def new_run(self) -> None:
+    def new_run(self, step_mode: bool = False) -> None:
         self.stop = threading.Event()
+        self.gate = StepGate(self.stop, on=step_mode)
         self.spec, self.ar = [], []
 
 
@@ -171,8 +210,11 @@ def run_source(pair: Any, s: RunSettings, mode: str, sess: Session,
     through ``events`` (:func:`zerogpu.on_gpu` puts it on a ZeroGPU GPU)."""
     def source() -> Iterable[Event]:
         kind = s.drafter_kind if s.drafter_kind != "auto" else ""
+        hooks = {"stop": sess.stop}
+        if mode == "speculative":
+            hooks["pause"] = sess.gate
         schedule = sess.schedule(s, kind) if mode == "speculative" else None
-        return events(pair, s.prompt, {"stop": sess.stop, **s.engine_kwargs(mode, schedule)})
+        return events(pair, s.prompt, {**hooks, **s.engine_kwargs(mode, schedule)})
     return source
 
 
@@ -205,6 +247,8 @@ def _stream(source: Callable[[], Iterable[Event]], sess: Session, out: list[Even
                 continue
             dirty, last_frame = False, now
             frame: dict[str, Any] = {pane_key: pane.html(), pane_key + "_stats": view.stats_html(stats)}
+            if pane_key == "spec" and sess.gate.on:
+                frame["caption"] = captions.caption_html(out)
             errors = [e for e in batch if isinstance(e, Error)]
             if errors:
                 frame["status"] = view.message_html(errors[-1].message, level="error")
@@ -237,6 +281,7 @@ def compare_frames(pair: Any, s: RunSettings, sess: Session, *, frame_interval: 
     if not failed:
         stopped = sess.stop.is_set()
         final["status"] = view.message_html(
+            f"Stopped: step mode waited {sess.gate.idle / 60:g} minutes for Next." if sess.gate.timed_out else
             "Stopped." if stopped else
             "Done. Press Race replay to watch both runs side by side on their recorded timings, "
             "or Measure for the median of repeated runs.",
@@ -321,5 +366,5 @@ def measure(pair: Any, s: RunSettings, repeats: int, stop: threading.Event, thre
                        tps["autoregressive"], threads)
 
 
-__all__ = ["RunSettings", "Session", "Worker", "Measurement", "compare_frames", "final_frame", "measure",
+__all__ = ["RunSettings", "Session", "StepGate", "Worker", "Measurement", "compare_frames", "final_frame", "measure",
            "check_prompt", "whole", "number"]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..errors import UserError
-from ..presets import PRESETS, canonical, resolve
+from ..presets import PRESETS, assets_dir, canonical, resolve
 
 E2B = ("google/gemma-4-E2B-it", "google/gemma-4-E2B-it-assistant")
 LOAD_SLOTS = 2  # loads running at once; more wait their turn (each is memory-hungry)
@@ -218,5 +218,10 @@ class PairLoader:
             return [k for k, s in self._states.items() if s.status == "ready"]
 
 
-__all__ = ["AllowList", "LoadState", "PairLoader", "default_pair", "env_cap", "env_prompt_cap",
+def css() -> str:
+    """The app's stylesheet (also inlined into exported pages)."""
+    return (assets_dir() / "app.css").read_text(encoding="utf-8")
+
+
+__all__ = ["css", "AllowList", "LoadState", "PairLoader", "default_pair", "env_cap", "env_prompt_cap",
            "pair_key", "presets", "threads", "user_message"]

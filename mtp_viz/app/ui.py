@@ -18,7 +18,6 @@ from typing import Any
 
 import gradio as gr
 
-from ..presets import assets_dir
 from ..prompts import Prompt, category_suite, code_suite, load_prompts
 from ..schedules import SCHEDULES
 from . import charts, service, view
@@ -37,7 +36,7 @@ def examples_for(key: str) -> list[Prompt]:
 
 def launch_kwargs() -> dict[str, Any]:
     """Styling for ``demo.launch`` (Gradio 6 takes css and theme at launch)."""
-    return {"css": (assets_dir() / "app.css").read_text(),
+    return {"css": service.css(),
             "theme": gr.themes.Soft(primary_hue="emerald", secondary_hue="blue")}
 
 
@@ -80,7 +79,8 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
     figs = charts.all_figures([])
     h = Handlers(loader, presets, (target0, drafter0), cap, prompt_cap, empty_figures=figs)
 
-    with gr.Blocks(title="mtp-viz: speculative decoding, made visible") as demo:
+    # delete_cache: uploads and downloads leave Gradio's cache after an hour (a Space runs for weeks)
+    with gr.Blocks(title="mtp-viz: speculative decoding, made visible", delete_cache=(1800, 3600)) as demo:
         gr.HTML(f'<div class="mv-title"><b>mtp-viz</b> · speculative decoding, made visible. '
                 f'<span>{INTRO}</span></div>', elem_id="header", padding=False)
         with gr.Row(elem_id="top-row", equal_height=False):
@@ -96,7 +96,11 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
                     example = gr.Dropdown(_choices(examples), value=None, elem_id="examples", show_label=False,
                                           container=False, scale=3, min_width=180,
                                           info=None, filterable=False)
+                    step_mode = gr.Checkbox(False, label="Step", elem_id="step-mode", container=False,
+                                            scale=0, min_width=70)
+                    next_btn = gr.Button("Next", elem_id="next", min_width=60, size="sm", scale=0)
                 status = gr.HTML("", elem_id="status", padding=False)
+                caption = gr.HTML("", elem_id="step-caption", padding=False)
             with gr.Column(scale=4, min_width=360):
                 with gr.Row():
                     model_key = gr.Dropdown(choices, value=preset0, label="Model pair", scale=4,
@@ -127,8 +131,13 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
                                         elem_id="trace-examples", scale=3, filterable=False)
             trace_upload = gr.File(label="Replay a trace (.jsonl)", file_types=[".jsonl", ".json", ".txt"],
                                    type="filepath", elem_id="trace-upload", height=100, scale=3)
-            trace_download = gr.DownloadButton("Download trace", value=None, interactive=False,
-                                               elem_id="trace-download", scale=1, min_width=140)
+            with gr.Column(scale=1, min_width=150):
+                trace_download = gr.DownloadButton("Download trace", value=None, interactive=False,
+                                                   elem_id="trace-download", size="sm")
+                export_html = gr.DownloadButton("Page (HTML)", value=None, interactive=False,
+                                                elem_id="export-html", size="sm")
+                export_csv = gr.DownloadButton("Steps (CSV)", value=None, interactive=False,
+                                               elem_id="export-csv", size="sm")
         scrub = gr.Slider(0, 1, value=0, step=1, interactive=False, elem_id="scrub",
                           label="Scrub: the state after step… (after a run or a replay)")
         hint = gr.HTML(_hint_html(presets, preset0, note), elem_id="model-hint")
@@ -166,8 +175,9 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
         form = {prompt: "prompt", model_key: "model", custom_t: "custom_target", custom_d: "custom_drafter",
                 max_new: "max_new_tokens", draft_k: "draft_tokens", schedule: "schedule",
                 drafter_kind: "drafter_kind", sampling: "decoding", temperature: "temperature",
-                top_p: "top_p", top_k: "top_k", seed: "seed", chat: "chat", baseline: "baseline"}
-        comps = {"status": status, "spec": spec, "spec_stats": spec_stats, "ar": ar, "ar_stats": ar_stats,
+                top_p: "top_p", top_k: "top_k", seed: "seed", chat: "chat", baseline: "baseline",
+                step_mode: "step_mode"}
+        comps = {"status": status, "caption": caption, "spec": spec, "spec_stats": spec_stats, "ar": ar, "ar_stats": ar_stats,
                  "compare": compare, "theory": theory, **plots}
         outputs = [comps[s] for s in SLOTS] + [session, replay_btn]
 
@@ -204,12 +214,16 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
         example_ev = trace_example.change(h.replay_example, [trace_example, session, speed], outputs,
                                           **trace_opts)
         for ev in (run_ev, upload_ev, example_ev, replay_ev):  # download and scrub what the panes show
-            ev.then(h.trace_file, session, trace_download, queue=False, **hidden).then(
+            ev.then(h.download_files, session, [trace_download, export_html, export_csv], queue=False,
+                    **hidden).then(
                 h.scrub_range, session, scrub, queue=False, **hidden)
         # input, not change: the range set after a run must not re-render the panes
         scrub.input(h.scrub, [session, scrub], outputs, trigger_mode="always_last", show_progress="hidden",
                     concurrency_limit=8, **hidden)
         stop_btn.click(h.stop, session, None, cancels=[replay_ev, upload_ev, example_ev], queue=False, **hidden)
+        # queue=False: both must reach a run that holds the model's queue slot
+        step_mode.change(h.step_mode, [session, step_mode], None, queue=False, **hidden)
+        next_btn.click(h.next_step, session, status, queue=False, **hidden)
         gr.api(h.api_generate, api_name="generate", concurrency_id="model")
     demo.mtp_loader, demo.mtp_handlers = loader, h  # type: ignore[attr-defined]
     demo.mtp_default = h.default  # type: ignore[attr-defined]
