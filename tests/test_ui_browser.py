@@ -339,3 +339,71 @@ def test_scrubbing_to_a_step_shows_exactly_the_tokens_up_to_it(browser, modelles
             assert sorted(got) == sorted(want), s
     finally:
         page.close()
+
+
+# ---------------------------------------------------------------- step mode and exports
+
+
+def test_step_mode_pauses_until_next_and_stop_still_works(page):
+    page.fill("#prompt textarea", PROMPT)
+    page.locator("#step-mode input").check()
+    page.click("#run")
+    caption = page.locator("#step-caption")
+    page.wait_for_selector("#step-caption:has-text('read the prompt')", timeout=180_000)
+    for phase in ("drafted", "verified"):
+        pane, text = page.inner_html("#spec-output"), caption.inner_text()
+        time.sleep(3)                                            # paused: nothing changes for seconds
+        assert page.inner_html("#spec-output") == pane and caption.inner_text() == text
+        page.click("#next")
+        words = "the drafter proposed" if phase == "drafted" else "checked them in one forward pass"
+        page.wait_for_selector(f"#step-caption:has-text('{words}')", timeout=60_000)
+        if phase == "drafted":                                   # the drafts wait, pending, for the target
+            assert page.locator("#spec-output span.tok[data-kind='drafted']").count() > 0
+        else:
+            assert page.locator("#spec-output span.tok[data-kind='drafted']").count() == 0
+            assert "Step 2: the drafter proposed" in caption.inner_text()
+    page.locator("#stop").dispatch_event("click")
+    page.wait_for_selector("#status:has-text('Stopped')", timeout=60_000)
+    assert page.locator("#ar-output span.tok").count() == 0     # a stopped run starts no baseline
+
+
+def test_a_run_exports_an_offline_page_csv_and_png(browser, page, tmp_path):
+    import csv
+    page.fill("#prompt textarea", PROMPT)
+    page.click("#run")
+    page.wait_for_selector("#status:has-text('Done')", timeout=180_000)
+    spans = page.locator("#spec-output span.tok").evaluate_all(SPANS_JS)
+    files = {}
+    for hook, name in (("export-html", "run.html"), ("export-csv", "steps.csv"), ("trace-download", "t.jsonl")):
+        page.wait_for_selector(f"#{hook}:not([disabled])", timeout=30_000)
+        with page.expect_download() as download:
+            page.click(f"#{hook}")
+        files[hook] = tmp_path / name
+        download.value.save_as(files[hook])
+
+    from mtp_viz import trace
+    spec, ar = trace.spec_and_ar(trace.read(files["trace-download"]))
+    rows = list(csv.DictReader(files["export-csv"].open(encoding="utf-8")))
+    steps = [e for e in spec + ar if e.type == "step"]
+    assert [(r["mode"], int(r["step"]), int(r["accepted"])) for r in rows] == \
+        [("speculative" if e in spec else "autoregressive", e.step, e.accepted) for e in steps]
+
+    # the page opens with the network off and shows the same tokens and every chart
+    context = browser.new_context(offline=True)
+    offline = context.new_page()
+    try:
+        offline.goto(files["export-html"].as_uri())
+        assert offline.locator("span.tok").first.is_visible()
+        assert offline.locator("section").first.locator("span.tok").evaluate_all(SPANS_JS) == spans
+        offline.wait_for_function("() => document.querySelectorAll('.js-plotly-plot .main-svg').length >= 5",
+                                  timeout=30_000)
+    finally:
+        context.close()
+
+    # charts as PNG: the chart's own toolbar
+    page.hover("#acceptance-plot .js-plotly-plot")
+    with page.expect_download() as download:
+        page.locator("#acceptance-plot .modebar-btn[data-title='Download plot as a PNG']").click()
+    png = tmp_path / "chart.png"
+    download.value.save_as(png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5_000
