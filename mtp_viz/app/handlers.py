@@ -40,6 +40,7 @@ class Handlers:
         self.loader, self.presets, self.default = loader, presets, default
         self.cap, self.prompt_cap = cap, prompt_cap
         self.events = zerogpu.on_gpu()  # model work; under spaces.GPU on ZeroGPU hardware
+        self.step_mode_ok = not zerogpu.zero_gpu()  # a paused run would hold the shared GPU
         self.empty_figures = empty_figures or charts.all_figures([])  # shared, never mutated
         self.downloads = export.Downloads()
 
@@ -127,8 +128,10 @@ class Handlers:
     def run(self, values: dict[str, Any], sess: runs.Session | None):
         """Speculative run, then the baseline, streamed as frames for the outputs."""
         sess = sess or runs.Session()
-        sess.new_run(step_mode=bool(values.get("step_mode")))
-        reset = {"caption": "","spec": view.placeholder_html("Waiting for the model…"),
+        sess.new_run(step_mode=bool(values.get("step_mode")) and self.step_mode_ok)
+        off = bool(values.get("step_mode")) and not self.step_mode_ok
+        reset = {"caption": "Step mode is off on ZeroGPU hardware: a paused run would hold the shared GPU."
+                 if off else "","spec": view.placeholder_html("Waiting for the model…"),
                  "ar": view.placeholder_html("The baseline runs after the speculative pass."
                                              if values["baseline"] else "Baseline off."),
                  "spec_stats": view.stats_html(view.RunStats()), "ar_stats": view.stats_html(view.RunStats()),

@@ -23,7 +23,8 @@ from . import captions, charts, panels, view, zerogpu
 from .service import user_message
 
 FRAME_INTERVAL = 1 / 20   # at most this many token frames a second (a screen shows no more)
-CHART_INTERVAL = 0.5      # plotly figures are re-sent whole: a few a second at most
+CHART_INTERVAL = 2.0      # plotly figures are re-sent whole (and redrawn by the browser
+                          # beside the run): rarely, so both modes stream under like load
 HEARTBEAT = 1.0           # an empty frame after this long without news (see _stream)
 STEP_IDLE = 300.0         # step mode stops a run left waiting for Next this long (seconds)
 _END = object()
