@@ -82,7 +82,7 @@ def test_engine_time_does_not_include_a_slow_consumer(real_pair):
     generator directly and sees the sleeps."""
     prompt = " ".join(f"w{i}" for i in range(10, 30))
     kw = dict(mode="speculative", max_new_tokens=48, draft_tokens=4, chat=False)
-    delay = 0.02
+    delay = 0.04
 
     def slow(events):
         out = []
@@ -103,9 +103,10 @@ def test_engine_time_does_not_include_a_slow_consumer(real_pair):
     worker.close()
     assert [e.to_dict() for e in got if not isinstance(e, Done)] and isinstance(got[-1], Done)
     # a property, not a benchmark: the worker's engine time stays far below what the
-    # consumer's sleeps would have added (charged is many times the unhindered time)
+    # consumer's sleeps would have added (charged is many times the unhindered time);
+    # against the direct run too, which ran under the same load as the worker's
     assert charged > 4 * unhindered
-    assert _engine_seconds(got) < unhindered + charged / 2
+    assert _engine_seconds(got) < max(unhindered + charged / 2, _engine_seconds(direct) - charged / 2)
 
 
 def test_closing_the_frames_stops_the_worker(real_pair):
