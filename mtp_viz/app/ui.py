@@ -20,7 +20,7 @@ import gradio as gr
 
 from ..prompts import Prompt, category_suite, code_suite, load_prompts
 from ..schedules import SCHEDULES
-from . import charts, service, view
+from . import charts, links, service, teach, teach_view, view
 from .handlers import CUSTOM, PLOTS, SLOTS, Handlers
 
 INTRO = ("A small <b>drafter</b> guesses the next few tokens; the <b>target</b> checks them all in one "
@@ -53,7 +53,7 @@ def _choices(prompts: list[Prompt]) -> list[tuple[str, str]]:
 def _pane(title: str, key: str, placeholder: str) -> tuple[gr.HTML, gr.HTML]:
     """A token pane (``#{key}-output``) under its title, with its stats line below."""
     with gr.Column(elem_classes="mv-pane"):
-        gr.HTML(f'<div class="mv-pane-title">{title}</div>', padding=False)
+        gr.HTML(f'<div class="mv-pane-title">{title} {teach_view.explain(key)}</div>', padding=False)
         tokens = gr.HTML(view.placeholder_html(placeholder), elem_id=f"{key}-output", padding=False)
         stats = gr.HTML(view.stats_html(view.RunStats()), elem_id=f"{key}-stats", padding=False)
     return tokens, stats
@@ -82,7 +82,7 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
     # delete_cache: uploads and downloads leave Gradio's cache after an hour (a Space runs for weeks)
     with gr.Blocks(title="mtp-viz: speculative decoding, made visible", delete_cache=(1800, 3600)) as demo:
         gr.HTML(f'<div class="mv-title"><b>mtp-viz</b> · speculative decoding, made visible. '
-                f'<span>{INTRO}</span></div>', elem_id="header", padding=False)
+                f'<span>{INTRO}</span> {teach_view.header_links()}</div>', elem_id="header", padding=False)
         with gr.Row(elem_id="top-row", equal_height=False):
             with gr.Column(scale=6, min_width=440):
                 prompt = gr.Textbox(label="Prompt", lines=3, max_lines=3, elem_id="prompt",
@@ -93,6 +93,7 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
                     measure_btn = gr.Button("Measure", elem_id="measure", min_width=80, size="sm")
                     replay_btn = gr.Button("Race replay", interactive=False, elem_id="replay", min_width=100,
                                            size="sm")
+                    share = teach.share_button()
                     example = gr.Dropdown(_choices(examples), value=None, elem_id="examples", show_label=False,
                                           container=False, scale=3, min_width=180,
                                           info=None, filterable=False)
@@ -101,6 +102,7 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
                     next_btn = gr.Button("Next", elem_id="next", min_width=60, size="sm", scale=0)
                 status = gr.HTML("", elem_id="status", padding=False)
                 caption = gr.HTML("", elem_id="step-caption", padding=False)
+                share_box = teach.share_box()
             with gr.Column(scale=4, min_width=360):
                 with gr.Row():
                     model_key = gr.Dropdown(choices, value=preset0, label="Model pair", scale=4,
@@ -125,7 +127,7 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
                                      "Tokens appear here as they are verified.")
             ar, ar_stats = _pane("Autoregressive · one target forward per token", "ar",
                                  "The baseline runs after the speculative pass.")
-        gr.HTML(view.legend_html(), elem_id="legend", padding=False)
+        gr.HTML(view.legend_html() + teach_view.explain("legend", corner=True), elem_id="legend", padding=False)
         with gr.Row(elem_id="trace-row", equal_height=True):  # below the panes: the first screen stays
             trace_example = gr.Dropdown(h.example_traces(), value=None, label="Example trace (no model needed)",
                                         elem_id="trace-examples", scale=3, filterable=False)
@@ -164,12 +166,15 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
                                     elem_id="replay-speed")
         timer = gr.Timer(1.0, active=False)
         gr.Markdown("### What happened, step by step", elem_id="charts-title")
+        gr.HTML(teach_view.explanations(PLOTS, "About the charts:"), padding=False)
         with gr.Row():
             plots = {k: gr.Plot(figs[k], elem_id=k, show_label=False) for k in PLOTS[:2]}
         with gr.Row():
             plots.update({k: gr.Plot(figs[k], elem_id=k, show_label=False) for k in PLOTS[2:]})
         gr.Markdown("### Measured vs theory", elem_id="theory-title")
+        gr.HTML(teach_view.explanations(["theory"], "About this panel:"), padding=False)
         theory = gr.HTML(view.placeholder_html("Appears after a run."), elem_id="theory-panel")
+        what_if = teach.sections()
         session = gr.State(None)
 
         form = {prompt: "prompt", model_key: "model", custom_t: "custom_target", custom_d: "custom_drafter",
@@ -193,7 +198,9 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
         model_key.change(on_model, model_key, [custom_row, hint, example, chat], queue=False, **hidden)
         load_inputs = [model_key, custom_t, custom_d]
         load_btn.click(h.load, load_inputs, [model_status, timer, chat], **hidden)
-        demo.load(h.load, load_inputs, [model_status, timer, chat], **hidden)
+        limits = links.Limits(tuple(presets), cap, 16 * prompt_cap)
+        restored = teach.wire(demo, form, status, (share, share_box), limits)  # deep link, tour, presenter
+        restored.then(h.load, load_inputs, [model_status, timer, chat], **hidden)
         timer.tick(h.tick, load_inputs, [model_status, timer, chat], show_progress="hidden", **hidden)
         example.change(lambda p: p or gr.skip(), example, prompt, queue=False, **hidden)
         def run(data: dict):
@@ -216,7 +223,8 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
         for ev in (run_ev, upload_ev, example_ev, replay_ev):  # download and scrub what the panes show
             ev.then(h.download_files, session, [trace_download, export_html, export_csv], queue=False,
                     **hidden).then(
-                h.scrub_range, session, scrub, queue=False, **hidden)
+                h.scrub_range, session, scrub, queue=False, **hidden).then(
+                teach.what_if_update, session, what_if, queue=False, **hidden)
         # input, not change: the range set after a run must not re-render the panes
         scrub.input(h.scrub, [session, scrub], outputs, trigger_mode="always_last", show_progress="hidden",
                     concurrency_limit=8, **hidden)

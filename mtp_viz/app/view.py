@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from ..events import Accepted, Bonus, Done, Drafted, Error, Event, Rejected, Start, Step, Token
+from .teach_view import explain
 
 _SPECIAL = re.compile(r"^<[^<>\s]{1,40}>$|^\[[A-Z_]{2,20}\]$")
 
@@ -225,7 +226,7 @@ def _compare_div(speedup: float | None, spec_tps: float, ar_tps: float, basis: s
     if speedup is not None:
         attrs = (f' data-speedup="{speedup:.4f}" data-spec-tps="{spec_tps:.3f}" data-ar-tps="{ar_tps:.3f}"'
                  f' data-basis="{html.escape(basis)}" data-threads="{threads}"')
-    return f'<div id="compare" class="mv-compare"{attrs}>{body}</div>'
+    return f'<div id="compare" class="mv-compare"{attrs}>{body}</div>' + explain("compare", corner=True)
 
 
 def _threads(threads: int) -> str:
