@@ -95,8 +95,16 @@ def browser():
         b.close()
 
 
-def _open(browser, url, width=1280, height=720):
+def _new_page(browser, width=1280, height=720):
+    """A page whose visitor has already seen the first-visit tour (which would stand
+    in front of the controls the tests click)."""
     page = browser.new_page(viewport={"width": width, "height": height})
+    page.add_init_script("localStorage.setItem('mtp-viz-tour-done', '1')")
+    return page
+
+
+def _open(browser, url, width=1280, height=720):
+    page = _new_page(browser, width, height)
     page.goto(url)
     page.wait_for_selector("#model-status:has-text('Ready')", timeout=180_000)
     return page
@@ -279,7 +287,7 @@ def test_an_uploaded_cli_trace_shows_exactly_its_token_kinds(browser, modelless_
     spec, ar = trace.spec_and_ar(trace.read(path))
     expected = Counter(e.type if e.type != "bonus" else f"bonus-{e.kind}" for e in spec)
 
-    page = browser.new_page(viewport={"width": 1280, "height": 720})
+    page = _new_page(browser)
     try:
         page.goto(modelless_server)
         page.wait_for_selector("#model-status:has-text('no model')", timeout=60_000)
@@ -319,7 +327,7 @@ def test_scrubbing_to_a_step_shows_exactly_the_tokens_up_to_it(browser, modelles
     from mtp_viz import trace
     path = sorted(trace.examples_dir().glob("*.jsonl"))[0]
     spec, _ = trace.spec_and_ar(trace.read(path))
-    page = browser.new_page(viewport={"width": 1280, "height": 720})
+    page = _new_page(browser)
     try:
         page.goto(modelless_server)
         page.wait_for_selector("#model-status:has-text('no model')", timeout=60_000)

@@ -45,7 +45,7 @@ def measured_results(root: Path = RESULTS) -> list[tuple[str, str, dict]]:
         lines = md.read_text(encoding="utf-8").splitlines() if md.exists() else []
         title = next((ln.split(":", 1)[-1].strip() for ln in lines if ln.startswith("## ")), "")
         note = next((ln[2:].strip() for ln in lines if ln.startswith("> ")), "")
-        out.append((f"benchmarks/results/{path.parent.name}/bench.json", " ".join(filter(None, [title, note])),
+        out.append((f"benchmarks/results/{path.parent.name}/bench.json", " — ".join(filter(None, [title, note])),
                     bench))
     return out
 
@@ -62,8 +62,9 @@ def sections() -> gr.HTML:
     """What goes under the theory panel: the what-if (returned: runs update it), the
     "when does MTP help?" panel and the glossary."""
     what_if = gr.HTML(teach_view.what_if_html(None), elem_id="what-if", padding=False)
-    with gr.Accordion("When does MTP help?", open=False, elem_id="when-accordion"):
-        gr.HTML(when_helps(), elem_id="when-mtp-helps", padding=False)
+    summary = "When does MTP help? Prompt categories, measured results, the mixture-of-experts caveat"
+    gr.HTML(f'<details class="mv-when-box"><summary>{summary}</summary>{when_helps()}</details>',
+            elem_id="when-mtp-helps", padding=False)
     gr.HTML(teach_view.glossary_html(), elem_id="glossary", padding=False)
     return what_if
 
@@ -114,13 +115,14 @@ SHARE_JS = """(q) => {
 
 def page_script() -> str:
     """Runs once in the browser on load: presenter mode from the address, and the tour
-    (shown until finished or closed once; the header's Tour link starts it again)."""
+    (shown until finished or closed once; the header's Tour link starts it again).
+    ``body[data-tour]`` says "shown" or "dismissed" once the script has decided."""
     return """() => {
   const KEY = %s, STEPS = %s;
   if (new URLSearchParams(location.search).get('presenter') === '1') document.body.classList.add(%s);
   let card = null, at = 0;
   const clear = () => document.querySelectorAll('.mv-tour-target').forEach(e => e.classList.remove('mv-tour-target'));
-  const end = () => { clear(); if (card) card.remove(); card = null;
+  const end = () => { clear(); if (card) card.remove(); card = null; document.body.dataset.tour = 'dismissed';
     try { localStorage.setItem(KEY, '1'); } catch (e) {} window.scrollTo(0, 0); };
   const show = () => {
     clear();
@@ -149,13 +151,21 @@ def page_script() -> str:
       });
       document.body.appendChild(card);
     }
-    at = 0; show();
+    at = 0; show(); document.body.dataset.tour = 'shown';
   };
   document.addEventListener('click', ev => {
     if (ev.target.closest('[data-tour-start]')) { ev.preventDefault(); start(); }
+    // in-page links scroll here: Gradio's <base href> would turn "#x" into a new page load
+    // that drops the deep link; a link to a collapsed section opens it
+    const to = ev.target.closest('.mv-links a[href^="#"]'), el = to && document.querySelector(to.getAttribute('href'));
+    if (!el) return;
+    ev.preventDefault();
+    const box = el.querySelector('details');
+    if (box) box.open = true;
+    el.scrollIntoView({block: 'start'});
   });
   document.addEventListener('keydown', ev => { if (ev.key === 'Escape' && card) end(); });
   let seen = false;
   try { seen = localStorage.getItem(KEY) === '1'; } catch (e) {}
-  if (!seen) setTimeout(start, 300);
+  if (seen) document.body.dataset.tour = 'dismissed'; else setTimeout(start, 300);
 }""" % (json.dumps(TOUR_KEY), json.dumps(teach_view.tour_payload()), json.dumps(PRESENTER_CLASS))

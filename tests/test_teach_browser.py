@@ -1,0 +1,182 @@
+"""The teaching features in headless Chromium: presenter mode, deep links and Copy link,
+the first-visit tour, the glossary, the explanations and the what-if of a replayed trace.
+The app here has no model: everything shown comes from the page, the link or a trace."""
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+import pytest
+
+from serving import serve
+from test_ui_browser import _in_view, _upload, browser  # noqa: F401  (browser is a fixture)
+
+pytestmark = pytest.mark.browser
+
+TERMS = ["draft", "verify", "acceptance-rate", "alpha", "tau", "bonus-token", "correction", "gamma",
+         "cost-coefficient", "mtp", "shared-kv-cache", "clustered-head"]
+SEEN = "localStorage.setItem('mtp-viz-tour-done', '1')"
+
+
+@pytest.fixture(scope="module")
+def url():
+    from mtp_viz.app import service, ui
+    from mtp_viz.errors import UserError
+
+    def load(target, drafter):
+        raise UserError("This test app has no model.")
+
+    demo = ui.build_demo(loader=service.PairLoader(load), target="tiny")
+    yield serve(demo)
+    demo.close()
+
+
+def _page(browser, url, query="", tour_seen=True):  # noqa: F811
+    page = browser.new_page(viewport={"width": 1280, "height": 720})
+    if tour_seen:
+        page.add_init_script(SEEN)
+    page.goto(url + query)
+    page.wait_for_selector("#model-status:has-text('no model')", timeout=60_000)  # after the link's restore
+    page.wait_for_selector("body[data-tour]", state="attached", timeout=30_000)
+    return page
+
+
+def _settings(page):
+    page.locator("#settings").get_by_text("More settings").click()
+    page.wait_for_selector("#seed input", state="attached")
+
+
+def _form(page) -> dict:
+    return {"prompt": page.input_value("#prompt textarea"),
+            "model": page.input_value("#model input"),
+            "draft_tokens": page.input_value("#draft-tokens input[type='number']"),
+            "max_new_tokens": page.input_value("#max-new input[type='number']"),
+            "sampling": page.locator("#decoding input[value='sampling']").is_checked(),
+            "temperature": page.input_value("#temperature input[type='number']"),
+            "seed": page.input_value("#seed input"),
+            "schedule": page.input_value("#schedule input"),
+            "lookup": page.locator("#drafter-kind input[value='lookup']").is_checked()}
+
+
+LINK = {"prompt": "def mean(xs):\n    return sum(xs) / <len(xs)>", "model": "e2b", "draft_tokens": "6",
+        "max_new_tokens": "32", "decoding": "sampling", "temperature": "0.5", "seed": "7",
+        "schedule": "heuristic", "drafter": "lookup"}
+RESTORED = {"prompt": LINK["prompt"], "model": "Gemma 4 E2B + MTP assistant", "draft_tokens": "6",
+            "max_new_tokens": "32", "sampling": True, "temperature": "0.5", "seed": "7",
+            "schedule": "heuristic", "lookup": True}
+
+
+def test_a_deep_link_restores_the_prompt_pair_and_settings(browser, url):  # noqa: F811
+    page = _page(browser, url, "?" + urlencode(LINK))
+    try:
+        _settings(page)
+        assert _form(page) == RESTORED
+        assert page.inner_text("#status").strip() == ""   # nothing was ignored
+    finally:
+        page.close()
+
+
+def test_a_bad_link_says_what_it_ignored_and_keeps_the_defaults(browser, url):  # noqa: F811
+    page = _page(browser, url, "?draft_tokens=99&max_new_tokens=12&colour=red")
+    try:
+        status = page.inner_text("#status")
+        assert status.startswith("Ignored from the link: draft_tokens (must be a whole number from 1 to 16); "
+                                  "colour (not a setting).")
+        assert page.input_value("#draft-tokens input[type='number']") == "4"
+        assert page.input_value("#max-new input[type='number']") == "12"
+    finally:
+        page.close()
+
+
+def test_copy_link_hands_over_the_current_settings(browser, url):  # noqa: F811
+    page = _page(browser, url, "?" + urlencode(LINK))
+    try:
+        page.fill("#prompt textarea", "x = [i * i for i in range(10)]")
+        box = page.locator("#draft-tokens input[type='number']")
+        box.fill("3")
+        box.blur()
+        page.click("#share-link")
+        link = page.locator("#status #share-url")
+        link.wait_for(timeout=30_000)
+        shared = link.inner_text()
+        assert shared.startswith(url + "?")
+        page.evaluate("window.scrollTo(0, 0)")
+        assert _in_view(page, "#spec-output") and _in_view(page, "#ar-output")  # the link takes one line
+    finally:
+        page.close()
+    page = _page(browser, url, shared[len(url):])
+    try:
+        _settings(page)
+        assert _form(page) == {**RESTORED, "prompt": "x = [i * i for i in range(10)]", "draft_tokens": "3"}
+    finally:
+        page.close()
+
+
+def test_presenter_mode_switches_type_and_token_colours(browser, url):  # noqa: F811
+    from mtp_viz import trace
+    path = sorted(trace.examples_dir().glob("*.jsonl"))[0]
+    styles = {}
+    for query in ("", "?presenter=1"):
+        page = _page(browser, url, query)
+        try:
+            _upload(page, path)
+            token = page.locator("#spec-output span.tok[data-kind='accepted']").first
+            styles[query] = (page.evaluate("document.body.classList.contains('mv-presenter')"),
+                             token.evaluate("e => getComputedStyle(e).backgroundColor"),
+                             page.locator("#spec-output .mv-text").evaluate("e => parseFloat(getComputedStyle(e).fontSize)"),
+                             page.locator("#legend .tok[data-kind='rejected']").evaluate(
+                                 "e => getComputedStyle(e).textDecorationColor"))
+        finally:
+            page.close()
+    plain, presenter = styles[""], styles["?presenter=1"]
+    assert presenter[0] and not plain[0]
+    assert presenter[1] == "rgb(204, 228, 246)" != plain[1]      # Okabe-Ito blue, not green
+    assert presenter[3] == "rgb(213, 94, 0)" != plain[3]         # vermillion, not red
+    assert presenter[2] >= 20 > plain[2]
+
+
+def test_the_tour_shows_once_and_stays_dismissed(browser, url):  # noqa: F811
+    context = browser.new_context(viewport={"width": 1280, "height": 720})
+    page = context.new_page()
+    try:
+        page.goto(url)
+        page.wait_for_selector("#tour", timeout=60_000)
+        assert "prompt" in page.inner_text("#tour").lower() and "1 / 4" in page.inner_text("#tour")
+        assert page.locator("#prompt.mv-tour-target").count() == 1
+        page.click("#tour [data-tour='next']")
+        assert "2 / 4" in page.inner_text("#tour") and page.locator("#run.mv-tour-target").count() == 1
+        page.click("#tour [data-tour='close']")
+        page.wait_for_selector("body[data-tour='dismissed']", state="attached")
+        assert page.locator("#tour").count() == 0
+        page.reload()
+        page.wait_for_selector("#model-status:has-text('no model')", timeout=60_000)
+        page.wait_for_selector("body[data-tour='dismissed']", state="attached", timeout=30_000)
+        page.wait_for_timeout(600)  # past the moment a first visit's tour opens
+        assert page.locator("#tour").count() == 0
+        page.click("#header [data-tour-start]")          # and it can be taken again on demand
+        page.wait_for_selector("#tour")
+    finally:
+        context.close()
+
+
+def test_glossary_explanations_and_the_what_if_of_a_trace(browser, url):  # noqa: F811
+    from mtp_viz import trace
+    page = _page(browser, url)
+    try:
+        assert page.locator("#glossary dt[data-term]").evaluate_all("els => els.map(e => e.dataset.term)") == TERMS
+        assert page.locator("#glossary dd").count() == len(TERMS)
+        explain = page.locator("#spec-output").locator("xpath=ancestor::div[contains(@class,'mv-pane')]") \
+            .locator("details[data-explain='spec']")
+        explain.locator("summary").click()
+        assert explain.evaluate("e => e.open") and "longest correct prefix" in explain.inner_text()
+        for key in ("acceptance-plot", "position-plot", "theory", "legend", "ar", "what-if"):
+            assert page.locator(f"details[data-explain='{key}']").count() == 1, key
+        assert "Appears after" in page.inner_text("#what-if")
+        _upload(page, sorted(trace.examples_dir().glob("*.jsonl"))[0])
+        page.wait_for_selector("#what-if tr[data-best]", state="attached", timeout=30_000)
+        assert page.locator("#what-if tr[data-best]").count() == 1
+        assert "estimate" in page.inner_text("#what-if")
+        page.click("#header a[href='#when-mtp-helps']")    # the header link opens the panel
+        assert page.locator("#when-mtp-helps details.mv-when-box").evaluate("e => e.open")
+        assert page.locator("#when-mtp-helps li[data-category]").count() == 6
+    finally:
+        page.close()
