@@ -14,7 +14,7 @@ EXPLAIN: dict[str, tuple[str, str]] = {
     "compare": ("How to read the speedup",
                 "The badge divides the speculative run's tokens per second by plain decoding's, one run "
                 "each, so it scatters from run to run; Measure gives the median of several. Under greedy "
-                "decoding both texts must be token-identical: speculative decoding changes the speed, "
+                "decoding both texts must match token for token: speculative decoding changes the speed, "
                 "never the output."),
     "spec": ("What this pane shows",
              "Each verification step the drafter proposes a few tokens and the target checks them all in "
