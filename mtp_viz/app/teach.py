@@ -1,7 +1,7 @@
 """The page's teaching features, wired into gradio: the what-if estimate, the "when does
 MTP help?" panel, the glossary, the first-visit tour, presenter mode, deep links and the
-Copy link button. Layout in :func:`sections` and :func:`share_controls`; the rest
-is events. Rendering lives in :mod:`.teach_view`, link parsing in :mod:`.links`.
+Copy link button. Layout in :func:`sections`; the rest is events, in :func:`wire`.
+Rendering lives in :mod:`.teach_view`, link parsing in :mod:`.links`.
 """
 from __future__ import annotations
 
@@ -69,21 +69,16 @@ def sections() -> gr.HTML:
     return what_if
 
 
-def share_button() -> gr.Button:
-    """``#share-link``, for the buttons row: builds the link to the current settings."""
-    return gr.Button("Copy link", elem_id="share-link", min_width=90, size="sm")
-
-
-def share_box() -> gr.Textbox:
-    """Carries the link's query from the server to the page script (never shown)."""
-    return gr.Textbox("", visible="hidden", elem_id="share-query")
-
-
-def wire(demo: gr.Blocks, form: dict, status: gr.HTML, share: tuple[gr.Button, gr.Textbox],
-         limits: links.Limits) -> Any:
+def wire(demo: gr.Blocks, form: dict, status: gr.HTML, limits: links.Limits) -> Any:
     """The page script (presenter mode, tour), the deep link, and Copy link. Returns the
-    deep-link load event, for what should follow it."""
-    button, box = share
+    deep-link load event, for what should follow it.
+
+    ``#share-link`` is a button in the header (:func:`teach_view.header_links`); it
+    presses the hidden ``#share-build``, whose handler turns the form into a query that
+    travels through the hidden ``#share-query`` to :data:`SHARE_JS`, which shows the
+    whole link in ``#status``."""
+    button = gr.Button("Copy link", elem_id="share-build", visible="hidden")
+    box = gr.Textbox("", elem_id="share-query", visible="hidden")
     names = list(form.values())
     comps = list(form.keys())
     hidden = dict(api_visibility="private", queue=False)
@@ -108,7 +103,7 @@ SHARE_JS = """(q) => {
   const url = location.origin + location.pathname + (q || '');
   try { navigator.clipboard.writeText(url).catch(() => {}); } catch (e) {}
   const esc = s => s.replace(/[&<>"']/g, c => '&#' + c.charCodeAt(0) + ';');
-  return '<div class="mv-msg mv-msg-info">Link to these settings (copied to the clipboard): '
+  return '<div class="mv-msg mv-msg-info mv-share">Link to these settings (copied):'
     + '<code id="share-url">' + esc(url) + '</code></div>';
 }"""
 
@@ -155,6 +150,7 @@ def page_script() -> str:
   };
   document.addEventListener('click', ev => {
     if (ev.target.closest('[data-tour-start]')) { ev.preventDefault(); start(); }
+    if (ev.target.closest('#share-link')) { const b = document.querySelector('#share-build'); if (b) b.click(); }
     // in-page links scroll here: Gradio's <base href> would turn "#x" into a new page load
     // that drops the deep link; a link to a collapsed section opens it
     const to = ev.target.closest('.mv-links a[href^="#"]'), el = to && document.querySelector(to.getAttribute('href'));

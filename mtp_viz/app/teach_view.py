@@ -119,7 +119,9 @@ def explanations(keys: Iterable[str], lead: str) -> str:
 
 def header_links() -> str:
     return ('<span class="mv-links"><a href="#" data-tour-start>Tour</a> · <a href="#glossary">Glossary</a>'
-            ' · <a href="#when-mtp-helps">When does MTP help?</a></span>')
+            ' · <a href="#when-mtp-helps">When does MTP help?</a> · <button type="button" id="share-link" '
+            'class="mv-linkbtn" title="A link that opens this page with the current prompt, pair and settings">'
+            'Copy link</button></span>')
 
 
 def glossary_html() -> str:

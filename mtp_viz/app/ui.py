@@ -93,7 +93,6 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
                     measure_btn = gr.Button("Measure", elem_id="measure", min_width=80, size="sm")
                     replay_btn = gr.Button("Race replay", interactive=False, elem_id="replay", min_width=100,
                                            size="sm")
-                    share = teach.share_button()
                     example = gr.Dropdown(_choices(examples), value=None, elem_id="examples", show_label=False,
                                           container=False, scale=3, min_width=180,
                                           info=None, filterable=False)
@@ -102,7 +101,6 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
                     next_btn = gr.Button("Next", elem_id="next", min_width=60, size="sm", scale=0)
                 status = gr.HTML("", elem_id="status", padding=False)
                 caption = gr.HTML("", elem_id="step-caption", padding=False)
-                share_box = teach.share_box()
             with gr.Column(scale=4, min_width=360):
                 with gr.Row():
                     model_key = gr.Dropdown(choices, value=preset0, label="Model pair", scale=4,
@@ -199,7 +197,7 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
         load_inputs = [model_key, custom_t, custom_d]
         load_btn.click(h.load, load_inputs, [model_status, timer, chat], **hidden)
         limits = links.Limits(tuple(presets), cap, 16 * prompt_cap)
-        restored = teach.wire(demo, form, status, (share, share_box), limits)  # deep link, tour, presenter
+        restored = teach.wire(demo, form, status, limits)  # deep link, Copy link, tour, presenter mode
         restored.then(h.load, load_inputs, [model_status, timer, chat], **hidden)
         timer.tick(h.tick, load_inputs, [model_status, timer, chat], show_progress="hidden", **hidden)
         example.change(lambda p: p or gr.skip(), example, prompt, queue=False, **hidden)
