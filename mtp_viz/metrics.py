@@ -274,6 +274,8 @@ class TheoryCheck:
     speedup_predicted_v: float | None = None  # τ_measured / (γc + v), when v is meaningful
     per_position_conditional: tuple = ()
     per_position_unconditional: tuple = ()
+    timed: bool = True                # False: the source reports no draft/verify times (vLLM),
+                                      # so c, v and every predicted speedup mean nothing
 
 
 def theory_check(events: Iterable[Event], baseline: Iterable[Event] | None = None,
@@ -306,4 +308,5 @@ def theory_check(events: Iterable[Event], baseline: Iterable[Event] | None = Non
         gamma_star=g_star, speedup_star=s_star, speedup_measured=measured, v=v, v_raw=v_raw,
         speedup_predicted_v=predicted_v,
         per_position_conditional=tuple(s.per_position_conditional),
-        per_position_unconditional=tuple(s.per_position_unconditional))
+        per_position_unconditional=tuple(s.per_position_unconditional),
+        timed=any(r.draft_seconds or r.verify_seconds for r in step_records(events)))

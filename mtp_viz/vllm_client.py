@@ -2,9 +2,10 @@
 (server-sent events) and the ``/metrics`` scrape.
 
 Only the address the user gave is contacted: proxies from the environment are not
-used (a server on 127.0.0.1 must not be sent through one). Every failure becomes one
-``UserError`` sentence that names the URL as the user typed it and never repeats what
-the server answered, so a stranger's server cannot put text in our messages.
+used (a server on 127.0.0.1 must not be sent through one), nor are redirects followed.
+Every failure becomes one ``UserError`` sentence that names the URL as the user typed
+it and never repeats what the server answered, so a stranger's server cannot put text
+in our messages.
 """
 from __future__ import annotations
 
@@ -24,7 +25,16 @@ __all__ = ["base_url", "get_json", "post_stream", "sse_chunks", "served_models",
 CONNECT_TIMEOUT = 10.0   # seconds for GETs (models, metrics)
 READ_TIMEOUT = 600.0     # seconds the stream may stay silent (a long prefill on a busy server)
 
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is answered as the HTTP error it is, never followed: only the address
+    the user gave (and the app's guard let through) is contacted."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect)
 
 
 def base_url(url: str) -> str:

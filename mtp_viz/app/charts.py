@@ -131,8 +131,9 @@ def position_figure(events: Sequence[Event]):
 def timing_figure(events: Sequence[Event], ar_events: Sequence[Event] = ()):
     """Drafting vs verification time per step, against one autoregressive forward."""
     steps = spec_steps(events)
+    timed = any(s.draft_seconds or s.verify_seconds for s in steps)
     data = []
-    if steps:
+    if timed:
         x = [s.step for s in steps]
         data = [dict(type="bar", x=x, y=[1000 * s.draft_seconds for s in steps], name="draft",
                      marker=dict(color=COLORS["draft"]),
@@ -147,8 +148,9 @@ def timing_figure(events: Sequence[Event], ar_events: Sequence[Event] = ()):
                              name="autoregressive",
                              line=dict(color=COLORS["ar"], dash="dash"),
                              hovertemplate="autoregressive forward %{y:.1f} ms<extra></extra>"))
+    untimed = "This source reports no drafting or verification times (a vLLM server does not)."
     return _figure("Draft vs verify time per step", data, xtitle="verification step", ytitle="ms",
-                   barmode="stack")
+                   empty=untimed if steps else "", barmode="stack")
 
 
 def all_figures(spec: Sequence[Event], ar: Sequence[Event] = ()) -> dict:

@@ -103,10 +103,11 @@ class Handlers:
 
     # ------------------------------------------------------------ runs
 
-    def settings(self, v: dict[str, Any]) -> runs.RunSettings:
-        """The form's values as run settings, every field checked (one sentence each)."""
+    def settings(self, v: dict[str, Any], pair: tuple[str, str | None] | None = None) -> runs.RunSettings:
+        """The form's values as run settings, every field checked (one sentence each);
+        ``pair`` in place of the picker's (a vLLM source passes its server)."""
         prompt = runs.check_prompt(v["prompt"], self.prompt_cap)
-        target, drafter = self.pick(v["model"], v["custom_target"], v["custom_drafter"])
+        target, drafter = pair or self.pick(v["model"], v["custom_target"], v["custom_drafter"])
         greedy = v["decoding"] == "greedy"
         max_new = runs.whole(v["max_new_tokens"], "Max new tokens")
         if not 1 <= max_new <= self.cap:

@@ -21,20 +21,14 @@ def theory_panel_html(check: TheoryCheck | None) -> str:
         ("mean draft length γ", f"{check.gamma:.2f}", ""),
         ("tokens per target forward τ", f"{check.tau:.2f}",
          f"{check.tau_predicted:.2f} = (1−α^(γ+1))/(1−α)"),
-        ("cost coefficient c", f"{check.c:.3f}", "drafter step ÷ target step"),
     ]
-    if check.speedup_measured is not None:
-        rows.append(("speedup over autoregressive (this run)", f"×{check.speedup_measured:.2f}",
-                     f"×{check.speedup_predicted:.2f} = τ/(γc+1)"))
-    else:
-        rows.append(("predicted speedup", "", f"×{check.speedup_predicted:.2f} = τ/(γc+1)"))
-    if check.v is not None:
-        rows.append(("verification cost v (in target steps)", f"{check.v:.2f}",
-                     f"×{check.speedup_predicted_v:.2f} = τ/(γc+v) predicted with this v"))
-    elif check.v_raw is not None:
-        rows.append(("verification cost v (in target steps)", "too noisy",
-                     f"measured {check.v_raw:.2f}, below one target step: timing noise"))
-    rows.append(("best draft length γ*", "", f"{check.gamma_star} (×{check.speedup_star:.2f} predicted)"))
+    if check.timed:
+        rows += _cost_rows(check)
+    else:  # no draft and verify times: no c, so no predicted speedup
+        if check.speedup_measured is not None:
+            rows.append(("speedup over the baseline (this run)", f"×{check.speedup_measured:.2f}", ""))
+        rows.append(("cost coefficient c, predicted speedup", "not reported",
+                     "the source gives no drafting or verification times (a vLLM server does not)"))
     body = "".join(f"<tr><td>{html.escape(a)}</td><td>{html.escape(b)}</td><td>{html.escape(t)}</td></tr>"
                    for a, b, t in rows)
     bars = []
@@ -52,3 +46,21 @@ def theory_panel_html(check: TheoryCheck | None) -> str:
             f'<th>theory</th></tr></thead><tbody>{body}</tbody></table>'
             '<p><b>Acceptance by draft position</b> (given the earlier drafts were '
             f'accepted)</p>{"".join(bars)}</div>')
+
+
+def _cost_rows(check: TheoryCheck) -> list[tuple[str, str, str]]:
+    """The rows that need the run's timings: c, the speedups and γ*."""
+    rows = [("cost coefficient c", f"{check.c:.3f}", "drafter step ÷ target step")]
+    if check.speedup_measured is not None:
+        rows.append(("speedup over autoregressive (this run)", f"×{check.speedup_measured:.2f}",
+                     f"×{check.speedup_predicted:.2f} = τ/(γc+1)"))
+    else:
+        rows.append(("predicted speedup", "", f"×{check.speedup_predicted:.2f} = τ/(γc+1)"))
+    if check.v is not None:
+        rows.append(("verification cost v (in target steps)", f"{check.v:.2f}",
+                     f"×{check.speedup_predicted_v:.2f} = τ/(γc+v) predicted with this v"))
+    elif check.v_raw is not None:
+        rows.append(("verification cost v (in target steps)", "too noisy",
+                     f"measured {check.v_raw:.2f}, below one target step: timing noise"))
+    rows.append(("best draft length γ*", "", f"{check.gamma_star} (×{check.speedup_star:.2f} predicted)"))
+    return rows

@@ -20,8 +20,9 @@ import gradio as gr
 
 from ..prompts import Prompt, category_suite, code_suite, load_prompts
 from ..schedules import SCHEDULES
-from . import charts, links, service, teach, teach_view, view
+from . import charts, links, service, teach, teach_view, view, vllm_tab
 from .handlers import CUSTOM, PLOTS, SLOTS, Handlers
+from .vllm_guard import ServerPolicy
 
 INTRO = ("A small <b>drafter</b> guesses the next few tokens; the <b>target</b> checks them all in one "
          "forward pass, keeps the longest correct prefix and adds one token of its own. Same text as "
@@ -76,8 +77,11 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
     choices = [(p["label"], k) for k, p in presets.items()]
     if not loader.allow.active:
         choices.append(("Custom hub id or folder", CUSTOM))
+    policy = ServerPolicy(loader.allow)
+    choices += vllm_tab.choices(policy)
     figs = charts.all_figures([])
     h = Handlers(loader, presets, (target0, drafter0), cap, prompt_cap, empty_figures=figs)
+    vh = vllm_tab.VllmHandlers(h, policy)
 
     # delete_cache: uploads and downloads leave Gradio's cache after an hour (a Space runs for weeks)
     with gr.Blocks(title="mtp-viz: speculative decoding, made visible", delete_cache=(1800, 3600)) as demo:
@@ -112,6 +116,7 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
                                           elem_id="custom-target")
                     custom_d = gr.Textbox((drafter0 or "") if preset0 == CUSTOM else "", label="Custom drafter",
                                           placeholder="…-assistant (optional)", elem_id="custom-drafter")
+                server = vllm_tab.source_row(policy)
                 model_status = gr.HTML(view.message_html("No model loaded yet."), elem_id="model-status",
                                        padding=False)
                 with gr.Row():
@@ -179,7 +184,7 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
                 max_new: "max_new_tokens", draft_k: "draft_tokens", schedule: "schedule",
                 drafter_kind: "drafter_kind", sampling: "decoding", temperature: "temperature",
                 top_p: "top_p", top_k: "top_k", seed: "seed", chat: "chat", baseline: "baseline",
-                step_mode: "step_mode"}
+                step_mode: "step_mode", server.url: "vllm_url", server.baseline: "vllm_baseline_url"}
         comps = {"status": status, "caption": caption, "spec": spec, "spec_stats": spec_stats, "ar": ar, "ar_stats": ar_stats,
                  "compare": compare, "theory": theory, **plots}
         outputs = [comps[s] for s in SLOTS] + [session, replay_btn]
@@ -188,24 +193,30 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
             return {name: data[c] for c, name in form.items()}
 
         def on_model(key: str):
-            prompts = examples_for(key)
-            return (gr.update(visible=key == CUSTOM), _hint_html(presets, key, ""),
-                    gr.update(choices=_choices(prompts), value=None), gr.update(value=key != "tiny"))
+            prompts, vllm = examples_for(key), key == vllm_tab.VLLM  # a server's chat template is unknown
+            return (gr.update(visible=key == CUSTOM),
+                    view.message_html(vllm_tab.HINT) if vllm else _hint_html(presets, key, ""),
+                    gr.update(choices=_choices(prompts), value=None),
+                    gr.skip() if vllm else gr.update(value=key != "tiny"), gr.update(visible=vllm))
 
         hidden = dict(api_visibility="private")
-        model_key.change(on_model, model_key, [custom_row, hint, example, chat], queue=False, **hidden)
+        model_key.change(on_model, model_key, [custom_row, hint, example, chat, server.row], queue=False,
+                         **hidden)
         load_inputs = [model_key, custom_t, custom_d]
-        load_btn.click(h.load, load_inputs, [model_status, timer, chat], **hidden)
+        load_btn.click(vh.load, load_inputs + [server.url, server.baseline], [model_status, timer, chat],
+                       **hidden)
         limits = links.Limits(tuple(presets), cap, 16 * prompt_cap)
         restored = teach.wire(demo, form, status, limits)  # deep link, Copy link, tour, presenter mode
         restored.then(h.load, load_inputs, [model_status, timer, chat], **hidden)
         timer.tick(h.tick, load_inputs, [model_status, timer, chat], show_progress="hidden", **hidden)
         example.change(lambda p: p or gr.skip(), example, prompt, queue=False, **hidden)
         def run(data: dict):
-            yield from h.run(values(data), data[session])
+            v = values(data)
+            yield from (vh if v["model"] == vllm_tab.VLLM else h).run(v, data[session])
 
         def measure(data: dict):
-            yield from h.measure(values(data), data[repeats], data[session])
+            v = values(data)
+            yield from (vh if v["model"] == vllm_tab.VLLM else h).measure(v, data[repeats], data[session])
 
         run_ev = run_btn.click(run, set(form) | {session}, outputs, concurrency_id="model",
                                show_progress="minimal", show_progress_on=status, **hidden)
@@ -230,6 +241,8 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
         # queue=False: both must reach a run that holds the model's queue slot
         step_mode.change(h.step_mode, [session, step_mode], None, queue=False, **hidden)
         next_btn.click(h.next_step, session, status, queue=False, **hidden)
+        if policy.offered:
+            vllm_tab.dashboard_tab(vh)
         gr.api(h.api_generate, api_name="generate", concurrency_id="model")
     demo.mtp_loader, demo.mtp_handlers = loader, h  # type: ignore[attr-defined]
     demo.mtp_default = h.default  # type: ignore[attr-defined]

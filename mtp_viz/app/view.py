@@ -86,7 +86,23 @@ def step_html(events: Sequence[Event]) -> str:
         elif isinstance(e, Token):
             parts.append(token_span("token", e.text, e.token_id,
                                     title=f"forward {e.step} · {_prob('p', e.p)}"))
+        elif isinstance(e, Step):
+            parts.append(rejected_count_html(e, sum(isinstance(x, Rejected) for x in events)))
     return "".join(parts)
+
+
+def rejected_count_html(step: Step, shown: int) -> str:
+    """A count of the step's rejected drafts whose tokens the source did not report
+    (a vLLM server says how many, not which): ``<span class="mv-rejcount"
+    data-rejected=N>``; "" when every rejected draft is shown as a token. The target
+    agreed with ``max(agreed, accepted)`` drafts (``agreed`` is 0 where unknown), so
+    the rest were rejected."""
+    n = step.draft_len - max(step.agreed, step.accepted) - shown
+    if n <= 0:
+        return ""
+    return (f'<span class="mv-rejcount" data-step="{step.step}" data-drafted="{step.draft_len}" '
+            f'data-rejected="{n}" title="step {step.step}: {step.draft_len} drafted, {n} rejected; '
+            f'the server reports how many drafts it rejected, not which tokens">✗{n}</span>')
 
 
 def group_steps(events: Iterable[Event]) -> list[list[Event]]:
