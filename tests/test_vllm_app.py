@@ -190,7 +190,7 @@ def test_theory_panel_and_timing_chart_say_vllm_reports_no_timings():
     assert "not reported" in panel and "γ*" not in panel and "τ/(γc+1)" not in panel
     assert "tokens per target forward τ" in panel
     fig = charts.timing_figure(evs)
-    assert not fig.data and "reports no drafting or verification times" in fig.layout.annotations[0].text
+    assert not fig.data and "reports no draft or verify times" in fig.layout.annotations[0].text
     assert charts.acceptance_figure(evs).data  # the counts chart as for a local run
     local = [Start("speculative", 1, (1,), {}), Drafted(2, 0, 5, "x", 0.5), Accepted(2, 0, 5, "x", 0.9),
              Bonus(2, 6, "y", 0.9, 1, "extension"), Step(2, 1, 1, 2, 0.01, 0.02, t=0.03)]

@@ -148,7 +148,7 @@ def timing_figure(events: Sequence[Event], ar_events: Sequence[Event] = ()):
                              name="autoregressive",
                              line=dict(color=COLORS["ar"], dash="dash"),
                              hovertemplate="autoregressive forward %{y:.1f} ms<extra></extra>"))
-    untimed = "This source reports no drafting or verification times (a vLLM server does not)."
+    untimed = "This source reports no draft or verify times<br>(a vLLM server does not)."
     return _figure("Draft vs verify time per step", data, xtitle="verification step", ytitle="ms",
                    empty=untimed if steps else "", barmode="stack")
 

@@ -86,9 +86,9 @@ def source_row(policy: ServerPolicy, visible: bool = False) -> SourceControls:
     """The URL fields, shown while the picker is on "vLLM server"."""
     first = policy.listed[0] if policy.locked and policy.listed else ""
     with gr.Row(visible=visible) as row:
-        url = gr.Textbox(first, label="vLLM server URL (with MTP)", placeholder="http://127.0.0.1:8000",
+        url = gr.Textbox(first, label="vLLM server (MTP)", placeholder="http://127.0.0.1:8000",
                          elem_id="vllm-url", info=_url_info(policy))
-        baseline = gr.Textbox("", label="Baseline server URL (optional)", placeholder="http://127.0.0.1:8001",
+        baseline = gr.Textbox("", label="Baseline (optional)", placeholder="http://127.0.0.1:8001",
                               elem_id="vllm-baseline-url")
     return SourceControls(row, url, baseline)
 
@@ -135,15 +135,25 @@ class VllmHandlers:
     def done_line(sess: runs.Session) -> str:
         steps = [e for e in sess.spec if isinstance(e, Step) and e.draft_len]
         drafted, kept = sum(e.draft_len for e in steps), sum(e.accepted for e in steps)
-        line = (f"Done: vLLM kept {kept} of {drafted} drafts in {len(steps)} verify steps; ✗N after a step "
-                "counts the drafts it rejected there (vLLM does not say which tokens).")
-        return line + (" Press Race replay to watch both runs on their recorded timings." if sess.ar else "")
+        line = (f"Done: vLLM kept {kept} of {drafted} drafts in {len(steps)} verify steps; ✗N counts the "
+                "drafts it rejected at a step (not which).")
+        return line + (" Race replay plays both runs on their timings." if sess.ar else "")
 
     @staticmethod
     def measure(values: dict[str, Any], repeats: Any, sess: runs.Session | None):
         yield frame({"status": view.message_html(
             "Measure repeats the local engine; for vLLM servers run mtp-viz bench --server URL "
             "--baseline-server URL.", level="warn")}, sess)
+
+    def picked(self, key: str) -> str:
+        """``#model-status`` when the picker changes: what this source needs, else the
+        state of the picked pair."""
+        if key == VLLM:
+            return view.message_html("Give the server's URL, then Run (Load checks the servers).")
+        try:
+            return self.h.model_line(*self.h.pick(key))
+        except UserError:   # a custom pair not typed in yet
+            return gr.skip()
 
     def load(self, key: str, custom_target: str, custom_drafter: str, url: str, baseline: str):
         """Load: the local pair, or, for this source, a check of the servers."""
