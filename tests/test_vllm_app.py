@@ -161,7 +161,7 @@ def test_panes_count_the_drafts_vllm_rejected_after_each_step():
     # steps 2..5: kept 2 of 4, all 4, none, then 1 of 4 in a step cut by the token limit
     evs = _vllm_events([2, 4, 0, 1], [4, 4, 4, 4], 1 + 3 + 5 + 1 + 1)
     html = view.tokens_html(evs)
-    assert _counts(html) == {2: 2, 4: 4, 5: 3} == vllm_tab.rejected_by_step(evs)
+    assert _counts(html) == {2: 2, 4: 4, 5: 3}   # drafted − accepted, where above 0
     assert 'data-kind="rejected"' not in html and "✗4" in html
     assert 'title="step 4: 4 drafted, 4 rejected; the server reports how many drafts it rejected' in html
     renderer = view.PaneRenderer()
@@ -201,7 +201,7 @@ def test_theory_panel_and_timing_chart_say_vllm_reports_no_timings():
 # ---------------------------------------------------------------- handlers, without a server
 
 def _handlers(policy):
-    h = Handlers(service.PairLoader(lambda t, d: None), {}, ("tiny", None), 64, 256)
+    h = Handlers(service.PairLoader(lambda t, d: None), service.presets(OPEN), ("tiny", None), 64, 256)
     return vllm_tab.VllmHandlers(h, policy)
 
 
@@ -251,6 +251,12 @@ def test_load_checks_servers_and_the_dashboard_never_quotes_them():
         assert vh.poll(None)[-1].active is False
     finally:
         server.shutdown()
+
+
+def test_the_status_line_follows_the_picker():
+    vh = _handlers(ServerPolicy(OPEN, ""))
+    assert "Give the server&#x27;s URL" in vh.picked(vllm_tab.VLLM)
+    assert "loads on first run" in vh.picked("tiny")   # the local pair's own line, as before
 
 
 def test_measure_says_to_use_bench_for_servers():

@@ -61,11 +61,6 @@ def server_events(servers: Servers, prompt: str, kw: dict[str, Any]) -> Iterable
                                 seed=kw["seed"], stop=kw["stop"])
 
 
-def rejected_by_step(events: Iterable[Event]) -> dict[int, int]:
-    """Drafts rejected at each speculative step (drafted − accepted), as the panes count them."""
-    return {e.step: e.draft_len - e.accepted for e in events if isinstance(e, Step) and e.draft_len > e.accepted}
-
-
 def choices(policy: ServerPolicy) -> list[tuple[str, str]]:
     """The picker's entry for this source, unless the deployment does not offer it."""
     return [("vLLM server (enter its URL)", VLLM)] if policy.offered else []
@@ -77,6 +72,7 @@ def _url_info(policy: ServerPolicy) -> str | None:
 
 @dataclass
 class SourceControls:
+    """The source's components: the row (shown with the picker on this source) and its fields."""
     row: Any
     url: Any
     baseline: Any
