@@ -170,6 +170,25 @@ def test_panes_count_the_drafts_vllm_rejected_after_each_step():
     assert _counts(renderer.html()) == _counts(html)
 
 
+def test_step_captions_of_a_vllm_run_give_counts_and_no_invented_times():
+    from mtp_viz.app import captions
+    evs = _vllm_events([2, 4, 0, 1], [4, 4, 4, 4], 1 + 3 + 5 + 1 + 1)
+    upto = lambda s: [e for e in evs if isinstance(e, Start) or 0 < getattr(e, "step", 0) <= s]  # noqa: E731
+    assert captions.caption(upto(1)) == ("Step 1: the target read the prompt (3 tokens) in one forward pass "
+                                         "and wrote its first token “t0 ”.")
+    assert captions.caption(upto(2)) == ("Step 2: the drafter proposed 4 tokens. The target checked them in one "
+                                         "forward pass: it kept 2 and rejected 2 (the server does not say which "
+                                         "tokens), and wrote its own token “t3 ” in their place.")
+    assert "it kept all of them" in captions.caption(upto(3)) and " ms" not in captions.caption(evs)
+
+
+def test_the_steps_csv_of_a_vllm_run_has_counts_and_no_invented_times():
+    from mtp_viz.app import export
+    rows = export.steps_csv(_vllm_events([2, 4, 0, 1], [4, 4, 4, 4], 11)).splitlines()
+    assert rows[2].startswith("speculative,2,4,2,2,3,,,")
+    assert all(r.split(",")[6:8] == ["", ""] for r in rows[1:])
+
+
 def test_panes_of_the_local_engine_show_no_counts():
     """A local step shows its rejected drafts as tokens; drafts dropped after an EOS
     (agreed > accepted) were not rejected: no count either way."""

@@ -6,6 +6,7 @@ import html
 from typing import Sequence
 
 from ..events import Bonus, Done, Drafted, Event, Rejected, Start, Step, Token
+from .view import unreported_rejections
 
 _ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth")
 
@@ -30,6 +31,11 @@ def _quoted(text: str) -> str:
 def _ms(seconds: float) -> str:
     ms = seconds * 1000
     return f"{ms:.1f} ms" if ms < 10 else f"{ms:.0f} ms"
+
+
+def _took(seconds: float, form: str = " ({})") -> str:
+    """A phase's time, or nothing where the source reports none (a vLLM server)."""
+    return form.format(_ms(seconds)) if seconds > 0 else ""
 
 
 def caption(events: Sequence[Event]) -> str:
@@ -59,17 +65,21 @@ def _verdict(step: Step, within: Sequence[Event], start: Event) -> str:
     own = next((e for e in within if isinstance(e, (Bonus, Token))), None)
     word = f" {_quoted(own.text)}" if own is not None and own.text else ""
     if isinstance(own, Token):
-        return f"Step {step.step}: the target wrote{word} in one forward pass ({_ms(step.verify_seconds)})."
+        return f"Step {step.step}: the target wrote{word} in one forward pass{_took(step.verify_seconds)}."
     if step.draft_len == 0:
         if step.step == 1 and isinstance(start, Start):
-            return (f"Step 1: the target read the prompt ({_tokens(start.prompt_tokens)}) in one forward pass "
-                    f"({_ms(step.verify_seconds)}) and wrote its first token{word}.")
+            return (f"Step 1: the target read the prompt ({_tokens(start.prompt_tokens)}) in one forward pass"
+                    f"{_took(step.verify_seconds)} and wrote its first token{word}.")
         return f"Step {step.step}: no drafts; the target wrote one token of its own{word}."
     k, n = step.draft_len, step.accepted
     rejected = [e for e in within if isinstance(e, Rejected)]
-    head = (f"Step {step.step}: the drafter proposed {_tokens(k)} in {_ms(step.draft_seconds)}. "
-            f"The target checked them in one forward pass ({_ms(step.verify_seconds)}): ")
-    if rejected:
+    head = (f"Step {step.step}: the drafter proposed {_tokens(k)}{_took(step.draft_seconds, ' in {}')}. "
+            f"The target checked them in one forward pass{_took(step.verify_seconds)}: ")
+    unreported = unreported_rejections(step, len(rejected))
+    if unreported:
+        tail = (f"it kept {n} and rejected {unreported} (the server does not say which tokens)"
+                + (f", and wrote its own token{word} in their place." if own is not None else "."))
+    elif rejected:
         after = len(rejected) - 1
         tail = (f"it kept {n}, rejected the {ordinal(rejected[0].index + 1)}"
                 + (f" (the {_tokens(after)} drafted after it went too)" if after > 0 else "")

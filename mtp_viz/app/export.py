@@ -26,17 +26,19 @@ CSV_COLUMNS = ("mode", "step", "draft_len", "accepted", "rejected", "new_tokens"
 def steps_csv(spec: Sequence[Event], ar: Sequence[Event] = ()) -> str:
     """One row per step of each run (speculative first): what was drafted, kept and
     added, and the step's own timings. ``rejected`` counts every draft not kept (the
-    first disagreement and all drafted after it)."""
+    first disagreement and all drafted after it). The timings are empty for a run whose
+    source reports none (a vLLM server)."""
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")
     w.writerow(CSV_COLUMNS)
     for events in (spec, ar):
         mode = next((e.mode for e in events if isinstance(e, Start)), "")
-        for e in events:
-            if isinstance(e, Step):
-                w.writerow([mode, e.step, e.draft_len, e.accepted, e.draft_len - e.accepted, e.new_tokens,
-                            f"{e.draft_seconds * 1000:.3f}", f"{e.verify_seconds * 1000:.3f}", f"{e.t:.6f}",
-                            e.next_draft_len, e.reason, e.cut])
+        steps = [e for e in events if isinstance(e, Step)]
+        timed = any(e.draft_seconds or e.verify_seconds for e in steps)
+        for e in steps:
+            ms = [f"{e.draft_seconds * 1000:.3f}", f"{e.verify_seconds * 1000:.3f}"] if timed else ["", ""]
+            w.writerow([mode, e.step, e.draft_len, e.accepted, e.draft_len - e.accepted, e.new_tokens,
+                        *ms, f"{e.t:.6f}", e.next_draft_len, e.reason, e.cut])
     return out.getvalue()
 
 

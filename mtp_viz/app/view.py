@@ -91,13 +91,18 @@ def step_html(events: Sequence[Event]) -> str:
     return "".join(parts)
 
 
+def unreported_rejections(step: Step, shown: int) -> int:
+    """Rejected drafts of a step whose tokens the source did not report (a vLLM server
+    says how many, not which); ``shown`` is the step's ``rejected`` events. The target
+    agreed with ``max(agreed, accepted)`` drafts (``agreed`` is 0 where unknown): the
+    rest were rejected. 0 for the local engine, which reports every rejected draft."""
+    return max(0, step.draft_len - max(step.agreed, step.accepted) - shown)
+
+
 def rejected_count_html(step: Step, shown: int) -> str:
-    """A count of the step's rejected drafts whose tokens the source did not report
-    (a vLLM server says how many, not which): ``<span class="mv-rejcount"
-    data-rejected=N>``; "" when every rejected draft is shown as a token. The target
-    agreed with ``max(agreed, accepted)`` drafts (``agreed`` is 0 where unknown), so
-    the rest were rejected."""
-    n = step.draft_len - max(step.agreed, step.accepted) - shown
+    """``<span class="mv-rejcount" data-rejected=N>✗N</span>`` for a step's
+    :func:`unreported_rejections`; "" when every rejected draft is shown as a token."""
+    n = unreported_rejections(step, shown)
     if n <= 0:
         return ""
     return (f'<span class="mv-rejcount" data-step="{step.step}" data-drafted="{step.draft_len}" '

@@ -115,7 +115,9 @@ class VllmHandlers:
             return
         ar = ("The baseline server runs after the speculating one." if s.baseline else
               "No baseline: give a baseline server's URL and turn on “Then run autoregressive”.")
-        yield frame({"spec": view.placeholder_html("Waiting for the server: its steps come with its last chunk."),
+        step_note = ("Step mode pauses only the local engine: a vLLM server sends its steps when it finishes."
+                     if values.get("step_mode") else "")
+        yield frame({"caption": view.message_html(step_note, level="warn"),"spec": view.placeholder_html("Waiting for the server: its steps come with its last chunk."),
                      "ar": view.placeholder_html(ar), "theory": "", "figures": self.h.empty_figures,
                      "spec_stats": view.stats_html(view.RunStats()), "ar_stats": view.stats_html(view.RunStats()),
                      "compare": view.compare_html(view.RunStats(), view.RunStats(), greedy=True),
