@@ -251,7 +251,8 @@ def test_a_server_that_is_down_is_one_sentence_and_nothing_else_runs():
     url = _closed_port()
     vh = _handlers(ServerPolicy(OPEN, ""))
     sess = runs.Session()
-    frames = list(vh.run(_values(vllm_url=url, vllm_baseline_url=url), sess))
+    frames = list(vh.run(_values(vllm_url=url, vllm_baseline_url=url, step_mode=True), sess))
+    assert "Step mode pauses only the local engine" in frames[0][SLOTS.index("caption")]
     errors = [f[SLOTS.index("status")] for f in frames if "mv-msg-error" in str(f[SLOTS.index("status")])]
     assert errors and f"No server answers at {url}" in errors[-1]
     assert [e.type for e in sess.spec] == ["error"] and sess.ar == []   # no baseline after a failure

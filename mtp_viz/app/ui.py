@@ -197,7 +197,8 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
             return (gr.update(visible=key == CUSTOM),
                     view.message_html(vllm_tab.HINT) if vllm else _hint_html(presets, key, ""),
                     gr.update(choices=_choices(prompts), value=None),
-                    gr.skip() if vllm else gr.update(value=key != "tiny"), gr.update(visible=vllm), vh.picked(key))
+                    gr.skip() if vllm else gr.update(value=key != "tiny"), gr.update(visible=vllm),
+                    vh.picked(key))
 
         hidden = dict(api_visibility="private")
         model_key.change(on_model, model_key, [custom_row, hint, example, chat, server.row, model_status],

@@ -117,12 +117,14 @@ class VllmHandlers:
               "No baseline: give a baseline server's URL and turn on “Then run autoregressive”.")
         step_note = ("Step mode pauses only the local engine: a vLLM server sends its steps when it finishes."
                      if values.get("step_mode") else "")
-        yield frame({"caption": view.message_html(step_note, level="warn"),"spec": view.placeholder_html("Waiting for the server: its steps come with its last chunk."),
-                     "ar": view.placeholder_html(ar), "theory": "", "figures": self.h.empty_figures,
-                     "spec_stats": view.stats_html(view.RunStats()), "ar_stats": view.stats_html(view.RunStats()),
-                     "compare": view.compare_html(view.RunStats(), view.RunStats(), greedy=True),
-                     "status": view.message_html(f"Sending the prompt to the vLLM server at {servers.spec}…")},
-                    sess, gr.update(interactive=False))
+        empty = view.stats_html(view.RunStats())
+        cleared = {"spec": view.placeholder_html("Waiting for the server: its steps come with its last chunk."),
+                   "ar": view.placeholder_html(ar), "spec_stats": empty, "ar_stats": empty,
+                   "compare": view.compare_html(view.RunStats(), view.RunStats(), greedy=True),
+                   "theory": "", "figures": self.h.empty_figures,
+                   "caption": view.message_html(step_note, level="warn")}
+        status = view.message_html(f"Sending the prompt to the vLLM server at {servers.spec}…")
+        yield frame({**cleared, "status": status}, sess, gr.update(interactive=False))
         for f in runs.compare_frames(servers, s, sess, events=server_events):
             if "theory" in f and "status" in f and not sess.stop.is_set():  # the last frame of a run
                 f["status"] = view.message_html(self.done_line(sess))
@@ -183,7 +185,8 @@ class VllmHandlers:
         try:
             w = Watch(self.policy.check(url), time.monotonic())
         except UserError as e:
-            return None, view.message_html(str(e), level="error"), gr.skip(), gr.skip(), gr.Timer(active=False)
+            error = view.message_html(str(e), level="error")
+            return None, error, gr.skip(), gr.skip(), gr.Timer(active=False)
         return self.poll(w)
 
     @staticmethod
@@ -228,7 +231,8 @@ def dashboard_tab(vh: VllmHandlers) -> None:
                              elem_id="dashboard-url", info=_url_info(vh.policy), scale=4)
             watch = gr.Button("Watch", variant="primary", elem_id="dashboard-watch", scale=0, min_width=90)
             stop = gr.Button("Stop", elem_id="dashboard-stop", scale=0, min_width=90)
-        summary = gr.HTML(view.message_html("Enter the server's URL and press Watch."), elem_id="dashboard-summary")
+        summary = gr.HTML(view.message_html("Enter the server's URL and press Watch."),
+                          elem_id="dashboard-summary")
         with gr.Row():
             pos = gr.Plot(dashboard.position_figure(SpecDecodeCounters(True)), elem_id="dashboard-position-plot",
                           show_label=False)
