@@ -215,6 +215,10 @@ def test_theory_panel_and_timing_chart_say_vllm_reports_no_timings():
              Bonus(2, 6, "y", 0.9, 1, "extension"), Step(2, 1, 1, 2, 0.01, 0.02, t=0.03)]
     assert theory_check(local).timed and "γ*" in panels.theory_panel_html(theory_check(local))
     assert charts.timing_figure(local).data
+    from mtp_viz.app import teach
+    sess = runs.Session()
+    sess.spec = evs
+    assert "Not for this run" in teach.what_if_update(sess) and "data-best" not in teach.what_if_update(sess)
 
 
 # ---------------------------------------------------------------- handlers, without a server

@@ -123,6 +123,7 @@ def test_the_vllm_source_shows_the_servers_tokens_and_rejection_counts(page, ser
     assert page.locator("#ar-output span.tok[data-kind='token']").count() == MAX_NEW
     assert "token-identical" in page.inner_text("#compare")
     assert "not reported" in page.inner_text("#theory-panel")
+    page.wait_for_selector("#what-if:has-text('Not for this run')", timeout=30_000)
     page.wait_for_selector("#acceptance-plot .js-plotly-plot g.trace", state="attached", timeout=30_000)
     assert "no draft or verify times" in page.inner_text("#timing-plot")
 

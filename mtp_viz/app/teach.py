@@ -30,7 +30,11 @@ def what_if_update(sess: Any) -> str:
     from ..whatif import what_if
     if sess is None or not sess.spec:
         return teach_view.what_if_html(None)
-    return teach_view.what_if_html(what_if(theory_check(sess.spec, sess.ar or None)))
+    check = theory_check(sess.spec, sess.ar or None)
+    if check is not None and not check.timed:  # no c to estimate speedups with
+        return teach_view.what_if_html(None, "Not for this run: its source (a vLLM server) reports no "
+                                             "drafting or verification times to estimate speedups from.")
+    return teach_view.what_if_html(what_if(check))
 
 
 def measured_results(root: Path = RESULTS) -> list[tuple[str, str, dict]]:

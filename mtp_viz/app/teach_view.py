@@ -130,12 +130,12 @@ def glossary_html() -> str:
     return f'<div class="mv-glossary"><h3>Glossary</h3><dl>{rows}</dl></div>'
 
 
-def what_if_html(w: WhatIf | None) -> str:
+def what_if_html(w: WhatIf | None,
+                 empty: str = "Appears after a speculative run that judged at least one draft.") -> str:
     """The estimate as a table with a bar per draft length; the best measured row marked."""
     head = f'<h3>What-if: other draft lengths <small>(an estimate)</small> {explain("what-if")}</h3>'
     if w is None:
-        return (f'<div class="mv-whatif">{head}<p class="mv-empty">Appears after a speculative run '
-                'that judged at least one draft.</p></div>')
+        return f'<div class="mv-whatif">{head}<p class="mv-empty">{html.escape(empty)}</p></div>'
     top = max(r.speedup for r in w.rows) or 1.0
     body = []
     for r in w.rows:
