@@ -1,0 +1,57 @@
+"""The load test (``benchmarks/load_test.py``) run for real at small scale: a real
+``python app.py`` with the bundled tiny pair, three concurrent clients (a greedy run, a
+bad input, a client that leaves mid-stream), then a ten-run soak."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "load_test.py"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("load_test", SCRIPT)
+    mod = sys.modules["load_test"] = importlib.util.module_from_spec(spec)  # dataclasses look it up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_small_load_test_against_the_real_app(tmp_path):
+    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"}
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--clients", "3", "--rounds", "1", "--soak", "10",
+                           "--out", str(tmp_path), "--max-seconds", "240"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    r = json.loads((tmp_path / "load_test.json").read_text())
+    assert r["passed"] and r["references_distinct"] and not r.get("aborted")
+    (w,) = r["waves"]
+    assert (w["clients"], w["normal_runs"], w["completed_runs"]) == (3, 1, 1)
+    assert (w["bad_inputs"], w["expected_errors"], w["leavers"], w["left_mid_stream"]) == (1, 1, 1, 1)
+    assert w["cross_talk"] == w["unexpected"] == 0 and w["problems"] == []
+    assert w["queue_wait_p50_s"] is not None and w["latency_p50_s"] >= w["queue_wait_p50_s"] > 0
+    s = r["soak"]
+    assert (s["runs"], s["completed_runs"], s["cross_talk"], s["unexpected"]) == (10, 10, 0, 0)
+    assert len(s["rss_mb"]) == 11 and s["rss_mb"][0][1] > 100  # a real server holding a real model
+    assert s["growth_mb"] < 50
+    assert "**Verdict:** PASS" in (tmp_path / "load_test.md").read_text()
+
+
+def test_the_judge_calls_a_foreign_output_cross_talk_and_wrong_errors_unexpected():
+    lt = _module()
+    events = [{"type": "start"}, {"type": "token", "token_id": 5}, {"type": "token", "token_id": 6},
+              {"type": "done"}]
+    refs = {("greedy", 0): [5, 6], ("greedy", 1): [7, 8]}
+    assert lt.judge(dict(kind="greedy", label="0"), events, refs) == (True, "", "")
+    assert lt.judge(dict(kind="greedy", label="1"), events, refs)[1] == "cross-talk"
+    assert lt.judge(dict(kind="greedy", label="0"), events[:2], refs)[1] == "incomplete"
+    error = [{"type": "error", "message": "Draft tokens must be a whole number between 1 and 16."}]
+    assert lt.judge(dict(kind="greedy", label="0"), error, refs)[1] == "unexpected error"
+    assert lt.judge(dict(kind="bad", label="x", sentence="Draft tokens must be"), error, refs)[0]
+    assert lt.judge(dict(kind="bad", label="x", sentence="Type a prompt"), error, refs)[1] == \
+        "unexpected answer to bad input"
+    assert lt.judge(dict(kind="bad", label="x", sentence="Draft tokens"), events, refs)[1] == \
+        "unexpected answer to bad input"
