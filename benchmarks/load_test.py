@@ -1,45 +1,49 @@
 """Load test of a real ``python app.py`` through its ``/generate`` API: concurrent waves
-of clients, then a memory soak. Loopback only; every wait has a deadline.
+of clients, then memory under a soak and a flood of sessions. Loopback only; every wait has a deadline.
 
-    python benchmarks/load_test.py                        # 8 then 16 clients x 3 rounds, soak 200
-    python benchmarks/load_test.py --clients 3 --rounds 1 --soak 10 --out /tmp/load
+    python benchmarks/load_test.py           # 8 then 16 clients x 3 rounds, soak 200, flood 1000
+    python benchmarks/load_test.py --clients 3 --rounds 1 --soak 10 --flood 30 --out /tmp/load
 
 The app runs as a subprocess on a free port with the bundled tiny pair and
-``MTP_VIZ_THREADS=1``. Every client is a separate user: normal and bad-input clients are
-``gradio_client.Client`` sessions (``submit``, then polled with a deadline); clients that
-leave mid-stream use Gradio's plain HTTP API (``POST /gradio_api/call/generate``, read
-the event stream until the first generated value, close it), as a closed tab does.
+``MTP_VIZ_THREADS=1``. Every client is a separate user (see ``load_clients.py``):
+normal and bad-input clients are ``gradio_client.Client`` sessions; clients that leave
+mid-stream use Gradio's plain HTTP API and close the event stream after the first
+generated value, as a closed tab does.
 
 A wave's clients follow :data:`PLAN` by index (3 clients: a greedy run, a bad input, a
 client that leaves). Checks: each greedy client's tokens equal the solo reference for
 *its* prompt (computed once up front, before any concurrency; a mismatch is cross-talk),
 each seeded sampled client's tokens equal its solo seeded run, each bad input is answered
 with exactly one ``error`` event holding its sentence, and nothing else errs or hangs.
-Queue wait is submit → first streamed value; latency is submit → final value. The soak
-runs greedy requests one after another and compares the server's resident memory before
-and after (goal: < 50 MB growth). Writes ``load_test.md`` and ``load_test.json``; exits
-1 if any check fails, 3 if the wall-clock cap (``--max-seconds``) is hit.
+Queue wait is submit → first streamed value; latency is submit → final value.
+
+Then memory: the soak runs greedy requests one after another from one session; the
+flood sends one-off plain HTTP calls, each a new Gradio session (``MTP_VIZ_MAX_SESSIONS``
+bounds what those cost). Each must grow the server's resident memory by less than
+``--limit-mb`` (50 MB). Writes ``load_test.md`` and ``load_test.json``; exits 1 if any
+check fails, 3 if the wall-clock cap (``--max-seconds``) is hit.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
-import socket
-import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent), str(HERE)]  # this checkout's mtp_viz (as app.py uses it), load_clients
+from load_clients import (ROOT, TOKENS, Server, call, http_client, leave, plain_call,  # noqa: E402
+                          token_ids)
+from mtp_viz.app.service import env_sessions  # noqa: E402 - no torch, no gradio
+
 # code prompts for the bundled code model, each with its own greedy continuation
 PROMPTS = ["def parse(line):\n", "import os\nimport sys\n\n", "class Config:\n    def __init__(self):\n",
            "import json\n\ndef load(", "def main():\n    args = ", "def add(a, b):\n    return"]
-TOKENS = 32          # new tokens for the normal clients and the soak
 LEAVE_TOKENS = 512   # a leaving client asks for many: only the disconnect can stop it early
 # Bad inputs: (label, request arguments, the sentence the one error event must hold)
 BAD = [("empty prompt", dict(prompt="  "), "Type a prompt first"),
@@ -49,10 +53,6 @@ BAD = [("empty prompt", dict(prompt="  "), "Type a prompt first"),
        ("unknown model", dict(model="nobody/no-such-model"), "cannot be downloaded"),
        ("unknown mode", dict(mode="sideways"), "Unknown mode")]
 PLAN = ("greedy", "bad", "leave", "greedy", "sampled", "greedy", "bad", "greedy")  # kind by client index
-API_ORDER = ("prompt", "model", "mode", "drafter", "max_new_tokens", "draft_tokens", "schedule",
-             "temperature", "top_p", "top_k", "seed", "chat")  # api_generate's parameters, in order
-API_DEFAULTS = dict(model="", mode="speculative", drafter="auto", max_new_tokens=TOKENS, draft_tokens=4,
-                    schedule="constant", temperature=0.0, top_p=1.0, top_k=0, seed=None, chat=False)
 
 
 @dataclass
@@ -64,16 +64,6 @@ class Outcome:
     detail: str = ""
     wait: float | None = None   # submit -> first streamed value, seconds
     latency: float | None = None  # submit -> final value, seconds
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def token_ids(events: list[dict]) -> list[int]:
-    return [e["token_id"] for e in events if e["type"] in ("accepted", "bonus", "token")]
 
 
 def client_spec(index: int, serial: int) -> dict:
@@ -94,100 +84,6 @@ def client_spec(index: int, serial: int) -> dict:
 
 def sampled_kw(p: int) -> dict:
     return dict(prompt=PROMPTS[p], temperature=0.8, top_p=0.95, top_k=40, seed=1000 + p)
-
-
-class Server:
-    """``python app.py`` on a free loopback port with the bundled tiny pair."""
-
-    def __init__(self, threads: int = 1):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/"
-        self.log = tempfile.NamedTemporaryFile("w+", prefix="mtp-viz-load-", suffix=".log")
-        env = {**os.environ, "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(self.port),
-               "MTP_VIZ_TARGET": "tiny", "MTP_VIZ_THREADS": str(threads), "GRADIO_ANALYTICS_ENABLED": "False",
-               "HF_HUB_OFFLINE": "1", "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
-        env.pop("MTP_VIZ_DRAFTER", None)
-        self.proc = subprocess.Popen([sys.executable, str(ROOT / "app.py")], env=env, cwd=ROOT,
-                                     stdout=self.log, stderr=subprocess.STDOUT)
-
-    def rss_mb(self) -> float:
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-        return float("nan")
-
-    def log_tail(self, n: int = 20) -> str:
-        self.log.seek(0)
-        return "".join(self.log.readlines()[-n:])
-
-    def wait_ready(self, timeout: float) -> None:
-        """Until the app prints that its pair is loaded (or fails, or the deadline passes)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            tail = self.log_tail(50)
-            if "model pair ready" in tail:
-                return
-            if self.proc.poll() is not None or "mtp-viz: tiny:" in tail:
-                raise SystemExit("the app failed to start:\n" + tail)
-            time.sleep(0.2)
-        raise SystemExit(f"the app was not ready within {timeout:.0f} s:\n" + self.log_tail())
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(15)
-        self.log.close()
-
-
-def call(url: str, kw: dict, timeout: float, client=None) -> tuple[list[dict], float | None, float]:
-    """One ``/generate`` request through ``gradio_client``: (final events, queue wait,
-    latency). The job is polled, never iterated (its iterator has no deadline); raises
-    TimeoutError when no final value arrives within ``timeout`` seconds."""
-    from gradio_client import Client
-    own = client is None
-    client = client or Client(url, verbose=False)
-    try:
-        t0 = time.monotonic()
-        job = client.submit(**{**API_DEFAULTS, **kw}, api_name="/generate")
-        wait = None
-        while not job.done():
-            if wait is None and job.outputs():
-                wait = time.monotonic() - t0
-            if time.monotonic() - t0 > timeout:
-                raise TimeoutError(f"no final value within {timeout:.0f} s")
-            time.sleep(0.02)
-        events = job.result(timeout=5)
-        latency = time.monotonic() - t0
-        return events, latency if wait is None else wait, latency
-    finally:
-        if own:
-            client.close()
-
-
-def leave(url: str, kw: dict, timeout: float) -> float:
-    """Start a run over Gradio's plain HTTP API, read its event stream until the first
-    generated value, then close the connection (a tab closed mid-run). Returns the wait."""
-    import httpx
-    args = {**API_DEFAULTS, **kw}
-    with httpx.Client(timeout=httpx.Timeout(30.0), trust_env=False) as http:
-        t0 = time.monotonic()
-        r = http.post(url + "gradio_api/call/generate", json={"data": [args[k] for k in API_ORDER]})
-        r.raise_for_status()
-        with http.stream("GET", url + f"gradio_api/call/generate/{r.json()['event_id']}") as stream:
-            event = ""
-            for line in stream.iter_lines():
-                if time.monotonic() - t0 > timeout:
-                    raise TimeoutError(f"no generated value within {timeout:.0f} s")
-                if line.startswith("event:"):
-                    event = line.split(":", 1)[1].strip()
-                elif line.startswith("data:") and event in ("generating", "complete", "error"):
-                    if event != "generating":
-                        raise RuntimeError(f"the stream ended with {event!r} before the client left")
-                    return time.monotonic() - t0  # leaving closes the stream
-    raise RuntimeError("the stream closed before any generated value")
 
 
 def judge(spec: dict, events: list[dict], refs: dict) -> tuple[bool, str, str]:
@@ -211,25 +107,33 @@ def ref_key(spec: dict) -> tuple[str, int]:
 
 
 def one_client(url: str, spec: dict, refs: dict, timeout: float, start: threading.Barrier) -> Outcome:
-    out = Outcome(spec["kind"], spec["label"])
+    """One user: connect, wait for the wave's other clients, send, judge the answer."""
+    out, client = Outcome(spec["kind"], spec["label"]), None
     try:
-        client = None
         if spec["kind"] != "leave":
             from gradio_client import Client
-            client = Client(url, verbose=False)
-        start.wait(timeout)
-        try:
-            if spec["kind"] == "leave":
-                out.wait = leave(url, spec["kw"], timeout)
-                out.ok = True
-            else:
-                events, out.wait, out.latency = call(url, spec["kw"], timeout, client)
-                out.ok, out.problem, out.detail = judge(spec, events, refs)
-        finally:
-            if client is not None:
-                client.close()
+            client = Client(url, verbose=False)  # fetches the app's config: before the start
     except Exception as e:  # noqa: BLE001 - every failure is counted, none stops the test
+        out.problem, out.detail = "client failure", f"{type(e).__name__}: {e}"[:200]
+    try:
+        start.wait(timeout)
+    except threading.BrokenBarrierError:
+        pass  # a client failed to connect; the others go anyway
+    try:
+        if out.problem:
+            return out
+        if spec["kind"] == "leave":
+            with http_client() as http:
+                out.wait = leave(http, url, spec["kw"], timeout)
+            out.ok = True
+        else:
+            events, out.wait, out.latency = call(url, spec["kw"], timeout, client)
+            out.ok, out.problem, out.detail = judge(spec, events, refs)
+    except Exception as e:  # noqa: BLE001
         out.ok, out.problem, out.detail = False, "client failure", f"{type(e).__name__}: {e}"[:200]
+    finally:
+        if client is not None:
+            client.close()
     return out
 
 
@@ -253,9 +157,10 @@ def wave(url: str, specs: list[dict], refs: dict, timeout: float) -> list[Outcom
 
 
 def pct(values: list[float], q: float) -> float | None:
-    """The q-quantile (nearest rank) of ``values``; None when empty."""
+    """The q-quantile of ``values`` by nearest rank (the smallest value with at least a
+    fraction q of the values at or below it); None when empty."""
     v = sorted(values)
-    return v[min(len(v) - 1, max(0, round(q * len(v) + 0.5) - 1))] if v else None
+    return v[max(0, math.ceil(q * len(v)) - 1)] if v else None
 
 
 def summarize(outcomes: list[Outcome]) -> dict:
@@ -296,6 +201,28 @@ def soak(url: str, runs: int, refs: dict, timeout: float, server: Server) -> dic
     return {**summarize(outcomes), "runs": runs, "rss_mb": rss, "growth_mb": rss[-1][1] - rss[0][1]}
 
 
+def flood(url: str, calls: int, timeout: float, server: Server) -> dict:
+    """``calls`` cheap requests (bad input, answered before any model work) over the
+    plain HTTP API, each a new Gradio session: what many one-off callers cost the
+    server in memory. RSS every 10%."""
+    outcomes, rss = [], [(0, server.rss_mb())]
+    with http_client() as http:
+        for i in range(calls):
+            label, kw, sentence = BAD[i % 3]  # the cheap ones: empty, too long, draft_tokens=0
+            o = Outcome("bad", label)
+            try:
+                t0 = time.monotonic()
+                events = plain_call(http, url, {"prompt": PROMPTS[0], **kw}, timeout)
+                o.wait = time.monotonic() - t0
+                o.ok, o.problem, o.detail = judge(dict(kind="bad", sentence=sentence), events, {})
+            except Exception as e:  # noqa: BLE001
+                o.problem, o.detail = "client failure", f"{type(e).__name__}: {e}"[:200]
+            outcomes.append(o)
+            if (i + 1) % max(1, calls // 10) == 0 or i + 1 == calls:
+                rss.append((i + 1, server.rss_mb()))
+    return {**summarize(outcomes), "calls": calls, "rss_mb": rss, "growth_mb": rss[-1][1] - rss[0][1]}
+
+
 def references(url: str, specs: list[dict], timeout: float) -> dict:
     """The solo output for every (greedy or sampled, prompt) the test will send, one
     request at a time before any concurrency."""
@@ -315,8 +242,11 @@ def references(url: str, specs: list[dict], timeout: float) -> dict:
     return refs
 
 
+def seconds(x: float | None) -> str:
+    return "–" if x is None else f"{x:.2f} s"
+
+
 def report_md(r: dict) -> str:
-    f = lambda x, unit="s": "–" if x is None else f"{x:.2f} {unit}"  # noqa: E731
     lines = ["# Load test of `python app.py` (bundled tiny pair)", "",
              f"{r['date']} · {r['cpus']} CPUs · server `MTP_VIZ_THREADS={r['threads']}`, concurrency 1 · "
              f"load average {r['load_before'][0]:.1f} before, {r['load_after'][0]:.1f} after · "
@@ -327,8 +257,8 @@ def report_md(r: dict) -> str:
     for w in r["waves"]:
         lines.append(f"| {w['clients']}×{w['round']} | {w['clients']} | {w['completed_runs']}/{w['normal_runs']} "
                      f"| {w['expected_errors']}/{w['bad_inputs']} | {w['left_mid_stream']}/{w['leavers']} "
-                     f"| {w['cross_talk']} | {w['unexpected']} | {f(w['queue_wait_p50_s'])} / "
-                     f"{f(w['queue_wait_p95_s'])} | {f(w['latency_p50_s'])} / {f(w['latency_p95_s'])} "
+                     f"| {w['cross_talk']} | {w['unexpected']} | {seconds(w['queue_wait_p50_s'])} / "
+                     f"{seconds(w['queue_wait_p95_s'])} | {seconds(w['latency_p50_s'])} / {seconds(w['latency_p95_s'])} "
                      f"| {w['rss_after_mb']:.0f} MB |")
     s = r.get("soak")
     lines += ["", f"Server RSS: {r['rss_start_mb']:.0f} MB after the solo references, "
@@ -337,10 +267,18 @@ def report_md(r: dict) -> str:
         lines += ["", f"**Soak:** {s['runs']} sequential greedy runs, {s['completed_runs']} completed, "
                   f"cross-talk {s['cross_talk']}, unexpected {s['unexpected']}; server RSS "
                   f"{s['rss_mb'][0][1]:.0f} → {s['rss_mb'][-1][1]:.0f} MB (**{s['growth_mb']:+.1f} MB**, "
-                  f"goal < 50 MB); latency p50 {f(s['latency_p50_s'])}.",
+                  f"goal < {r['limit_mb']:.0f} MB); latency p50 {seconds(s['latency_p50_s'])}.",
                   "", "RSS during the soak (runs: MB): " + ", ".join(f"{n}: {m:.0f}" for n, m in s["rss_mb"])]
+    fl = r.get("flood")
+    if fl:
+        lines += ["", f"**Flood:** {fl['calls']} one-off calls over the plain HTTP API, each a new Gradio session "
+                  f"(bad input, answered before any model work; sessions kept: `MTP_VIZ_MAX_SESSIONS` = "
+                  f"{r['max_sessions']}), {fl['expected_errors']} answered with their one error event, unexpected "
+                  f"{fl['unexpected']}; server RSS {fl['rss_mb'][0][1]:.0f} → {fl['rss_mb'][-1][1]:.0f} MB "
+                  f"(**{fl['growth_mb']:+.1f} MB**, goal < {r['limit_mb']:.0f} MB).",
+                  "", "RSS during the flood (calls: MB): " + ", ".join(f"{n}: {m:.0f}" for n, m in fl["rss_mb"])]
     lines += ["", f"**Verdict:** {'PASS' if r['passed'] else 'FAIL'}" + (f" ({r['aborted']})" if r.get("aborted") else "")]
-    problems = [p for w in r["waves"] for p in w["problems"]] + (s["problems"] if s else [])
+    problems = [p for w in [*r["waves"], s or {}, fl or {}] for p in w.get("problems", [])]
     if problems:
         lines += ["", "Problems:", ""] + [f"- {p['kind']} {p['label']}: {p['problem']}: {p['detail']}"
                                           for p in problems[:30]]
@@ -358,7 +296,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clients", default="8,16", help="concurrent clients per wave, comma-separated")
     ap.add_argument("--rounds", type=int, default=3, help="waves of each size")
     ap.add_argument("--soak", type=int, default=200, help="sequential runs for the memory soak (0: none)")
-    ap.add_argument("--soak-limit-mb", type=float, default=50.0, help="most server RSS growth the soak allows")
+    ap.add_argument("--flood", type=int, default=1000,
+                    help="one-off plain HTTP calls (each a new session) for the session-memory check (0: none)")
+    ap.add_argument("--max-sessions", type=int, help="the server's MTP_VIZ_MAX_SESSIONS (default: the app's)")
+    ap.add_argument("--limit-mb", type=float, default=50.0, help="most server RSS growth the soak or flood may show")
     ap.add_argument("--client-timeout", type=float, default=300.0, help="seconds one request may take")
     ap.add_argument("--max-seconds", type=float, default=3600.0, help="wall-clock cap for the whole test")
     ap.add_argument("--threads", type=int, default=1, help="the server's MTP_VIZ_THREADS")
@@ -367,8 +308,9 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(c) for c in args.clients.split(",") if c.strip()]
     r: dict = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpus": os.cpu_count(),
                "threads": args.threads, "load_before": os.getloadavg(), "waves": [], "passed": False,
-               "args": {k: str(v) for k, v in vars(args).items()}}
-    server = Server(args.threads)
+               "args": {k: str(v) for k, v in vars(args).items()},
+               "max_sessions": args.max_sessions or env_sessions(), "limit_mb": args.limit_mb}
+    server = Server(args.threads, {"MTP_VIZ_MAX_SESSIONS": str(args.max_sessions)} if args.max_sessions else {})
 
     def cap() -> None:  # the wall-clock cap: record what there is, stop everything
         r.update(aborted=f"wall-clock cap of {args.max_seconds:.0f} s reached", load_after=os.getloadavg())
@@ -402,20 +344,24 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{n} clients, round {rnd}: completed {w['completed_runs']}/{w['normal_runs']}, expected "
                   f"errors {w['expected_errors']}/{w['bad_inputs']}, left {w['left_mid_stream']}/{w['leavers']}, "
                   f"cross-talk {w['cross_talk']}, unexpected {w['unexpected']}, queue wait p50/p95 "
-                  f"{w['queue_wait_p50_s']}/{w['queue_wait_p95_s']} s, RSS {w['rss_after_mb']:.0f} MB", flush=True)
+                  f"{seconds(w['queue_wait_p50_s'])} / {seconds(w['queue_wait_p95_s'])}, "
+                  f"RSS {w['rss_after_mb']:.0f} MB", flush=True)
         r["rss_after_waves_mb"] = server.rss_mb()
         if args.soak:
             r["soak"] = soak(server.url, args.soak, refs, args.client_timeout, server)
             print(f"soak: {args.soak} runs, RSS growth {r['soak']['growth_mb']:+.1f} MB", flush=True)
+        if args.flood:
+            r["flood"] = flood(server.url, args.flood, args.client_timeout, server)
+            print(f"flood: {args.flood} one-off calls, RSS growth {r['flood']['growth_mb']:+.1f} MB", flush=True)
     finally:
         watchdog.cancel()
         server.stop()
     r["load_after"] = os.getloadavg()
-    parts = r["waves"] + ([r["soak"]] if "soak" in r else [])
+    parts = r["waves"] + [r[k] for k in ("soak", "flood") if k in r]
     r["passed"] = (r["references_distinct"] and all(
         p["completed_runs"] == p["normal_runs"] and p["expected_errors"] == p["bad_inputs"]
         and p["left_mid_stream"] == p["leavers"] and not p["cross_talk"] and not p["unexpected"] for p in parts)
-        and ("soak" not in r or r["soak"]["growth_mb"] < args.soak_limit_mb))
+        and all(r[k]["growth_mb"] < args.limit_mb for k in ("soak", "flood") if k in r))
     write(args.out, r)
     print(report_md(r))
     return 0 if r["passed"] else 1

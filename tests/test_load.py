@@ -1,6 +1,7 @@
 """The load test (``benchmarks/load_test.py``) run for real at small scale: a real
 ``python app.py`` with the bundled tiny pair, three concurrent clients (a greedy run, a
-bad input, a client that leaves mid-stream), then a ten-run soak."""
+bad input, a client that leaves mid-stream), a ten-run soak and a flood of one-off
+calls; and the bound on the sessions Gradio keeps (``MTP_VIZ_MAX_SESSIONS``)."""
 from __future__ import annotations
 
 import importlib.util
@@ -23,7 +24,7 @@ def _module():
 def test_small_load_test_against_the_real_app(tmp_path):
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"}
     proc = subprocess.run([sys.executable, str(SCRIPT), "--clients", "3", "--rounds", "1", "--soak", "10",
-                           "--out", str(tmp_path), "--max-seconds", "240"],
+                           "--flood", "30", "--max-sessions", "10", "--out", str(tmp_path), "--max-seconds", "240"],
                           env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     r = json.loads((tmp_path / "load_test.json").read_text())
@@ -37,6 +38,8 @@ def test_small_load_test_against_the_real_app(tmp_path):
     assert (s["runs"], s["completed_runs"], s["cross_talk"], s["unexpected"]) == (10, 10, 0, 0)
     assert len(s["rss_mb"]) == 11 and s["rss_mb"][0][1] > 100  # a real server holding a real model
     assert s["growth_mb"] < 50
+    f = r["flood"]
+    assert (f["calls"], f["bad_inputs"], f["expected_errors"], f["unexpected"], r["max_sessions"]) == (30, 30, 30, 0, 10)
     assert "**Verdict:** PASS" in (tmp_path / "load_test.md").read_text()
 
 
@@ -55,3 +58,27 @@ def test_the_judge_calls_a_foreign_output_cross_talk_and_wrong_errors_unexpected
         "unexpected answer to bad input"
     assert lt.judge(dict(kind="bad", label="x", sentence="Draft tokens"), events, refs)[1] == \
         "unexpected answer to bad input"
+
+
+def test_one_off_api_calls_cannot_pile_up_sessions(tmp_path, monkeypatch):
+    """Every plain HTTP call is a new Gradio session holding a copy of the page's config;
+    ``MTP_VIZ_MAX_SESSIONS`` bounds how many the server keeps, and it keeps serving."""
+    from factories import save_gemma_pair
+    from serving import serve
+    from mtp_viz.app import ui
+    lt = _module()
+    monkeypatch.setenv("MTP_VIZ_MAX_SESSIONS", "3")
+    target, _ = save_gemma_pair(tmp_path)
+    demo = ui.build_demo(target=str(target))
+    try:
+        url = serve(demo)
+        with lt.http_client() as http:
+            for i in range(8):
+                events = lt.plain_call(http, url, dict(prompt="  "), timeout=60)
+                assert events == [{"type": "error", "message": "Type a prompt first, or pick one of the examples."}]
+                assert len(demo.state_holder.session_data) == min(i + 1, 3)
+            events = lt.plain_call(http, url, dict(prompt="w10 w11 w12", max_new_tokens=4), timeout=120)
+        assert events[-1]["type"] == "done" and events[-1]["new_tokens"] == 4
+        assert len(demo.state_holder.session_data) == 3
+    finally:
+        demo.close()

@@ -41,6 +41,11 @@ def env_prompt_cap() -> int:
     return env_int("MTP_VIZ_MAX_PROMPT_TOKENS", 2048)
 
 
+def env_sessions() -> int:
+    """The most sessions Gradio keeps in memory (``MTP_VIZ_MAX_SESSIONS``); see :func:`.ui.launch`."""
+    return env_int("MTP_VIZ_MAX_SESSIONS", 200)
+
+
 class AllowList:
     """``MTP_VIZ_ALLOWED_MODELS``: comma-separated preset keys, hub ids or folders. When
     set, nothing else is loaded, offered or even looked at; when unset, anything is."""
@@ -218,5 +223,5 @@ class PairLoader:
             return [k for k, s in self._states.items() if s.status == "ready"]
 
 
-__all__ = ["AllowList", "LoadState", "PairLoader", "default_pair", "env_cap", "env_prompt_cap",
+__all__ = ["AllowList", "LoadState", "PairLoader", "default_pair", "env_cap", "env_prompt_cap", "env_sessions",
            "pair_key", "presets", "threads", "user_message"]
