@@ -201,6 +201,22 @@ def soak(url: str, runs: int, refs: dict, timeout: float, server: Server) -> dic
     return {**summarize(outcomes), "runs": runs, "rss_mb": rss, "growth_mb": rss[-1][1] - rss[0][1]}
 
 
+def leave_check(url: str, timeout: float) -> dict:
+    """Does a client that leaves free the engine? A long run alone; then the same run,
+    left after its first value, with a short run right behind it: the short run's queue
+    wait must be well under the long run's time (it waits only for the server to notice)."""
+    from gradio_client import Client
+    long, client = dict(prompt=PROMPTS[0], max_new_tokens=LEAVE_TOKENS), Client(url, verbose=False)
+    try:
+        alone = call(url, long, timeout, client)[2]
+        with http_client() as http:
+            leave(http, url, long, timeout)
+        wait = call(url, dict(prompt=PROMPTS[1]), timeout, client)[1]
+    finally:
+        client.close()
+    return {"long_run_s": alone, "wait_behind_leaver_s": wait, "freed": wait < alone / 2}
+
+
 def flood(url: str, calls: int, timeout: float, server: Server) -> dict:
     """``calls`` cheap requests (bad input, answered before any model work) over the
     plain HTTP API, each a new Gradio session: what many one-off callers cost the
@@ -260,9 +276,13 @@ def report_md(r: dict) -> str:
                      f"| {w['cross_talk']} | {w['unexpected']} | {seconds(w['queue_wait_p50_s'])} / "
                      f"{seconds(w['queue_wait_p95_s'])} | {seconds(w['latency_p50_s'])} / {seconds(w['latency_p95_s'])} "
                      f"| {w['rss_after_mb']:.0f} MB |")
-    s = r.get("soak")
+    s, lc = r.get("soak"), r.get("leave_check")
     lines += ["", f"Server RSS: {r['rss_start_mb']:.0f} MB after the solo references, "
               f"{r.get('rss_after_waves_mb', float('nan')):.0f} MB after the waves."]
+    if lc:
+        lines += ["", f"**A client that leaves frees the engine:** a {LEAVE_TOKENS}-token run takes "
+                  f"{lc['long_run_s']:.2f} s alone; left after its first value, the run queued behind it "
+                  f"waited {lc['wait_behind_leaver_s']:.2f} s ({'yes' if lc['freed'] else 'NO'})."]
     if s:
         lines += ["", f"**Soak:** {s['runs']} sequential greedy runs, {s['completed_runs']} completed, "
                   f"cross-talk {s['cross_talk']}, unexpected {s['unexpected']}; server RSS "
@@ -347,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{seconds(w['queue_wait_p50_s'])} / {seconds(w['queue_wait_p95_s'])}, "
                   f"RSS {w['rss_after_mb']:.0f} MB", flush=True)
         r["rss_after_waves_mb"] = server.rss_mb()
+        r["leave_check"] = leave_check(server.url, args.client_timeout)
         if args.soak:
             r["soak"] = soak(server.url, args.soak, refs, args.client_timeout, server)
             print(f"soak: {args.soak} runs, RSS growth {r['soak']['growth_mb']:+.1f} MB", flush=True)
@@ -361,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     r["passed"] = (r["references_distinct"] and all(
         p["completed_runs"] == p["normal_runs"] and p["expected_errors"] == p["bad_inputs"]
         and p["left_mid_stream"] == p["leavers"] and not p["cross_talk"] and not p["unexpected"] for p in parts)
-        and all(r[k]["growth_mb"] < args.limit_mb for k in ("soak", "flood") if k in r))
+        and r["leave_check"]["freed"] and all(r[k]["growth_mb"] < args.limit_mb for k in ("soak", "flood") if k in r))
     write(args.out, r)
     print(report_md(r))
     return 0 if r["passed"] else 1
