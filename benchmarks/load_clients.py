@@ -39,11 +39,11 @@ class Server:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
         self.log = tempfile.NamedTemporaryFile("w+", prefix="mtp-viz-load-", suffix=".log")
-        extra, env = env or {}, {**os.environ, "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(self.port),
+        env = {**os.environ, "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(self.port),
                "MTP_VIZ_TARGET": "tiny", "MTP_VIZ_THREADS": str(threads), "GRADIO_ANALYTICS_ENABLED": "False",
-               "HF_HUB_OFFLINE": "1", "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+               "HF_HUB_OFFLINE": "1", "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost",
+               **(env or {})}
         env.pop("MTP_VIZ_DRAFTER", None)
-        env.update(extra)
         self.proc = subprocess.Popen([sys.executable, str(ROOT / "app.py")], env=env, cwd=ROOT,
                                      stdout=self.log, stderr=subprocess.STDOUT)
 
