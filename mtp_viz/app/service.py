@@ -41,6 +41,11 @@ def env_prompt_cap() -> int:
     return env_int("MTP_VIZ_MAX_PROMPT_TOKENS", 2048)
 
 
+def env_sessions() -> int:
+    """The most sessions Gradio keeps in memory (``MTP_VIZ_MAX_SESSIONS``); see :func:`.ui.launch`."""
+    return env_int("MTP_VIZ_MAX_SESSIONS", 200)
+
+
 class AllowList:
     """``MTP_VIZ_ALLOWED_MODELS``: comma-separated preset keys, hub ids or folders. When
     set, nothing else is loaded, offered or even looked at; when unset, anything is."""
@@ -224,4 +229,4 @@ def css() -> str:
 
 
 __all__ = ["css", "AllowList", "LoadState", "PairLoader", "default_pair", "env_cap", "env_prompt_cap",
-           "pair_key", "presets", "threads", "user_message"]
+           "env_sessions", "pair_key", "presets", "threads", "user_message"]

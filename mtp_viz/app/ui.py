@@ -263,13 +263,16 @@ def launch(demo: gr.Blocks, *, host: str | None = None, port: int | None = None,
     """Start loading the default pair in the background, then serve (Gradio's own
     ``GRADIO_SERVER_NAME``/``GRADIO_SERVER_PORT`` apply when host/port are not given).
     ``MTP_VIZ_CONCURRENCY`` runs at once (default 1, so timings never share the CPU)
-    and ``MTP_VIZ_QUEUE_SIZE`` waiting requests at most."""
+    and ``MTP_VIZ_QUEUE_SIZE`` waiting requests at most. Gradio keeps a copy of the
+    page's config (~0.15 MB here) for every session, and every plain HTTP API call is a
+    session: ``MTP_VIZ_MAX_SESSIONS`` bounds them (least recently used out)."""
     loader, (target, drafter) = demo.mtp_loader, demo.mtp_default  # type: ignore[attr-defined]
     loader.start(target, drafter)
     threading.Thread(target=_report_load, args=(loader, target, drafter), daemon=True).start()
     demo.queue(default_concurrency_limit=service.env_int("MTP_VIZ_CONCURRENCY", 1),
                max_size=service.env_int("MTP_VIZ_QUEUE_SIZE", 32))
-    return demo.launch(server_name=host, server_port=port, **{**launch_kwargs(), **kwargs})
+    return demo.launch(server_name=host, server_port=port,
+                       **{**launch_kwargs(), "state_session_capacity": service.env_sessions(), **kwargs})
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
