@@ -283,6 +283,23 @@ def test_pair_loader_is_bounded_and_says_what_it_unloaded(tmp_path):
     assert loader.wait(str(tmp_path / "a"), None, timeout=5).status == "ready"  # loads again
 
 
+def test_failed_loads_are_remembered_only_a_few_at_a_time(tmp_path, monkeypatch):
+    """Each bad name a visitor sends ends as a failed load; the loader keeps the newest
+    few sentences, not one per name for ever."""
+    monkeypatch.setattr(service, "MAX_ENDED", 3)
+
+    def fail(target, drafter):
+        raise UserError(f"No model at {target[-2:]}.")
+
+    loader = service.PairLoader(fail)
+    for i in range(10):
+        (tmp_path / f"m{i}").mkdir()
+        st = loader.wait(str(tmp_path / f"m{i}"), None, timeout=5)
+        assert st.status == "error" and st.message == f"No model at m{i}."
+    assert len(loader._states) == len(loader._done) == 3
+    assert loader.state(str(tmp_path / "m0"), None).status == "idle"     # forgotten: loads on next run
+
+
 def test_parallel_starts_of_one_pair_load_it_once():
     calls, gate = [], threading.Event()
 

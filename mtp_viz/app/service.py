@@ -151,6 +151,9 @@ def _load_and_warm(target: str, drafter: str | None) -> Any:
     return pair
 
 
+MAX_ENDED = 32  # failed or unloaded pairs whose sentence the loader remembers
+
+
 class PairLoader:
     """The process's pairs: a bounded, thread-safe cache with background loading.
 
@@ -210,6 +213,12 @@ class PairLoader:
         for key in ready[:max(0, len(ready) - self.max_pairs)]:
             self._states[key] = LoadState("unloaded", "This pair was unloaded to make room for "
                                           "another; it loads again when you run it.")
+        # Failed and unloaded entries hold only a sentence, but every distinct bad name a
+        # visitor sends would add one: keep the newest few (the one just finished is last).
+        ended = [k for k, s in self._states.items() if s.status in ("error", "unloaded")]
+        for key in ended[:max(0, len(ended) - MAX_ENDED)]:
+            del self._states[key]
+            self._done.pop(key, None)
 
     def wait(self, target: str, drafter: str | None, timeout: float | None = None) -> LoadState:
         self.start(target, drafter)
