@@ -31,6 +31,7 @@ from .drafters import DraftContext, Drafter, Proposal
 from .events import Accepted, Bonus, Done, Drafted, Event, Rejected, Start, Step, Token
 from .sampling import Sampler, Sampling, accept
 from .schedules import Schedule, make_schedule
+from .topk import TopK, no_fields
 
 
 @dataclass
@@ -81,7 +82,7 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
                 sampling: Sampling = Sampling(), schedule: Schedule | str = "constant",
                 draft_tokens: int | None = None, max_draft_tokens: int = 16,
                 eos_token_ids: Sequence[int] = (), detok: Any = None, stale_kv: bool = False,
-                stop=None, pause=None) -> Iterator[Event]:
+                stop=None, pause=None, top: int = 0) -> Iterator[Event]:
     """Speculative decoding with any drafter; yields the event stream of docs/events.md.
 
     stale_kv=True leaves the MTP drafter the KV entry computed from the first rejected
@@ -89,6 +90,8 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
     sliding window transformers also keeps every rejected entry in the sliding layers,
     which benchmarks/stale_kv.py reproduces exactly). Cropping it, the default, was
     never worse in that experiment and matches how the bundled drafter was trained.
+
+    top=k > 0 records each position's top-k candidates on the events (:mod:`mtp_viz.topk`).
     """
     if isinstance(schedule, str):
         schedule = make_schedule(schedule, initial=draft_tokens or drafter.default_draft_tokens,
@@ -110,6 +113,8 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
     cache.crop(0)
     proposal, stats = Proposal([]), {"forwards": 1, "drafter": 0, "drafted": 0, "accepted": 0}
     step, draft_s, pick = 1, 0.0, _picker(sampler)
+    tops = TopK(top, sampler, drafter, detok) if top else None
+    pick = tops.wrap(pick) if tops else pick
     verify_s = time.perf_counter() - t0
     while True:
         # -- accept: decide, cut at EOS / the token limit, emit, crop the cache ----------
@@ -122,7 +127,8 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
         new, cut, stop_reason = limit(drafts[:n] + [nxt], eos,
                                       max_new_tokens - (len(ids) - len(prompt_ids)))
         kept = min(n, len(new))  # drafts emitted; below n only when an EOS cut the step
-        yield from _verdict_events(step, ids, proposal, p_tok, n, new, text)
+        extra = tops.verdict(ids, fwd.logits, p, drafts, proposal.q, n) if tops else no_fields
+        yield from _verdict_events(step, ids, proposal, p_tok, n, new, text, extra)
         ids.extend(new)
         stats["drafted"] += len(drafts)
         stats["accepted"] += kept
@@ -152,8 +158,10 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
         proposal = drafter.propose(ctx, min(next_k, budget), pick, schedule.keep_drafting)
         draft_s = time.perf_counter() - t
         stats["drafter"] += proposal.forwards
+        q_top = tops.drafted(ids, proposal.tokens) if tops else [{}] * len(proposal.tokens)
         for i, tok in enumerate(proposal.tokens):
-            yield Drafted(step, i, tok, text.piece(ids + proposal.tokens[:i], tok), _q(proposal, i))
+            yield Drafted(step, i, tok, text.piece(ids + proposal.tokens[:i], tok), _q(proposal, i),
+                          **q_top[i])
         if proposal.tokens:
             t0 += _held(pause, "drafted")
 
@@ -220,21 +228,23 @@ def _q(proposal: Proposal, i: int) -> float:
     return proposal.q_tokens[i] if proposal.q_tokens is not None else 1.0
 
 
-def _verdict_events(step, ids, proposal, p_tok, n, new, text) -> Iterator[Event]:
-    """accepted (kept drafts), rejected (from the first disagreement on), bonus."""
+def _verdict_events(step, ids, proposal, p_tok, n, new, text, extra=no_fields) -> Iterator[Event]:
+    """accepted (kept drafts), rejected (from the first disagreement on), bonus;
+    ``extra(kind, index)`` gives each event's recorded top candidates."""
     drafts = proposal.tokens
     kept = min(n, len(new))
     ctx = list(ids)
     for i in range(kept):
-        yield Accepted(step, i, drafts[i], text.piece(ctx, drafts[i]), p_tok[i], _q(proposal, i))
+        yield Accepted(step, i, drafts[i], text.piece(ctx, drafts[i]), p_tok[i], _q(proposal, i),
+                       **extra("accepted", i))
         ctx.append(drafts[i])
     for i in range(n, len(drafts)):
         yield Rejected(step, i, drafts[i], text.piece(ids + drafts[:i], drafts[i]), p_tok[i],
-                       _q(proposal, i))
+                       _q(proposal, i), **extra("rejected", i))
     if len(new) > n:
         tok = new[n]
         kind = "correction" if n < len(drafts) else "extension"
-        yield Bonus(step, tok, text.piece(ctx, tok), p_tok[-1], n, kind)
+        yield Bonus(step, tok, text.piece(ctx, tok), p_tok[-1], n, kind, **extra("bonus", n))
 
 
 def _done(ids, prompt_ids, stats, seconds, stop_reason, text) -> Done:
@@ -248,10 +258,12 @@ def _done(ids, prompt_ids, stats, seconds, stop_reason, text) -> Done:
 
 def autoregressive(target, prompt_ids: Sequence[int], *, max_new_tokens: int = 64,
                    sampling: Sampling = Sampling(), eos_token_ids: Sequence[int] = (),
-                   detok: Any = None, stop=None) -> Iterator[Event]:
-    """Plain decoding, one target forward per token, through the same event types."""
+                   detok: Any = None, stop=None, top: int = 0) -> Iterator[Event]:
+    """Plain decoding, one target forward per token, through the same event types
+    (top=k > 0: each token's event also carries the target's top-k candidates)."""
     text, eos = _Text(detok), set(eos_token_ids)
     sampler = Sampler(sampling, device=target.device)
+    tops = TopK(top, sampler, detok=detok) if top else None
     ids = list(prompt_ids)
     yield Start("autoregressive", len(ids), tuple(ids),
                 {"max_new_tokens": max_new_tokens, **sampling.as_dict()})
@@ -266,7 +278,8 @@ def autoregressive(target, prompt_ids: Sequence[int], *, max_new_tokens: int = 6
         tok = int(fwd.logits[0].argmax()) if sampler.greedy else sampler.pick(p[0])
         p_tok = token_probs(fwd.logits, p, [], 0, tok)[0]
         verify_s = time.perf_counter() - t
-        yield Token(step, tok, text.piece(ids, tok), p_tok, time.perf_counter() - t0)
+        yield Token(step, tok, text.piece(ids, tok), p_tok, time.perf_counter() - t0,
+                    **(tops.token(ids, fwd.logits, p) if tops else {}))
         ids.append(tok)
         if tok in eos:
             stop_reason = "eos"

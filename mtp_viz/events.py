@@ -14,6 +14,15 @@ Probabilities: ``q`` is the drafter's probability of the token under its process
 target's probability of the token under its processed distribution. Under greedy
 decoding both are the softmax of the raw logits (temperature 1), which is what a
 viewer wants to see.
+
+Top candidates (optional, recorded only when the engine is asked with ``top=k``; see
+:mod:`mtp_viz.topk`): ``p_top_ids``/``p_top``/``p_top_text`` are the target's k most
+probable tokens at a token's position under its processed distribution, best first,
+with their probabilities and text pieces; ``q_top_*`` the drafter's, on ``drafted``;
+``residual_top_*`` on a correction drawn under sampling, the top of
+norm(max(0, p − q)) it was drawn from. They are empty when not recorded and then left
+out of ``to_dict``, so a run without them serializes exactly as before and older
+traces read unchanged.
 """
 from __future__ import annotations
 
@@ -35,6 +44,8 @@ class Event:
         d: dict[str, Any] = {"type": self.type}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
+            if f.metadata.get("optional") and not v:
+                continue  # an optional field left empty is not written
             d[f.name] = _plain(v)
         return d
 
@@ -45,6 +56,11 @@ class Event:
         names = {f.name: f for f in dataclasses.fields(cls)}
         kwargs = {k: _frozen(v) for k, v in d.items() if k in names}
         return cls(**kwargs)
+
+
+def _optional(default: Any = ()) -> Any:
+    """A field recorded only on request (top candidates): omitted from JSON when empty."""
+    return field(default=default, metadata={"optional": True})
 
 
 def _plain(v: Any) -> Any:
@@ -82,6 +98,10 @@ class Drafted(Event):
     token_id: int
     text: str = ""
     q: float = 1.0                 # drafter's probability of this token
+    q_top_ids: tuple[int, ...] = _optional()     # drafter's top-k tokens here, best first
+    q_top: tuple[float, ...] = _optional()       # their probabilities under q
+    q_top_text: tuple[str, ...] = _optional()
+    clusters: tuple[int, ...] = _optional()      # clustered head: the clusters it scored, best first
 
 
 @dataclass(frozen=True)
@@ -93,6 +113,9 @@ class Accepted(Event):
     text: str = ""
     p: float = 1.0                 # target's probability of this token
     q: float = 1.0
+    p_top_ids: tuple[int, ...] = _optional()    # target's top-k tokens here, best first
+    p_top: tuple[float, ...] = _optional()       # their probabilities under p
+    p_top_text: tuple[str, ...] = _optional()    # and their text pieces
 
 
 @dataclass(frozen=True)
@@ -106,6 +129,12 @@ class Rejected(Event):
     text: str = ""
     p: float = 0.0
     q: float = 1.0
+    p_top_ids: tuple[int, ...] = _optional()    # target's top-k tokens here, best first
+    p_top: tuple[float, ...] = _optional()       # their probabilities under p
+    p_top_text: tuple[str, ...] = _optional()    # and their text pieces
+    # clustered head: "yes"/"no", whether the target's most probable token here was in
+    # the clusters the drafter scored ("" without a clustered head or not recorded)
+    target_in_clusters: str = _optional("")
 
 
 @dataclass(frozen=True)
@@ -121,6 +150,12 @@ class Bonus(Event):
     p: float = 1.0
     index: int = 0                 # its position within the step (= accepted count)
     kind: str = "extension"
+    p_top_ids: tuple[int, ...] = _optional()    # target's top-k tokens here, best first
+    p_top: tuple[float, ...] = _optional()       # their probabilities under p
+    p_top_text: tuple[str, ...] = _optional()    # and their text pieces
+    residual_top_ids: tuple[int, ...] = _optional()  # a correction under sampling: the top of
+    residual_top: tuple[float, ...] = _optional()     # norm(max(0, p - q)) it was drawn from
+    residual_top_text: tuple[str, ...] = _optional()
 
 
 @dataclass(frozen=True)
@@ -132,6 +167,9 @@ class Token(Event):
     text: str = ""
     p: float = 1.0
     t: float = 0.0                 # seconds since the start of generation
+    p_top_ids: tuple[int, ...] = _optional()    # target's top-k tokens here, best first
+    p_top: tuple[float, ...] = _optional()       # their probabilities under p
+    p_top_text: tuple[str, ...] = _optional()    # and their text pieces
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from .presets import PRESETS, canonical, is_local, resolve
 ASSISTANT_TYPES = ("gemma4_assistant", "gemma4_unified_assistant")
 GEMMA4_TYPES = ("gemma4", "gemma4_text", "gemma4_unified")
 PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
+MAX_TOP = 50  # most top candidates per position a generation may record
 
 __all__ = ["load_pair", "ModelPair", "PRESETS", "UserError", "canonical", "is_local",
            "out_of_memory"]
@@ -298,13 +299,15 @@ class ModelPair:
                  schedule="constant", temperature: float = 0.0, top_p: float = 1.0,
                  top_k: int = 0, seed: int | None = None, chat: bool = True, stop=None,
                  stale_kv: bool = False, max_draft_tokens: int = 16,
-                 max_prompt_tokens: int | None = None, pause=None):
+                 max_prompt_tokens: int | None = None, pause=None, top: int = 0):
         """Check every setting, then return the engine's event generator for one prompt.
 
         ``schedule`` is a name (this pair's schedule of that name, carried across
         generations) or a :class:`mtp_viz.schedules.Schedule` the caller keeps.
         ``max_prompt_tokens`` caps the prompt (public deployments set it); ``pause`` is
-        step mode's hook (see :func:`mtp_viz.engine.speculative`; speculative mode only)."""
+        step mode's hook (see :func:`mtp_viz.engine.speculative`; speculative mode only).
+        ``top=k`` records each position's top-k candidates on the events (the token
+        inspector's data; off by default, and the benchmarks keep it off)."""
         from . import engine
         from .decoding import Sampling
         from .text import Detokenizer
@@ -316,6 +319,8 @@ class ModelPair:
             raise UserError(f"Draft tokens must be a whole number between 1 and {max_draft_tokens}.")
         if mode not in ("speculative", "autoregressive"):
             raise UserError(f"Unknown mode {mode!r}; choose speculative or autoregressive.")
+        if isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= MAX_TOP:
+            raise UserError(f"Top candidates must be a whole number between 0 and {MAX_TOP}.")
         sampling = Sampling(temperature, top_k, top_p, seed)
         try:
             sampling.validate()
@@ -329,7 +334,8 @@ class ModelPair:
             raise UserError(f"The prompt ({len(ids)} tokens) plus {max_new_tokens} new tokens exceeds "
                             f"the model's context of {self.context_length} tokens.")
         common = dict(max_new_tokens=max_new_tokens, sampling=sampling,
-                      eos_token_ids=self.eos_token_ids, detok=Detokenizer(self.tokenizer), stop=stop)
+                      eos_token_ids=self.eos_token_ids, detok=Detokenizer(self.tokenizer), stop=stop,
+                      top=top)
         if mode == "autoregressive":
             return _guarded(engine.autoregressive(self.target, ids, **common))
         d = self.make_drafter(drafter)

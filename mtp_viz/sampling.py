@@ -21,7 +21,7 @@ from transformers.generation.logits_process import (
 
 from .decoding import Sampling
 
-__all__ = ["Sampler", "Sampling", "accept"]
+__all__ = ["Sampler", "Sampling", "accept", "residual"]
 
 
 class Sampler:
@@ -71,6 +71,18 @@ class Sampler:
         return float(torch.rand((), generator=self.generator, device=self.generator.device))
 
 
+def residual(p_i: torch.Tensor, q_i: torch.Tensor | None, x: int) -> torch.Tensor:
+    """norm(max(0, p_i - q_i)): where a correction is drawn after draft x was rejected.
+
+    q_i None means the draft was certain (q_i = one-hot(x))."""
+    if q_i is None:
+        q_i = torch.nn.functional.one_hot(torch.tensor(x, device=p_i.device), p_i.shape[-1]).to(p_i)
+    r = (p_i - q_i).clamp_min(0.0)
+    total = float(r.sum())
+    # p(x) < q(x) guarantees mass elsewhere; guard against float underflow only
+    return r / total if total > 0 else p_i
+
+
 def accept(sampler: Sampler, drafts: list[int], q: torch.Tensor | None,
            p: torch.Tensor | None, argmax: list[int] | None = None) -> tuple[int, int]:
     """Decide how many drafts to keep and the target's own next token.
@@ -93,11 +105,6 @@ def accept(sampler: Sampler, drafts: list[int], q: torch.Tensor | None,
         q_x = 1.0 if q is None else float(q[i, x])
         # q_x > 0 since x was drawn from q; p(x) >= q(x): always accept
         if sampler.uniform() >= min(1.0, float(p[i, x]) / q_x):
-            q_i = torch.nn.functional.one_hot(torch.tensor(x), p.shape[-1]).to(p) if q is None else q[i]
-            residual = (p[i] - q_i).clamp_min(0.0)
-            total = float(residual.sum())
-            # p(x) < q(x) guarantees mass elsewhere; guard against float underflow only
-            residual = residual / total if total > 0 else p[i]
-            return i, sampler.pick(residual)
+            return i, sampler.pick(residual(p[i], None if q is None else q[i], x))
     n = len(drafts)
     return n, sampler.pick(p[n])

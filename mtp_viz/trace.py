@@ -120,7 +120,8 @@ def _event(d: dict, n: int) -> Event:
 
 
 def _fits(value: Any, hint: Any) -> bool:
-    """Whether a JSON value fits a field of type int, float, str, tuple[int, ...] or dict."""
+    """Whether a JSON value fits a field of type int, float, str, dict or a tuple of one
+    of the scalars (``tuple[int, ...]``, ``tuple[float, ...]``, ``tuple[str, ...]``)."""
     origin = typing.get_origin(hint) or hint
     if origin is int:
         return isinstance(value, int) and not isinstance(value, bool)
@@ -129,7 +130,8 @@ def _fits(value: Any, hint: Any) -> bool:
     if origin is str:
         return isinstance(value, str)
     if origin is tuple:
-        return isinstance(value, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in value)
+        item = typing.get_args(hint)[0]
+        return isinstance(value, list) and all(_fits(x, item) for x in value)
     if origin is dict:
         return isinstance(value, dict)
     return True

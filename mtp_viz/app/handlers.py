@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from typing import Any, Iterator
 
 import gradio as gr
@@ -16,7 +17,7 @@ from .. import trace
 from ..decoding import Sampling
 from ..errors import UserError
 from ..events import Error
-from . import captions, charts, export, runs, service, view, zerogpu
+from . import captions, charts, export, inspector, runs, service, view, zerogpu
 
 CUSTOM = "custom"
 PLOTS = ("acceptance-plot", "draft-length-plot", "tokens-per-forward-plot", "position-plot", "timing-plot")
@@ -139,7 +140,7 @@ class Handlers:
                  "compare": view.compare_html(view.RunStats(), view.RunStats(), greedy=True),
                  "theory": "", "figures": self.empty_figures}
         try:
-            s = self.settings(values)
+            s = replace(self.settings(values), top=inspector.TOP)  # the inspector's candidates
             yield frame({**reset, "status": self.model_line(s.target, s.drafter)}, sess,
                         gr.update(interactive=False))
             for item in self._ready_pair(s.target, s.drafter, sess):

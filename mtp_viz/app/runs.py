@@ -69,6 +69,7 @@ class RunSettings:
     chat: bool = True
     baseline: bool = True
     max_prompt_tokens: int | None = None  # the deployment's cap (MTP_VIZ_MAX_PROMPT_TOKENS)
+    top: int = 0                  # top candidates recorded per position (the token inspector's)
 
     @property
     def greedy(self) -> bool:
@@ -79,7 +80,7 @@ class RunSettings:
         return dict(mode=mode, drafter=self.drafter_kind, max_new_tokens=self.max_new_tokens,
                     draft_tokens=self.draft_tokens, schedule=schedule or self.schedule,
                     temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
-                    seed=self.seed, chat=self.chat, max_prompt_tokens=self.max_prompt_tokens)
+                    seed=self.seed, chat=self.chat, max_prompt_tokens=self.max_prompt_tokens, top=self.top)
 
 
 def check_prompt(prompt: Any, cap_tokens: int) -> str:

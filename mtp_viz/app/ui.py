@@ -20,7 +20,7 @@ import gradio as gr
 
 from ..prompts import Prompt, category_suite, code_suite, load_prompts
 from ..schedules import SCHEDULES
-from . import charts, links, service, teach, teach_view, view, vllm_tab
+from . import charts, inspect_ui, links, service, teach, teach_view, view, vllm_tab
 from .handlers import CUSTOM, PLOTS, SLOTS, Handlers
 from .vllm_guard import ServerPolicy
 
@@ -178,6 +178,7 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
         gr.HTML(teach_view.explanations(["theory"], "About this panel:"), padding=False)
         theory = gr.HTML(view.placeholder_html("Appears after a run."), elem_id="theory-panel")
         what_if = teach.sections()
+        inspector_panel, anatomy_panel = inspect_ui.components()  # #inspector floats over the page
         session = gr.State(None)
 
         form = {prompt: "prompt", model_key: "model", custom_t: "custom_target", custom_d: "custom_drafter",
@@ -204,12 +205,12 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
         model_key.change(on_model, model_key, [custom_row, hint, example, chat, server.row, model_status],
                          queue=False, **hidden)
         load_inputs = [model_key, custom_t, custom_d]
-        load_btn.click(vh.load, load_inputs + [server.url, server.baseline], [model_status, timer, chat],
-                       **hidden)
+        load_ev = load_btn.click(vh.load, load_inputs + [server.url, server.baseline],
+                                 [model_status, timer, chat], **hidden)
         limits = links.Limits(tuple(presets), cap, 16 * prompt_cap)
         restored = teach.wire(demo, form, status, limits)  # deep link, Copy link, tour, presenter mode
-        restored.then(h.load, load_inputs, [model_status, timer, chat], **hidden)
-        timer.tick(h.tick, load_inputs, [model_status, timer, chat], show_progress="hidden", **hidden)
+        loads = [load_ev, restored.then(h.load, load_inputs, [model_status, timer, chat], **hidden),
+                 timer.tick(h.tick, load_inputs, [model_status, timer, chat], show_progress="hidden", **hidden)]
         example.change(lambda p: p or gr.skip(), example, prompt, queue=False, **hidden)
         def run(data: dict):
             v = values(data)
@@ -235,6 +236,7 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
                     **hidden).then(
                 h.scrub_range, session, scrub, queue=False, **hidden).then(
                 teach.what_if_update, session, what_if, queue=False, **hidden)
+        inspect_ui.attach(h, session, inspector_panel, anatomy_panel, load_inputs, loads, [run_ev])
         # input, not change: the range set after a run must not re-render the panes
         scrub.input(h.scrub, [session, scrub], outputs, trigger_mode="always_last", show_progress="hidden",
                     concurrency_limit=8, **hidden)

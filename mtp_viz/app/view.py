@@ -47,11 +47,14 @@ def escape_token(text: str, token_id: int | None = None, breaks: bool = True) ->
 
 
 def token_span(kind: str, text: str, token_id: int | None = None, *, bonus: str = "",
-               title: str = "") -> str:
-    """One ``<span class="tok" data-kind=...>`` for a token."""
+               title: str = "", step: int | None = None, index: int | None = None) -> str:
+    """One ``<span class="tok" data-kind=...>`` for a token; ``data-step``/``data-index``
+    name its event, for the token inspector."""
     body, special = escape_token(text, token_id, breaks=kind not in ("rejected", "drafted"))
     cls = "tok special" if special else "tok"
     extra = f' data-bonus="{bonus}"' if bonus else ""
+    extra += f' data-step="{step}"' if step is not None else ""
+    extra += f' data-index="{index}"' if index is not None else ""
     tip = f' title="{html.escape(title, quote=True)}"' if title else ""
     return f'<span class="{cls}" data-kind="{kind}"{extra}{tip}>{body}</span>'
 
@@ -74,17 +77,17 @@ def step_html(events: Sequence[Event]) -> str:
                 parts.append(token_span("drafted", e.text, e.token_id,
                                         title=f"step {e.step} · draft {e.index + 1} · pending · {_prob('q', e.q)}"))
         elif isinstance(e, Accepted):
-            parts.append(token_span("accepted", e.text, e.token_id,
+            parts.append(token_span("accepted", e.text, e.token_id, step=e.step, index=e.index,
                                     title=f"step {e.step} · draft {e.index + 1} accepted · {_prob('p', e.p)} {_prob('q', e.q)}"))
         elif isinstance(e, Rejected):
-            parts.append(token_span("rejected", e.text, e.token_id,
+            parts.append(token_span("rejected", e.text, e.token_id, step=e.step, index=e.index,
                                     title=f"step {e.step} · draft {e.index + 1} rejected · {_prob('p', e.p)} {_prob('q', e.q)}"))
         elif isinstance(e, Bonus):
             kind = "correction" if e.kind == "correction" else "extension"
-            parts.append(token_span("bonus", e.text, e.token_id, bonus=kind,
+            parts.append(token_span("bonus", e.text, e.token_id, bonus=kind, step=e.step, index=e.index,
                                     title=f"step {e.step} · {KIND_HELP[kind]} · {_prob('p', e.p)}"))
         elif isinstance(e, Token):
-            parts.append(token_span("token", e.text, e.token_id,
+            parts.append(token_span("token", e.text, e.token_id, step=e.step,
                                     title=f"forward {e.step} · {_prob('p', e.p)}"))
         elif isinstance(e, Step):
             parts.append(rejected_count_html(e, sum(isinstance(x, Rejected) for x in events)))
