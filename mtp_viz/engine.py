@@ -1,8 +1,9 @@
 """The speculative loop and the autoregressive baseline, as generators of events.
 
 The engine knows nothing about text: it deals in token ids. A ``detok`` object
-(anything with ``piece(context_ids, token_id) -> str`` and ``decode(ids) -> str``,
-see :mod:`mtp_viz.text`) may be passed to fill the events' ``text`` fields.
+(anything with ``piece(context_ids, token_id) -> str`` and ``decode(ids) -> str``, and
+``pieces(context_ids, token_ids)`` for ``top``; see :mod:`mtp_viz.text`) may be passed
+to fill the events' ``text`` fields.
 
 One speculative step, in the notation of :mod:`mtp_viz.sampling`:
 

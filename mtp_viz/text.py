@@ -21,9 +21,14 @@ class Detokenizer:
                                      clean_up_tokenization_spaces=False)
 
     def piece(self, context: Sequence[int], token: int) -> str:
+        return self.pieces(context, [token])[0]
+
+    def pieces(self, context: Sequence[int], tokens: Sequence[int]) -> list[str]:
+        """The piece of each of ``tokens`` as the next token after ``context``."""
         tail = list(context[-TAIL:])
         before = self.decode(tail)
-        after = self.decode(tail + [token])
-        if after.startswith(before):
-            return after[len(before):]
-        return self.decode([token])
+        out = []
+        for token in tokens:
+            after = self.decode(tail + [token])
+            out.append(after[len(before):] if after.startswith(before) else self.decode([token]))
+        return out

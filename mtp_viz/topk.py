@@ -54,10 +54,13 @@ class ClusterTap:
         handle = head.centroids.register_forward_hook(keep)
         weakref.finalize(self, handle.remove)
 
-    def chosen(self) -> list[int]:
-        """The clusters the head kept for this thread's latest forward, best first
-        (the head's own ``torch.topk`` over the same scores)."""
-        scores = self._last.pop(threading.get_ident())
+    def scores(self) -> torch.Tensor:
+        """The cluster scores of this thread's latest drafter forward."""
+        return self._last.pop(threading.get_ident())
+
+    def chosen(self, scores: torch.Tensor) -> list[int]:
+        """The clusters the head kept for these scores, best first (the head's own
+        ``torch.topk`` over the same numbers)."""
         return scores.reshape(-1, scores.shape[-1])[-1].topk(self.top).indices.tolist()
 
     def holds(self, clusters: Sequence[int], token: int) -> bool:
@@ -76,12 +79,14 @@ class TopK:
         self.k, self.sampler, self.detok = int(k), sampler, detok
         head = clustered_head(drafter)
         self.tap = ClusterTap(head) if head is not None else None
-        self._q: list[tuple[list[int], list[float], list[int] | None]] = []  # this step's drafts
+        # this step's drafts, as pick saw them: (raw logits, q row or None, cluster scores or None)
+        self._seen: list[tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]] = []
+        self._clusters: list[list[int] | None] = []  # this step's drafts: the clusters scored
 
     def _fields(self, name: str, ids: list[int], probs: list[float], ctx: Sequence[int]) -> dict:
         fields = {f"{name}_top_ids": tuple(ids), f"{name}_top": tuple(probs)}
         if self.detok is not None:
-            fields[f"{name}_top_text"] = tuple(self.detok.piece(ctx, t) for t in ids)
+            fields[f"{name}_top_text"] = tuple(self.detok.pieces(ctx, ids))
         return fields
 
     def _top(self, probs: torch.Tensor) -> tuple[list, list]:
@@ -91,30 +96,34 @@ class TopK:
 
     # -- draft ----------------------------------------------------------------------
     def wrap(self, pick):
-        """The drafter's ``pick``, also recording the top of the q each draft came from."""
-        def pick_and_record(logits: torch.Tensor):
+        """The drafter's ``pick``, also keeping what each draft came from. Only references
+        are kept here, inside the drafter's timing; :meth:`drafted` does the work."""
+        def pick_and_keep(logits: torch.Tensor):
             tok, q_tok, q_row = pick(logits)
-            # greedy picks skip building q; the top then comes from softmax(raw logits)
-            q = q_row if q_row is not None else torch.softmax(logits.float(), dim=-1)
-            ids, probs = self._top(q)
-            self._q.append((ids, probs, self.tap.chosen() if self.tap else None))
+            self._seen.append((logits, q_row, self.tap.scores() if self.tap else None))
             return tok, q_tok, q_row
-        return pick_and_record
+        return pick_and_keep
 
     def drafted(self, ids: Sequence[int], drafts: Sequence[int]) -> list[dict]:
         """Fields of each draft's ``drafted`` event. A drafter that never called pick
         (prompt lookup) was certain: q = one-hot of its draft."""
         out = []
+        self._clusters = []
         for i, tok in enumerate(drafts):
             ctx = list(ids) + list(drafts[:i])
-            if i < len(self._q):
-                top_ids, probs, clusters = self._q[i]
-                fields = self._fields("q", top_ids, probs, ctx)
+            if i < len(self._seen):
+                logits, q_row, scores = self._seen[i]
+                # greedy picks skip building q; its top then comes from softmax(raw logits)
+                q = q_row if q_row is not None else torch.softmax(logits.float(), dim=-1)
+                fields = self._fields("q", *self._top(q), ctx)
+                clusters = self.tap.chosen(scores) if scores is not None else None
                 if clusters is not None:
                     fields["clusters"] = tuple(clusters)
+                self._clusters.append(clusters)
             else:
                 fields = self._fields("q", [tok], [1.0], ctx)
             out.append(fields)
+        self._seen = []
         return out
 
     # -- verify ---------------------------------------------------------------------
@@ -131,14 +140,14 @@ class TopK:
         at = [self._fields("p", top_ids[i], top_p[i], ctx[i]) for i in range(len(top_ids))]
         rejected = {}
         for i in range(n, len(drafts)):
-            clusters = self._q[i][2] if i < len(self._q) else None
-            if clusters is not None and self.tap is not None:
+            clusters = self._clusters[i] if i < len(self._clusters) else None
+            if clusters is not None:
                 rejected[i] = {"target_in_clusters": "yes" if self.tap.holds(clusters, top_ids[i][0]) else "no"}
         bonus = {}
         if not self.sampler.greedy and n < len(drafts):
             r_ids, r_probs = self._top(residual(probs[n], None if q is None else q[n], drafts[n]))
             bonus = self._fields("residual", r_ids, r_probs, ctx[n])
-        self._q = []  # the step is decided
+        self._clusters = []  # the step is decided
         return Verdict(at, rejected, bonus)
 
     def token(self, ids: Sequence[int], logits: torch.Tensor, p: torch.Tensor | None) -> dict:
