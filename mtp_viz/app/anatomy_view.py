@@ -14,7 +14,7 @@ from typing import Sequence
 from ..anatomy import Anatomy
 from ..events import Event, Rejected
 
-W, H = 980, 300  # the diagram's coordinate box (it scales to the panel's width)
+W, H = 980, 380  # the diagram's coordinate box (it scales to the panel's width)
 
 
 def _box(x: int, y: int, w: int, h: int, title: str, *lines: str, cls: str = "") -> str:
@@ -27,7 +27,10 @@ def _box(x: int, y: int, w: int, h: int, title: str, *lines: str, cls: str = "")
 def _arrow(x1: float, y1: float, x2: float, y2: float, label: str = "", dashed: bool = False) -> str:
     dash = ' stroke-dasharray="5 4"' if dashed else ""
     out = f'<line x1="{x1}" y1="{y1}" x2="{x2}" y2="{y2}" marker-end="url(#mv-an-head)"{dash}/>'
-    if label:
+    if label and x1 == x2:  # a vertical arrow: the label beside it
+        out += (f'<text x="{x1 + 7}" y="{(y1 + y2) / 2 + 4:.0f}" class="mv-an-edge" '
+                f'style="text-anchor:start">{html.escape(label)}</text>')
+    elif label:
         out += (f'<text x="{(x1 + x2) / 2:.0f}" y="{(y1 + y2) / 2 - 5:.0f}" class="mv-an-edge">'
                 f'{html.escape(label)}</text>')
     return out
@@ -38,34 +41,35 @@ def _svg(a: Anatomy) -> str:
                    f"{l.reads_target_layer}" for l in a.layers)
     kv_shape = ", ".join(sorted({f"{l.kv_heads}×{l.head_dim}" for l in a.layers}))
     c = a.clustered
-    head = (_box(790, 150, 180, 110, "clustered head", f"{c.centroids} centroids",
+    head = (_box(660, 150, 190, 110, "clustered head", f"{c.centroids} centroids",
                  f"top {c.top_clusters} clusters scored", f"{c.candidates} candidate tokens",
                  f"of {a.vocab}; others: floor", cls="mv-an-head")
-            if c else _box(790, 150, 180, 110, "lm_head", f"{a.drafter_width} → {a.vocab}",
+            if c else _box(660, 150, 190, 110, "lm_head", f"{a.drafter_width} → {a.vocab}",
                            "full softmax", "no clustered head", cls="mv-an-head"))
     parts = [
         _box(10, 20, 200, 80, "target", f"{a.target_layers} layers × width {a.target_width}",
              f"vocabulary {a.vocab}", cls="mv-an-target"),
+        _box(440, 20, 330, 80, "target's shared KV (read only)", kv, f"K/V heads × dim: {kv_shape}",
+             cls="mv-an-kv"),
         _box(10, 150, 200, 110, "input of draft j", f"concat(E[last token] ({a.target_width}),",
              f"h ({a.target_width})) = {a.input_width}", "h: target's last hidden state,",
              "then the drafter's own"),
         _box(250, 150, 150, 110, "pre_projection", f"{a.input_width} → {a.projected_width}", cls="mv-an-proj"),
         _box(440, 150, 180, 110, f"{a.drafter_layers} drafter layer{'s' if a.drafter_layers != 1 else ''}",
              f"width {a.drafter_width}", "one constant position", "no KV cache of its own"),
-        _box(440, 20, 330, 80, "target's shared KV (read only)", kv, f"K/V heads × dim: {kv_shape}",
-             cls="mv-an-kv"),
-        _box(640, 150, 130, 110, "post_projection", f"{a.drafter_width} → {a.state_width}", "state for the",
-             "next draft", cls="mv-an-proj"),
         head,
+        _box(440, 290, 180, 80, "post_projection", f"{a.drafter_width} → {a.state_width}",
+             "the state for the next draft", cls="mv-an-proj"),
         _arrow(110, 100, 110, 148, "h, E"),
-        _arrow(210, 205, 248, 205),
-        _arrow(400, 205, 438, 205),
         _arrow(210, 60, 438, 60, "K/V of its last layers"),
         _arrow(530, 100, 530, 148, "attends"),
-        _arrow(620, 205, 638, 205),
-        _arrow(620, 240, 788, 240),
-        f'<path d="M705 262 V290 H110 V262" fill="none" marker-end="url(#mv-an-head)" stroke-dasharray="5 4"/>'
-        f'<text x="400" y="286" class="mv-an-edge">state fed to the next draft (with E[draft j])</text>',
+        _arrow(210, 205, 248, 205),
+        _arrow(400, 205, 438, 205),
+        _arrow(620, 205, 658, 205),
+        _arrow(850, 205, 968, 205, "draft j"),
+        _arrow(530, 260, 530, 288),
+        '<path d="M440 330 H110 V262" fill="none" marker-end="url(#mv-an-head)" stroke-dasharray="5 4"/>'
+        '<text x="275" y="322" class="mv-an-edge">fed to draft j+1, with E[draft j]</text>',
     ]
     return (f'<svg viewBox="0 0 {W} {H + 2}" role="img" aria-label="Anatomy of the MTP drafter">'
             '<defs><marker id="mv-an-head" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
