@@ -106,3 +106,26 @@ def test_the_anatomy_panel_shows_the_loaded_pairs_layers_and_width(page, server,
     assert f"{2 * t.hidden_size} → {d.hidden_size}" in text  # the projection of the concatenated input
     panel.scroll_into_view_if_needed()
     panel.screenshot(path=str(_shot(tmp_path, "anatomy.png")))
+
+
+def test_a_first_rejection_under_sampling_shows_the_residual(page):
+    from test_ui_browser import _open_settings
+    _open_settings(page)
+    page.locator("#decoding").get_by_text("sampling").click()
+    page.fill("#prompt textarea", PROMPT)
+    page.click("#run")
+    page.wait_for_selector("#status:has-text('Done')", timeout=180_000)
+    spans = page.locator("#spec-output span.tok[data-kind='rejected']").evaluate_all(
+        "els => els.map(e => [Number(e.dataset.step), Number(e.dataset.index)])")
+    first = {}
+    for step, index in spans:
+        first[step] = min(index, first.get(step, index))
+    assert first, "no rejection to inspect"
+    step, index = min(first.items())
+    page.locator(f"#spec-output span.tok[data-kind='rejected'][data-step='{step}'][data-index='{index}']").click()
+    page.wait_for_selector(f"#inspector .mv-inspector[data-step='{step}'][data-index='{index}'] [data-residual]",
+                           timeout=30_000)
+    assert page.locator("#inspector tr[data-residual]").count() >= 5
+    # a draft rejected by the test had a chance below one: the draw fell at or above it
+    assert float(page.locator("#inspector [data-acceptance]").get_attribute("data-acceptance")) < 1.0
+    assert "the correction was drawn from the residual" in page.inner_text("#inspector")
