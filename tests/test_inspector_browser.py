@@ -36,6 +36,7 @@ def page(server):
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         page = browser.new_page(viewport={"width": 1280, "height": 720})
+        page.add_init_script("localStorage.setItem('mtp-viz-tour-done', '1')")  # no first-visit tour
         page.goto(server[1])
         page.wait_for_selector("#model-status:has-text('Ready')", timeout=180_000)
         yield page
@@ -80,6 +81,7 @@ def test_clicking_a_rejected_draft_shows_p_q_and_the_acceptance_probability(page
     assert [t for t, _ in shown] == list(e.p_top_ids)
     assert [v for _, v in shown] == pytest.approx(list(e.p_top), abs=1e-5)
     assert q_rows.evaluate_all("rs => rs.map(r => Number(r.dataset.tokenId))") == list(d.q_top_ids)
+    page.evaluate("window.scrollTo(0, 0)")
     page.screenshot(path=str(_shot(tmp_path, "inspector.png")))
 
     # an autoregressive token: the target's candidates only
@@ -110,6 +112,8 @@ def test_the_anatomy_panel_shows_the_loaded_pairs_layers_and_width(page, server,
 
 def test_a_first_rejection_under_sampling_shows_the_residual(page):
     from test_ui_browser import _open_settings
+    page.reload()  # a fresh session: no earlier run's "Done" in #status
+    page.wait_for_selector("#model-status:has-text('Ready')", timeout=180_000)
     _open_settings(page)
     page.locator("#decoding").get_by_text("sampling").click()
     page.fill("#prompt textarea", PROMPT)
