@@ -66,9 +66,11 @@ def app_runs(prompt: str, runs: int, tokens: int, draft: int, threads: int) -> l
                 page.click("#run")
                 page.wait_for_selector("#compare:not([data-speedup])", timeout=60_000)  # reset
                 page.wait_for_selector("#compare[data-basis='single run']", timeout=300_000)
-                x = float(page.locator("#compare").get_attribute("data-speedup"))
+                d = page.locator("#compare").evaluate("e => ({...e.dataset})")
+                x = float(d["speedup"])
                 shown.append(x)
-                print(f"app run {i + 1}: ×{x:.3f}", file=sys.stderr)
+                print(f"app run {i + 1}: ×{x:.3f} ({float(d['specTps']):.1f} vs {float(d['arTps']):.1f} tokens/s)",
+                      file=sys.stderr)
             browser.close()
     finally:
         proc.terminate()
