@@ -35,14 +35,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def app_runs(prompt: str, runs: int, tokens: int, draft: int, threads: int) -> list[float]:
+def app_runs(prompt: str, runs: int, tokens: int, draft: int, threads: int,
+             fps: int = 0) -> tuple[list[float], list[tuple[float, float]]]:
     from playwright.sync_api import sync_playwright
     port = free_port()
     env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "GRADIO_ANALYTICS_ENABLED": "False",
-           "MTP_VIZ_THREADS": str(threads), "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+           "MTP_VIZ_THREADS": str(threads), **({"MTP_VIZ_FRAMES_PER_SECOND": str(fps)} if fps else {}),
+           "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
     proc = subprocess.Popen([sys.executable, str(ROOT / "app.py")], env=env, cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    shown = []
+    shown, rates = [], []
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
@@ -69,13 +71,14 @@ def app_runs(prompt: str, runs: int, tokens: int, draft: int, threads: int) -> l
                 d = page.locator("#compare").evaluate("e => ({...e.dataset})")
                 x = float(d["speedup"])
                 shown.append(x)
+                rates.append((float(d["specTps"]), float(d["arTps"])))
                 print(f"app run {i + 1}: ×{x:.3f} ({float(d['specTps']):.1f} vs {float(d['arTps']):.1f} tokens/s)",
                       file=sys.stderr)
             browser.close()
     finally:
         proc.terminate()
         proc.wait(30)
-    return shown
+    return shown, rates
 
 
 def bench(prompt: str, tokens: int, draft: int, threads: int, repeats: int) -> float:
@@ -99,14 +102,18 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) - 1),
                     help="torch threads for the app and the bench (the app's default)")
     ap.add_argument("--bench-repeats", type=int, default=5)
+    ap.add_argument("--fps", type=int, default=0,
+                    help="MTP_VIZ_FRAMES_PER_SECOND for the app (default: the app's own, 4)")
     args = ap.parse_args()
     prompt = load_prompts(code_suite())[args.prompt_index].text
-    shown = app_runs(prompt, args.runs, args.max_new_tokens, args.draft_tokens, args.threads)
+    shown, rates = app_runs(prompt, args.runs, args.max_new_tokens, args.draft_tokens, args.threads, args.fps)
     ref = bench(prompt, args.max_new_tokens, args.draft_tokens, args.threads, args.bench_repeats)
     med = statistics.median(shown)
     spread = max(shown) / min(shown)
     print(f"app, {args.runs} runs (first cold): " + ", ".join(f"×{x:.2f}" for x in shown))
-    print(f"spread max/min {spread:.3f} (goal ≤ 1.15); median ×{med:.3f}")
+    print(f"spread max/min {spread:.3f} (goal ≤ 1.15); median ×{med:.3f}; median rates "
+          f"{statistics.median(r[0] for r in rates):.1f} (speculative) and "
+          f"{statistics.median(r[1] for r in rates):.1f} (autoregressive) tokens/s")
     print(f"mtp-viz bench, same prompt and settings, {args.bench_repeats} repeats: ×{ref:.3f}; "
           f"app median ÷ bench = {med / ref:.3f} (goal 0.85–1.15); {args.threads} torch thread(s)")
     return 0

@@ -153,7 +153,8 @@ class Handlers:
                          "spec": view.placeholder_html("No run: " + str(e))}, sess,
                         gr.update(interactive=False))
             return
-        for f in runs.compare_frames(pair, s, sess, threads=service.threads(), events=self.events):
+        for f in runs.compare_frames(pair, s, sess, threads=service.threads(), events=self.events,
+                                     frame_interval=service.env_frame_interval()):
             yield frame(f)
         yield frame({}, replay=gr.update(interactive=bool(sess.spec and sess.ar)))
 

@@ -36,6 +36,14 @@ def env_cap() -> int:
     return env_int("MTP_VIZ_MAX_NEW_TOKENS_CAP", 512)
 
 
+def env_frame_interval() -> float:
+    """Seconds between token frames of a live run (``MTP_VIZ_FRAMES_PER_SECOND``, 1 to 30;
+    default 4: the browser's re-layout of each frame runs on the engine's CPU)."""
+    from .runs import FRAME_INTERVAL
+    fps = env_int("MTP_VIZ_FRAMES_PER_SECOND", 0)
+    return 1 / min(fps, 30) if fps else FRAME_INTERVAL
+
+
 def env_prompt_cap() -> int:
     """The longest prompt, in tokens, the app accepts (``MTP_VIZ_MAX_PROMPT_TOKENS``)."""
     return env_int("MTP_VIZ_MAX_PROMPT_TOKENS", 2048)
@@ -238,4 +246,4 @@ def css() -> str:
 
 
 __all__ = ["css", "AllowList", "LoadState", "PairLoader", "default_pair", "env_cap", "env_prompt_cap",
-           "env_sessions", "pair_key", "presets", "threads", "user_message"]
+           "env_frame_interval", "env_sessions", "pair_key", "presets", "threads", "user_message"]

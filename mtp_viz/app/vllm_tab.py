@@ -31,7 +31,7 @@ from .. import vllm_client, vllm_source
 from ..errors import UserError
 from ..events import Event, Step
 from ..prometheus import SpecDecodeCounters
-from . import dashboard, runs, view
+from . import dashboard, runs, service, view
 from .handlers import Handlers, frame
 from .vllm_guard import ServerPolicy
 
@@ -125,7 +125,8 @@ class VllmHandlers:
                    "caption": view.message_html(step_note, level="warn")}
         status = view.message_html(f"Sending the prompt to the vLLM server at {servers.spec}…")
         yield frame({**cleared, "status": status}, sess, gr.update(interactive=False))
-        for f in runs.compare_frames(servers, s, sess, events=server_events):
+        for f in runs.compare_frames(servers, s, sess, events=server_events,
+                                     frame_interval=service.env_frame_interval()):
             if "theory" in f and "status" in f and not sess.stop.is_set():  # the last frame of a run
                 f["status"] = view.message_html(self.done_line(sess))
             yield frame(f)
