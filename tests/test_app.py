@@ -9,7 +9,7 @@ import time
 import pytest
 
 from factories import gemma_assistant, gemma_target
-from mtp_viz.app import handlers, runs, service, view
+from mtp_viz.app import handlers, measure, runs, service, view
 from mtp_viz.errors import UserError
 from mtp_viz.events import Done, Error
 from test_view import ar_run, spec_run
@@ -134,7 +134,7 @@ def test_closing_the_frames_stops_the_worker(real_pair):
 def test_measure_reports_bench_ratios(real_pair):
     s = runs.RunSettings(prompt=" ".join(f"w{i}" for i in range(10, 30)), target="random",
                          max_new_tokens=16, chat=False, drafter_kind="mtp")
-    m = runs.measure(real_pair, s, 3, threading.Event(), threads=1)
+    m = measure.measure(real_pair, s, 3, threading.Event(), threads=1)
     assert m.repeats == 3 and all(r > 0 for r in m.ratios) and m.threads == 1
     assert min(m.ratios) <= m.median <= max(m.ratios)
 

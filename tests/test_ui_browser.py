@@ -279,7 +279,6 @@ def modelless_server():
 
 def test_an_uploaded_cli_trace_shows_exactly_its_token_kinds(browser, modelless_server, tmp_path):
     import contextlib
-    import io
     from mtp_viz import trace
     from mtp_viz.cli import main
     path = tmp_path / "cli.jsonl"

@@ -17,7 +17,7 @@ from .. import trace
 from ..decoding import Sampling
 from ..errors import UserError
 from ..events import Error
-from . import captions, charts, export, inspector, runs, service, view, zerogpu
+from . import captions, charts, export, inspector, measure, runs, service, view, zerogpu
 
 CUSTOM = "custom"
 PLOTS = ("acceptance-plot", "draft-length-plot", "tokens-per-forward-plot", "position-plot", "timing-plot")
@@ -175,7 +175,7 @@ class Handlers:
                     pair = item
             yield frame({"status": view.message_html(
                 f"Measuring: {n} repeats of both modes, alternating, nothing rendered meanwhile…")}, sess)
-            m = runs.measure(pair, s, n, sess.stop, threads=service.threads())
+            m = measure.measure(pair, s, n, sess.stop, threads=service.threads())
         except UserError as e:
             yield frame({"status": view.message_html(str(e), level="error")}, sess)
             return

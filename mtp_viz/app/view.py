@@ -277,7 +277,7 @@ def compare_html(spec: RunStats, ar: RunStats, *, greedy: bool, threads: int = 0
 
 
 def measurement_html(m) -> str:
-    """Measure's result (:class:`mtp_viz.app.runs.Measurement`): the median of the
+    """Measure's result (:class:`mtp_viz.app.measure.Measurement`): the median of the
     repeats, their range, and a winner only when every repeat agrees."""
     cls = {"faster": "mv-ok", "slower": "mv-warn"}.get(m.verdict, "mv-neutral")
     lo, hi = min(m.ratios), max(m.ratios)
