@@ -365,3 +365,11 @@ def test_handlers_refuse_what_only_the_model_can_check(real_pair, prompt, cap, s
     msgs = _status(list(h.run(_values(prompt=prompt, chat=False), None)))
     assert sentence in msgs[-1] and "mv-msg-error" in msgs[-1]
     assert "Done." in _status(list(h.run(_values(prompt="w10 w11 w12", chat=False), None)))[-1]
+
+
+def test_frame_rate_from_environment(monkeypatch):
+    monkeypatch.delenv("MTP_VIZ_FRAMES_PER_SECOND", raising=False)
+    assert service.env_frame_interval() == runs.FRAME_INTERVAL == 1 / 4
+    for value, interval in (("20", 1 / 20), ("100", 1 / 30), ("0", 1.0), ("many", 1 / 4)):
+        monkeypatch.setenv("MTP_VIZ_FRAMES_PER_SECOND", value)
+        assert service.env_frame_interval() == interval, value

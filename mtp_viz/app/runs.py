@@ -19,11 +19,9 @@ from typing import Any, Callable, Iterable, Iterator
 from ..errors import UserError
 from ..events import Done, Error, Event
 from . import captions, charts, panels, view, zerogpu
-from .service import user_message
+from .service import FRAMES_PER_SECOND, user_message
 
-FRAME_INTERVAL = 1 / 4    # token frames a second at most: the browser re-lays out the whole pane
-                          # for each one, on the same CPU as the engine (on 2 cores, 20 a second
-                          # cost the engine about 30% of its speed and scattered single runs)
+FRAME_INTERVAL = 1 / FRAMES_PER_SECOND  # see service.FRAMES_PER_SECOND
 CHART_INTERVAL = 2.0      # plotly figures are re-sent whole (and redrawn by the browser
                           # beside the run): rarely, so both modes stream under like load
 HEARTBEAT = 1.0           # an empty frame after this long without news (see _stream)

@@ -36,12 +36,15 @@ def env_cap() -> int:
     return env_int("MTP_VIZ_MAX_NEW_TOKENS_CAP", 512)
 
 
+# Token frames a second at most: the browser re-lays out the whole pane for each one, on
+# the same CPU as the engine (on 2 cores, 20 a second cost the engine about 30% of its
+# speed; benchmarks/results/app/app_speedup.md).
+FRAMES_PER_SECOND = 4
+
+
 def env_frame_interval() -> float:
-    """Seconds between token frames of a live run (``MTP_VIZ_FRAMES_PER_SECOND``, 1 to 30;
-    default 4: the browser's re-layout of each frame runs on the engine's CPU)."""
-    from .runs import FRAME_INTERVAL
-    fps = env_int("MTP_VIZ_FRAMES_PER_SECOND", 0)
-    return 1 / min(fps, 30) if fps else FRAME_INTERVAL
+    """Seconds between token frames of a live run (``MTP_VIZ_FRAMES_PER_SECOND``, 1 to 30)."""
+    return 1 / min(30, env_int("MTP_VIZ_FRAMES_PER_SECOND", FRAMES_PER_SECOND))
 
 
 def env_prompt_cap() -> int:
