@@ -18,3 +18,16 @@ def serve(demo) -> str:
     ui.launch(demo, host="127.0.0.1", port=port, prevent_thread_lock=True, quiet=True,
               share=False, ssr_mode=False)
     return f"http://127.0.0.1:{port}/"
+
+
+def serve_modelless():
+    """The app with no model to load, served: whatever it shows came from a trace or a
+    server. Returns (demo, url); the caller closes the demo."""
+    from mtp_viz.app import service, ui
+    from mtp_viz.errors import UserError
+
+    def load(target, drafter):
+        raise UserError("This test app has no model.")
+
+    demo = ui.build_demo(loader=service.PairLoader(load), target="tiny")
+    return demo, serve(demo)

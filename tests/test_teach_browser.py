@@ -7,7 +7,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from serving import serve
+from serving import serve_modelless
 from test_ui_browser import _in_view, _upload, browser  # noqa: F401  (browser is a fixture)
 
 pytestmark = pytest.mark.browser
@@ -19,14 +19,8 @@ SEEN = "localStorage.setItem('mtp-viz-tour-done', '1')"
 
 @pytest.fixture(scope="module")
 def url():
-    from mtp_viz.app import service, ui
-    from mtp_viz.errors import UserError
-
-    def load(target, drafter):
-        raise UserError("This test app has no model.")
-
-    demo = ui.build_demo(loader=service.PairLoader(load), target="tiny")
-    yield serve(demo)
+    demo, address = serve_modelless()
+    yield address
     demo.close()
 
 
@@ -78,6 +72,8 @@ def test_a_deep_link_restores_the_prompt_pair_and_settings(browser, url):  # noq
 def test_a_bad_link_says_what_it_ignored_and_keeps_the_defaults(browser, url):  # noqa: F811
     page = _page(browser, url, "?draft_tokens=99&max_new_tokens=12&colour=red")
     try:
+        # the status line can still show the load's progress timer for a moment
+        page.wait_for_selector("#status:has-text('Ignored from the link')", timeout=30_000)
         status = page.inner_text("#status")
         assert status.startswith("Ignored from the link: draft_tokens (must be a whole number from 1 to 16); "
                                   "colour (not a setting).")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from serving import serve
+from serving import serve, serve_modelless
 
 pytestmark = pytest.mark.browser
 
@@ -265,14 +265,7 @@ def _upload(page, path):
 @pytest.fixture(scope="module")
 def modelless_server():
     """The app with no model to load: whatever it shows came from a trace."""
-    from mtp_viz.app import service, ui
-    from mtp_viz.errors import UserError
-
-    def load(target, drafter):
-        raise UserError("This test app has no model.")
-
-    demo = ui.build_demo(loader=service.PairLoader(load), target="tiny")
-    url = serve(demo)
+    demo, url = serve_modelless()
     yield url
     demo.close()
 
