@@ -63,8 +63,11 @@ def test_a_deep_link_restores_the_prompt_pair_and_settings(browser, url):  # noq
     page = _page(browser, url, "?" + urlencode(LINK))
     try:
         _settings(page)
+        page.wait_for_function("v => document.querySelector('#prompt textarea').value === v", arg=LINK["prompt"],
+                               timeout=30_000)
         assert _form(page) == RESTORED
-        assert page.inner_text("#status").strip() == ""   # nothing was ignored
+        # nothing was ignored (the line may still show the load's progress timer for a moment)
+        page.wait_for_function("() => document.querySelector('#status').innerText.trim() === ''", timeout=30_000)
     finally:
         page.close()
 
@@ -86,10 +89,16 @@ def test_a_bad_link_says_what_it_ignored_and_keeps_the_defaults(browser, url):  
 def test_copy_link_hands_over_the_current_settings(browser, url):  # noqa: F811
     page = _page(browser, url, "?" + urlencode(LINK))
     try:
-        page.fill("#prompt textarea", "x = [i * i for i in range(10)]")
         box = page.locator("#draft-tokens input[type='number']")
+        # edit only once the link's values are on the page (on a loaded machine they can land late)
+        page.wait_for_function("v => document.querySelector('#prompt textarea').value === v", arg=LINK["prompt"],
+                               timeout=30_000)
+        page.wait_for_function("v => document.querySelector(\"#draft-tokens input[type='number']\").value === v",
+                               arg=LINK["draft_tokens"], timeout=30_000)
+        page.fill("#prompt textarea", "x = [i * i for i in range(10)]")
         box.fill("3")
         box.blur()
+        assert page.input_value("#prompt textarea") == "x = [i * i for i in range(10)]" and box.input_value() == "3"
         page.click("#share-link")
         link = page.locator("#status #share-url")
         link.wait_for(timeout=30_000)
@@ -102,6 +111,8 @@ def test_copy_link_hands_over_the_current_settings(browser, url):  # noqa: F811
     page = _page(browser, url, shared[len(url):])
     try:
         _settings(page)
+        page.wait_for_function("v => document.querySelector('#prompt textarea').value === v",
+                               arg="x = [i * i for i in range(10)]", timeout=30_000)
         assert _form(page) == {**RESTORED, "prompt": "x = [i * i for i in range(10)]", "draft_tokens": "3"}
     finally:
         page.close()
