@@ -10,37 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from serving import serve
-from test_ui_browser import ARGS, CHROMIUM, PROMPT, ROOT
+from test_ui_browser import PROMPT, ROOT, _open, browser, server  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.browser
 
 
 @pytest.fixture(scope="module")
-def server():
-    from mtp_viz.app import ui
-    demo = ui.build_demo(target="tiny")
-    url = serve(demo)
-    yield demo, url
-    demo.close()
-
-
-@pytest.fixture(scope="module")
-def page(server):
-    if not Path(CHROMIUM).exists():
-        message = "needs Debian's chromium (apt-get install chromium fonts-dejavu-core)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    from playwright import sync_api
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 720})
-        page.add_init_script("localStorage.setItem('mtp-viz-tour-done', '1')")  # no first-visit tour
-        page.goto(server[1])
-        page.wait_for_selector("#model-status:has-text('Ready')", timeout=180_000)
-        yield page
-        browser.close()
+def page(browser, server):  # noqa: F811 - fixtures of test_ui_browser
+    page = _open(browser, server[1])
+    yield page
+    page.close()
 
 
 def _shot(tmp_path: Path, name: str) -> Path:

@@ -7,14 +7,13 @@ nothing else should talk to it meanwhile.
 from __future__ import annotations
 
 import json
-import os
 import re
 import urllib.request
-from pathlib import Path
 
 import pytest
 
-from serving import serve
+from serving import serve_modelless
+from test_ui_browser import _new_page, browser  # noqa: F401 (a fixture)
 from test_vllm import PROMPTS, _url
 
 from mtp_viz import vllm_client
@@ -23,9 +22,6 @@ from mtp_viz.vllm_source import events
 
 pytestmark = [pytest.mark.vllm, pytest.mark.browser]
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 MAX_NEW = 48
 
 
@@ -36,32 +32,18 @@ def servers():
 
 @pytest.fixture(scope="module")
 def app():
-    from mtp_viz.app import service, ui
-    from mtp_viz.errors import UserError
-
-    def load(target, drafter):
-        raise UserError("This test app has no model.")
-
-    demo = ui.build_demo(loader=service.PairLoader(load), target="tiny")
-    yield serve(demo)
+    demo, url = serve_modelless()
+    yield url
     demo.close()
 
 
 @pytest.fixture
-def page(app):
-    if not Path(CHROMIUM).exists():
-        message = "needs Debian's chromium (apt-get install chromium fonts-dejavu-core)"
-        if os.environ.get("CI"):  # CI installs it: a missing browser is a failure there
-            pytest.fail(message)
-        pytest.skip(message)
-    from playwright import sync_api
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 720})
-        page.goto(app)
-        page.wait_for_selector("#model-status:has-text('no model')", timeout=60_000)
-        yield page
-        browser.close()
+def page(app, browser):  # noqa: F811 - browser is test_ui_browser's fixture
+    page = _new_page(browser)
+    page.goto(app)
+    page.wait_for_selector("#model-status:has-text('no model')", timeout=60_000)
+    yield page
+    page.close()
 
 
 def _complete(url: str, prompt: str) -> dict:
