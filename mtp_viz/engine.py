@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from transformers import DynamicCache
@@ -83,7 +83,8 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
                 sampling: Sampling = Sampling(), schedule: Schedule | str = "constant",
                 draft_tokens: int | None = None, max_draft_tokens: int = 16,
                 eos_token_ids: Sequence[int] = (), detok: Any = None, stale_kv: bool = False,
-                stop=None, pause=None, top: int = 0) -> Iterator[Event]:
+                stop=None, pause=None, top: int = 0,
+                clock: Callable[[], float] = time.perf_counter) -> Iterator[Event]:
     """Speculative decoding with any drafter; yields the event stream of docs/events.md.
 
     stale_kv=True leaves the MTP drafter the KV entry computed from the first rejected
@@ -93,6 +94,8 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
     never worse in that experiment and matches how the bundled drafter was trained.
 
     top=k > 0 records each position's top-k candidates on the events (:mod:`mtp_viz.topk`).
+    ``clock`` times everything (seconds); :mod:`mtp_viz.interleave` passes one that runs
+    only while this generator does.
     """
     if isinstance(schedule, str):
         schedule = make_schedule(schedule, initial=draft_tokens or drafter.default_draft_tokens,
@@ -103,7 +106,7 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
     yield Start("speculative", len(ids), tuple(ids), {
         "drafter": drafter.kind, "schedule": schedule.name, "draft_tokens": schedule.initial,
         "max_draft_tokens": schedule.cap, "max_new_tokens": max_new_tokens, **sampling.as_dict()})
-    t0 = time.perf_counter()
+    t0 = clock()
     drafter.reset()
     schedule.start()  # resets per-generation state; the prefill step drafts nothing
     cache = new_cache(target)
@@ -116,7 +119,7 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
     step, draft_s, pick = 1, 0.0, _picker(sampler)
     tops = TopK(top, sampler, drafter, detok) if top else None
     pick = tops.wrap(pick) if tops else pick
-    verify_s = time.perf_counter() - t0
+    verify_s = clock() - t0
     while True:
         # -- accept: decide, cut at EOS / the token limit, emit, crop the cache ----------
         drafts = proposal.tokens
@@ -142,10 +145,10 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
         if not stop_reason and stop is not None and stop.is_set():
             stop_reason = "stopped"
         yield Step(step, len(drafts), kept, len(new), draft_s, verify_s, next_k, reason, cut,
-                   time.perf_counter() - t0, agreed=n)
+                   clock() - t0, agreed=n)
         if stop_reason:
             break
-        t0 += _held(pause, "verified")
+        t0 += _held(pause, "verified", clock)
 
         # -- draft --------------------------------------------------------------------
         step += 1
@@ -155,34 +158,34 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
             ctx.hidden = fwd.hidden[:, n:n + 1]
             ctx.shared_kv = crop_shared_kv(fwd.shared_kv, drop)
         budget = max_new_tokens - (len(ids) - len(prompt_ids)) - 1  # leave room for the bonus
-        t = time.perf_counter()
+        t = clock()
         proposal = drafter.propose(ctx, min(next_k, budget), pick, schedule.keep_drafting)
-        draft_s = time.perf_counter() - t
+        draft_s = clock() - t
         stats["drafter"] += proposal.forwards
         q_top = tops.drafted(ids, proposal.tokens) if tops else [{}] * len(proposal.tokens)
         for i, tok in enumerate(proposal.tokens):
             yield Drafted(step, i, tok, text.piece(ids + proposal.tokens[:i], tok), _q(proposal, i),
                           **q_top[i])
         if proposal.tokens:
-            t0 += _held(pause, "drafted")
+            t0 += _held(pause, "drafted", clock)
 
         # -- verify: one target forward over the newest token and all drafts ------------
-        t = time.perf_counter()
+        t = clock()
         fwd = target_forward(target, cache, [ids[-1]] + proposal.tokens, want_state,
                              keep=len(proposal.tokens) + 1)
-        verify_s = time.perf_counter() - t
+        verify_s = clock() - t
         stats["forwards"] += 1
 
-    yield _done(ids, prompt_ids, stats, time.perf_counter() - t0, stop_reason, text)
+    yield _done(ids, prompt_ids, stats, clock() - t0, stop_reason, text)
 
 
-def _held(pause, phase: str) -> float:
+def _held(pause, phase: str, clock: Callable[[], float]) -> float:
     """Seconds spent in ``pause(phase)``: a step-mode wait, kept off the engine's clock."""
     if pause is None:
         return 0.0
-    t = time.perf_counter()
+    t = clock()
     pause(phase)
-    return time.perf_counter() - t
+    return clock() - t
 
 
 def limit(new: list[int], eos: set[int], remaining: int) -> tuple[list[int], str, str]:
@@ -259,7 +262,8 @@ def _done(ids, prompt_ids, stats, seconds, stop_reason, text) -> Done:
 
 def autoregressive(target, prompt_ids: Sequence[int], *, max_new_tokens: int = 64,
                    sampling: Sampling = Sampling(), eos_token_ids: Sequence[int] = (),
-                   detok: Any = None, stop=None, top: int = 0) -> Iterator[Event]:
+                   detok: Any = None, stop=None, top: int = 0,
+                   clock: Callable[[], float] = time.perf_counter) -> Iterator[Event]:
     """Plain decoding, one target forward per token, through the same event types
     (top=k > 0: each token's event also carries the target's top-k candidates)."""
     text, eos = _Text(detok), set(eos_token_ids)
@@ -268,18 +272,18 @@ def autoregressive(target, prompt_ids: Sequence[int], *, max_new_tokens: int = 6
     ids = list(prompt_ids)
     yield Start("autoregressive", len(ids), tuple(ids),
                 {"max_new_tokens": max_new_tokens, **sampling.as_dict()})
-    t0 = time.perf_counter()
+    t0 = clock()
     cache = new_cache(target)
     feed, stop_reason, step = ids, "", 0
     while not stop_reason:
         step += 1
-        t = time.perf_counter()
+        t = clock()
         fwd = target_forward(target, cache, feed, False, keep=1)
         p = None if sampler.greedy else sampler.probs(fwd.logits)
         tok = int(fwd.logits[0].argmax()) if sampler.greedy else sampler.pick(p[0])
         p_tok = token_probs(fwd.logits, p, [], 0, tok)[0]
-        verify_s = time.perf_counter() - t
-        yield Token(step, tok, text.piece(ids, tok), p_tok, time.perf_counter() - t0,
+        verify_s = clock() - t
+        yield Token(step, tok, text.piece(ids, tok), p_tok, clock() - t0,
                     **(tops.token(ids, fwd.logits, p) if tops else {}))
         ids.append(tok)
         if tok in eos:
@@ -288,7 +292,7 @@ def autoregressive(target, prompt_ids: Sequence[int], *, max_new_tokens: int = 6
             stop_reason = "max_new_tokens"
         elif stop is not None and stop.is_set():
             stop_reason = "stopped"
-        yield Step(step, 0, 0, 1, 0.0, verify_s, 0, "", "", time.perf_counter() - t0)
+        yield Step(step, 0, 0, 1, 0.0, verify_s, 0, "", "", clock() - t0)
         feed = [tok]
     stats = {"forwards": step, "drafter": 0, "drafted": 0, "accepted": 0}
-    yield _done(ids, prompt_ids, stats, time.perf_counter() - t0, stop_reason, text)
+    yield _done(ids, prompt_ids, stats, clock() - t0, stop_reason, text)

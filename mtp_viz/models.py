@@ -299,7 +299,7 @@ class ModelPair:
                  schedule="constant", temperature: float = 0.0, top_p: float = 1.0,
                  top_k: int = 0, seed: int | None = None, chat: bool = True, stop=None,
                  stale_kv: bool = False, max_draft_tokens: int = 16,
-                 max_prompt_tokens: int | None = None, pause=None, top: int = 0):
+                 max_prompt_tokens: int | None = None, pause=None, top: int = 0, clock=None):
         """Check every setting, then return the engine's event generator for one prompt.
 
         ``schedule`` is a name (this pair's schedule of that name, carried across
@@ -307,7 +307,8 @@ class ModelPair:
         ``max_prompt_tokens`` caps the prompt (public deployments set it); ``pause`` is
         step mode's hook (see :func:`mtp_viz.engine.speculative`; speculative mode only).
         ``top=k`` records each position's top-k candidates on the events (the token
-        inspector's data; off by default, and the benchmarks keep it off)."""
+        inspector's data; off by default, and the benchmarks keep it off). ``clock`` times
+        the run (default ``time.perf_counter``; see :mod:`mtp_viz.interleave`)."""
         from . import engine
         from .decoding import Sampling
         from .text import Detokenizer
@@ -335,7 +336,7 @@ class ModelPair:
                             f"the model's context of {self.context_length} tokens.")
         common = dict(max_new_tokens=max_new_tokens, sampling=sampling,
                       eos_token_ids=self.eos_token_ids, detok=Detokenizer(self.tokenizer), stop=stop,
-                      top=top)
+                      top=top, **({"clock": clock} if clock else {}))
         if mode == "autoregressive":
             return _guarded(engine.autoregressive(self.target, ids, **common))
         d = self.make_drafter(drafter)

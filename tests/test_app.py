@@ -21,7 +21,7 @@ class FakePair:
     def __init__(self, fail=None, chat_template=None):
         self.calls, self.fail, self.chat_template = [], fail, chat_template
 
-    def generate(self, prompt, *, mode, stop=None, **settings):
+    def generate(self, prompt, *, mode, stop=None, clock=None, **settings):
         self.calls.append((mode, settings))
         if self.fail:
             raise self.fail
@@ -32,13 +32,13 @@ def settings(**kw):
     return runs.RunSettings(**{"prompt": "hi", "target": "tiny", "draft_tokens": 3, **kw})
 
 
-def test_compare_frames_runs_speculative_then_autoregressive():
+def test_compare_frames_runs_both_modes_in_turns():
     pair, sess = FakePair(), runs.Session()
     frames = list(runs.compare_frames(pair, settings(), sess, frame_interval=0))
     assert [m for m, _ in pair.calls] == ["speculative", "autoregressive"]
     assert sess.spec == spec_run() and sess.ar == ar_run()
-    first_ar = next(i for i, f in enumerate(frames) if "ar" in f)
-    assert all("ar" not in f for f in frames[:first_ar]) and any("spec" in f for f in frames[:first_ar])
+    # both panes and their stats are drawn (the order of turns: test_interleave.py)
+    assert {"spec", "ar", "spec_stats", "ar_stats"} <= {k for f in frames for k in f}
     final = frames[-1]
     assert set(final["figures"]) >= {"acceptance-plot", "draft-length-plot"}
     assert "token-identical" in final["compare"] and 'data-basis="single run"' in final["compare"]

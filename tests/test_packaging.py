@@ -109,7 +109,7 @@ def test_the_package_has_no_import_cycle():
 def test_spaces_installed_changes_nothing_off_zerogpu():
     from mtp_viz.app import ui, zerogpu
     assert importlib.util.find_spec("spaces") is not None  # the test extra installs it
-    assert not zerogpu.zero_gpu() and zerogpu.on_gpu() is zerogpu.events
+    assert not zerogpu.zero_gpu() and zerogpu.on_gpu() is zerogpu.runs
     assert zerogpu.duration(64) < zerogpu.duration(512) <= zerogpu.MAX_SECONDS
     demo = ui.build_demo(target="tiny")
-    assert demo.mtp_handlers.events is zerogpu.events
+    assert demo.mtp_handlers.runs is zerogpu.runs

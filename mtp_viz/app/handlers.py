@@ -30,7 +30,7 @@ class Handlers(Recorded):
                  cap: int, prompt_cap: int, empty_figures: dict | None = None):
         self.loader, self.presets, self.default = loader, presets, default
         self.cap, self.prompt_cap = cap, prompt_cap
-        self.events = zerogpu.on_gpu()  # model work; under spaces.GPU on ZeroGPU hardware
+        self.runs = zerogpu.on_gpu()  # model work; under spaces.GPU on ZeroGPU hardware
         self.step_mode_ok = not zerogpu.zero_gpu()  # a paused run would hold the shared GPU
         self.empty_figures = empty_figures or charts.all_figures([])  # shared, never mutated
         self.downloads = export.Downloads()
@@ -118,13 +118,13 @@ class Handlers(Recorded):
         return s
 
     def run(self, values: dict[str, Any], sess: runs.Session | None):
-        """Speculative run, then the baseline, streamed as frames for the outputs."""
+        """The speculative run and the baseline, taking turns, streamed as frames for the outputs."""
         sess = sess or runs.Session()
         sess.new_run(step_mode=bool(values.get("step_mode")) and self.step_mode_ok)
         off = bool(values.get("step_mode")) and not self.step_mode_ok
         reset = {"caption": "Step mode is off on ZeroGPU hardware: a paused run would hold the shared GPU."
                  if off else "","spec": view.placeholder_html("Waiting for the model…"),
-                 "ar": view.placeholder_html("The baseline runs after the speculative pass."
+                 "ar": view.placeholder_html("The baseline takes turns with the speculative run."
                                              if values["baseline"] else "Baseline off."),
                  "spec_stats": view.stats_html(view.RunStats()), "ar_stats": view.stats_html(view.RunStats()),
                  "compare": view.compare_html(view.RunStats(), view.RunStats(), greedy=True),
@@ -143,7 +143,7 @@ class Handlers(Recorded):
                          "spec": view.placeholder_html("No run: " + str(e))}, sess,
                         gr.update(interactive=False))
             return
-        for f in runs.compare_frames(pair, s, sess, threads=service.threads(), events=self.events,
+        for f in runs.compare_frames(pair, s, sess, threads=service.threads(), source=self.runs,
                                      frame_interval=service.env_frame_interval()):
             yield frame(f)
         yield frame({}, replay=gr.update(interactive=bool(sess.spec and sess.ar)))
@@ -233,7 +233,8 @@ class Handlers(Recorded):
             pair = None
             for item in self._ready_pair(s.target, s.drafter, sess):
                 pair = None if isinstance(item, str) else item
-            source = lambda: self.events(pair, s.prompt, {"stop": sess.stop, **s.engine_kwargs(mode)})  # noqa: E731
+            kw = {"stop": sess.stop, **s.engine_kwargs(mode)}
+            source = lambda: (e for _, e in self.runs(pair, s.prompt, {mode: kw}))  # noqa: E731
         except UserError as e:
             yield [Error(message=str(e)).to_dict()]
             return

@@ -3,9 +3,10 @@ frames a view renders from it (the off-screen Measure is in :mod:`.measure`).
 
 Timing belongs to the source. The engine runs on a worker thread and hands its events
 to the renderer through a queue, so the time a browser or the server spends rendering
-and sending frames never enters the engine's clock. Stop (or the consumer going away:
-a closed tab ends the handler's generator) sets the run's stop switch, which the engine
-checks after every step.
+and sending frames never enters the engine's clock. A comparison's two modes take
+turns on that one thread, each on its own clock (:mod:`mtp_viz.interleave`). Stop (or
+the consumer going away: a closed tab ends the handler's generator) sets the run's stop
+switch, which the engine checks after every step.
 """
 from __future__ import annotations
 
@@ -166,6 +167,7 @@ class Worker:
         self.stop = stop
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._source = source
+        self.finished = False  # set with the last batch
         self.thread = threading.Thread(target=self._run, daemon=True, name="mtp-viz-run")
         self.thread.start()
 
@@ -194,6 +196,7 @@ class Worker:
                 except queue.Empty:
                     break
             end = batch[-1] is _END
+            self.finished = end
             yield [e for e in batch if e is not _END]
             if end:
                 return
@@ -205,37 +208,41 @@ class Worker:
         self.thread.join(timeout)
 
 
-def run_source(pair: Any, s: RunSettings, mode: str, sess: Session,
-               events: Callable = zerogpu.events) -> Callable[[], Iterable[Event]]:
-    """The local engine as a source: ``pair.generate`` with the session's schedule,
-    through ``events`` (:func:`zerogpu.on_gpu` puts it on a ZeroGPU GPU)."""
-    def source() -> Iterable[Event]:
-        kind = s.drafter_kind if s.drafter_kind != "auto" else ""
-        hooks = {"stop": sess.stop}
-        if mode == "speculative":
-            hooks["pause"] = sess.gate
-        schedule = sess.schedule(s, kind) if mode == "speculative" else None
-        return events(pair, s.prompt, {**hooks, **s.engine_kwargs(mode, schedule)})
-    return source
+def engine_runs(pair: Any, s: RunSettings, sess: Session) -> dict[str, dict[str, Any]]:
+    """``pair.generate``'s keyword arguments for each pane of a comparison (the baseline
+    only when asked for), with the session's schedule and its stop and step hooks."""
+    kind = s.drafter_kind if s.drafter_kind != "auto" else ""
+    out = {"spec": {"stop": sess.stop, "pause": sess.gate,
+                    **s.engine_kwargs("speculative", sess.schedule(s, kind))}}
+    if s.baseline:
+        out["ar"] = {"stop": sess.stop, **s.engine_kwargs("autoregressive")}
+    return out
 
 
-def _stream(source: Callable[[], Iterable[Event]], sess: Session, out: list[Event], pane_key: str,
-            frame_interval: float, chart_interval: float) -> Iterator[dict[str, Any]]:
-    """Consume one run from its worker, recording into ``out``; yield a frame when news
-    arrived and the last frame is ``frame_interval`` old, when a verification is slow
-    enough for its pending drafts to be seen, and at the end."""
-    pane, stats = view.PaneRenderer(), view.RunStats()
+def _stream(source: Callable[[], Iterable[tuple[str, Event]]], sess: Session, frame_interval: float,
+            chart_interval: float) -> Iterator[dict[str, Any]]:
+    """Consume one comparison from its worker (``(pane, event)`` items), recording into
+    the session; yield a frame when news arrived and the last frame is
+    ``frame_interval`` old, when a verification is slow enough for its pending drafts to
+    be seen, and at the end. The worker's own Error (a source raised, which ends every
+    run) is recorded with the speculative run."""
+    outs = {"spec": sess.spec, "ar": sess.ar}
+    panes = {k: view.PaneRenderer() for k in outs}
+    stats = {k: view.RunStats() for k in outs}
     worker = Worker(source, sess.stop)
     last_frame = last_chart = 0.0
-    dirty = False  # events arrived since the last frame
+    dirty: set[str] = set()  # panes with events since the last frame
+    errors: list[Error] = []   # not shown yet
     try:
         for batch in worker.batches(frame_interval):
-            for e in batch:
-                out.append(e)
-                pane.add(e)
-                stats.add(e)
-            dirty = dirty or bool(batch)
-            final = any(isinstance(e, (Done, Error)) for e in batch)
+            for item in batch:
+                key, e = item if isinstance(item, tuple) else ("spec", item)
+                outs[key].append(e)
+                panes[key].add(e)
+                stats[key].add(e)
+                dirty.add(key)
+                errors += [e] if isinstance(e, Error) else []
+            final = worker.finished
             now = time.monotonic()
             if not final and not dirty and now - last_frame >= HEARTBEAT:
                 # Nothing new (a slow step, or a paused source): an empty frame changes
@@ -246,17 +253,20 @@ def _stream(source: Callable[[], Iterable[Event]], sess: Session, out: list[Even
                 continue
             if not final and (not dirty or now - last_frame < frame_interval):
                 continue
-            dirty, last_frame = False, now
-            frame: dict[str, Any] = {pane_key: pane.html(), pane_key + "_stats": view.stats_html(stats)}
-            if pane_key == "spec" and sess.gate.on:
-                frame["caption"] = captions.caption_html(out)
-            errors = [e for e in batch if isinstance(e, Error)]
+            last_frame = now
+            frame: dict[str, Any] = {}
+            for key in sorted(dirty):
+                frame[key], frame[key + "_stats"] = panes[key].html(), view.stats_html(stats[key])
+            dirty = set()
+            if sess.gate.on:
+                frame["caption"] = captions.caption_html(sess.spec)
             if errors:
                 frame["status"] = view.message_html(errors[-1].message, level="error")
-            if pane_key == "spec" and (final or now - last_chart >= chart_interval):
+                errors = []
+            if final or now - last_chart >= chart_interval:
                 last_chart = now
-                frame["figures"] = {"acceptance-plot": charts.acceptance_figure(out),
-                                    "draft-length-plot": charts.draft_length_figure(out)}
+                frame["figures"] = {"acceptance-plot": charts.acceptance_figure(sess.spec),
+                                    "draft-length-plot": charts.draft_length_figure(sess.spec)}
             yield frame
     finally:
         worker.close()
@@ -264,22 +274,20 @@ def _stream(source: Callable[[], Iterable[Event]], sess: Session, out: list[Even
 
 def compare_frames(pair: Any, s: RunSettings, sess: Session, *, frame_interval: float = FRAME_INTERVAL,
                    chart_interval: float = CHART_INTERVAL, threads: int = 0,
-                   events: Callable = zerogpu.events) -> Iterator[dict[str, Any]]:
-    """Speculative run, then (never at the same time, on the same kind of worker) the
-    autoregressive baseline, then every chart, the speedup and the identity check.
-    Yields frames: dicts from display slot to HTML or figures; absent slots are unchanged."""
+                   source: Callable = zerogpu.runs) -> Iterator[dict[str, Any]]:
+    """The speculative run and (when asked for) the autoregressive baseline, then every
+    chart, the speedup and the identity check. ``source(pair, prompt, kwargs by pane)``
+    yields ``(pane, event)``: for the local engine the two modes take turns on one
+    worker thread, each on its own clock (:mod:`mtp_viz.interleave`), so both meet the
+    machine in the same state. Yields frames: dicts from display slot to HTML or
+    figures; absent slots are unchanged."""
     sess.greedy = s.greedy
-    yield {"status": view.message_html("Speculative decoding: drafting and verifying…")}
-    yield from _stream(run_source(pair, s, "speculative", sess, events), sess, sess.spec, "spec",
-                       frame_interval, chart_interval)
-    failed = any(isinstance(e, Error) for e in sess.spec)
-    if s.baseline and not failed and not sess.stop.is_set():
-        yield {"status": view.message_html("Autoregressive baseline: one target forward per token…")}
-        yield from _stream(run_source(pair, s, "autoregressive", sess, events), sess, sess.ar, "ar",
-                           frame_interval, chart_interval)
-        failed = any(isinstance(e, Error) for e in sess.ar)
+    both = "Speculative decoding and the autoregressive baseline take turns, each on its own clock…"
+    yield {"status": view.message_html(both if s.baseline else "Speculative decoding: drafting and verifying…")}
+    kwargs = engine_runs(pair, s, sess)
+    yield from _stream(lambda: source(pair, s.prompt, kwargs), sess, frame_interval, chart_interval)
     final = final_frame(sess, threads)
-    if not failed:
+    if not any(isinstance(e, Error) for e in sess.spec + sess.ar):
         stopped = sess.stop.is_set()
         final["status"] = view.message_html(
             f"Stopped: step mode waited {sess.gate.idle / 60:g} minutes for Next." if sess.gate.timed_out else

@@ -129,7 +129,7 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
             spec, spec_stats = _pane("Speculative · drafter proposes, target verifies", "spec",
                                      "Tokens appear here as they are verified.")
             ar, ar_stats = _pane("Autoregressive · one target forward per token", "ar",
-                                 "The baseline runs after the speculative pass.")
+                                 "The baseline takes turns with the speculative run.")
         gr.HTML(view.legend_html() + teach_view.explain("legend", corner=True), elem_id="legend", padding=False)
         with gr.Row(elem_id="trace-row", equal_height=True):  # below the panes: the first screen stays
             trace_example = gr.Dropdown(h.example_traces(), value=None, label="Example trace (no model needed)",

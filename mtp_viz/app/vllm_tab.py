@@ -6,7 +6,7 @@ speculate and report per-step metrics) and then, with "Then run autoregressive" 
 baseline URL given, to the baseline server (the same model without speculation). Both
 stream through the local engine's panes, charts, compare and Race replay:
 :func:`runs.compare_frames` runs them with :class:`Servers` where it takes a model pair
-and :func:`server_events` where it takes the engine. vLLM reports how many drafts it
+and :func:`server_runs` where it takes the engine (one run after the other). vLLM reports how many drafts it
 rejected at each step but not their tokens, so a pane shows that count after the step
 (``span.mv-rejcount``, see :func:`.view.rejected_count_html`); it sends a response's
 steps with its last chunk, so they appear when the server finishes.
@@ -29,7 +29,7 @@ import gradio as gr
 
 from .. import vllm_client, vllm_source
 from ..errors import UserError
-from ..events import Event, Step
+from ..events import Error, Event, Step
 from ..prometheus import SpecDecodeCounters
 from . import dashboard, runs, service, view
 from .handlers import Handlers, frame
@@ -52,13 +52,29 @@ class Servers:
 
 
 def server_events(servers: Servers, prompt: str, kw: dict[str, Any]) -> Iterable[Event]:
-    """:func:`runs.compare_frames`' ``events`` for servers: the run's mode picks the server;
-    drafter, draft length and schedule are the server's own (fixed when it started)."""
+    """One run on a server: the run's mode picks the server; drafter, draft length and
+    schedule are the server's own (fixed when it started)."""
     mode = kw["mode"]
     return vllm_source.generate(servers.spec if mode == "speculative" else servers.baseline, prompt,
                                 mode=mode, chat=kw["chat"], max_new_tokens=kw["max_new_tokens"],
                                 temperature=kw["temperature"], top_p=kw["top_p"], top_k=kw["top_k"],
                                 seed=kw["seed"], stop=kw["stop"])
+
+
+def server_runs(servers: Servers, prompt: str, runs_kw: dict[str, dict]) -> Iterable[tuple[str, Event]]:
+    """:func:`runs.compare_frames`' ``source`` for servers: ``(pane, event)`` of each run,
+    one after the other (unlike the local engine's turns: a server's timings are the
+    arrival times of its own stream, which must be read as it comes). The baseline
+    starts only if the speculating run neither failed nor was stopped."""
+    for pane, kw in runs_kw.items():
+        if kw["stop"].is_set():
+            return
+        failed = False
+        for e in server_events(servers, prompt, kw):
+            failed = failed or isinstance(e, Error)
+            yield pane, e
+        if failed:
+            return
 
 
 def choices(policy: ServerPolicy) -> list[tuple[str, str]]:
@@ -125,7 +141,7 @@ class VllmHandlers:
                    "caption": view.message_html(step_note, level="warn")}
         status = view.message_html(f"Sending the prompt to the vLLM server at {servers.spec}…")
         yield frame({**cleared, "status": status}, sess, gr.update(interactive=False))
-        for f in runs.compare_frames(servers, s, sess, events=server_events,
+        for f in runs.compare_frames(servers, s, sess, source=server_runs,
                                      frame_interval=service.env_frame_interval()):
             if "theory" in f and "status" in f and not sess.stop.is_set():  # the last frame of a run
                 f["status"] = view.message_html(self.done_line(sess))

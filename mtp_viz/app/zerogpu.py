@@ -1,8 +1,8 @@
 """Hugging Face ZeroGPU: model work runs under ``spaces.GPU`` there, and nowhere else.
 
 On ZeroGPU hardware a GPU is attached only while a function decorated with
-``spaces.GPU`` runs. The engine's event generator is that function: the worker thread
-iterates it as everywhere else. The duration asked for is estimated from the token
+``spaces.GPU`` runs. The generator of a comparison's runs is that function: the
+worker thread iterates it as everywhere else. The duration asked for is estimated from the token
 budget of the run. Without the ``spaces`` package, or with it on any other hardware,
 :func:`on_gpu` returns the function unchanged.
 """
@@ -29,15 +29,21 @@ def duration(max_new_tokens: int) -> int:
     return int(min(MAX_SECONDS, BASE_SECONDS + SECONDS_PER_TOKEN * max(1, max_new_tokens)))
 
 
-def events(pair: Any, prompt: str, kwargs: dict) -> Iterable:
-    """The engine's events for one run (the function ZeroGPU runs on its GPU)."""
-    yield from pair.generate(prompt, **kwargs)
+def runs(pair: Any, prompt: str, kwargs: dict[str, dict]) -> Iterable[tuple[str, Any]]:
+    """``(name, event)`` of the engine's runs of one prompt, one per entry of ``kwargs``
+    (name -> ``pair.generate``'s keyword arguments), taking turns on this thread, each on
+    its own clock (:mod:`mtp_viz.interleave`). The function ZeroGPU runs on its GPU:
+    one call, so a comparison holds one GPU for both of its modes."""
+    from ..interleave import interleave
+    yield from interleave({name: (lambda clock, kw=kw: pair.generate(prompt, clock=clock, **kw))
+                           for name, kw in kwargs.items()})
 
 
-def on_gpu(fn: Callable = events) -> Callable:
-    """``fn`` under ``spaces.GPU`` on ZeroGPU, with a duration from the run's token
+def on_gpu(fn: Callable = runs) -> Callable:
+    """``fn`` under ``spaces.GPU`` on ZeroGPU, with a duration from the runs' token
     budget; ``fn`` itself elsewhere."""
     if not zero_gpu():
         return fn
     import spaces
-    return spaces.GPU(duration=lambda pair, prompt, kwargs: duration(kwargs.get("max_new_tokens", 64)))(fn)
+    return spaces.GPU(duration=lambda pair, prompt, kwargs: duration(
+        sum(kw.get("max_new_tokens", 64) for kw in kwargs.values())))(fn)

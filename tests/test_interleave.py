@@ -1,0 +1,96 @@
+"""Turns on one thread, each source on its own clock (mtp_viz.interleave): a source is
+never charged for another's work, the one furthest behind goes next, and the real
+engine's output does not depend on whether its runs take turns."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from factories import gemma_assistant, gemma_target, word_tokenizer
+from mtp_viz.events import Done, Step, Start
+from mtp_viz.interleave import OwnClock, interleave
+
+
+def busy(seconds: float) -> None:
+    """Work (not sleep) for ``seconds``: a turn must be charged to the source that runs it."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def ticking(step_seconds: float, steps: int):
+    """A source whose every step takes ``step_seconds`` of its own work."""
+    def source(clock):
+        yield Start("autoregressive", 1, (1,))
+        t0 = clock()
+        for i in range(1, steps + 1):
+            busy(step_seconds)
+            yield Step(i, 0, 0, 1, t=clock() - t0)
+        yield Done(steps, steps, clock() - t0)
+    return source
+
+
+def test_each_source_is_timed_by_its_own_clock():
+    out = list(interleave({"fast": ticking(0.004, 30), "slow": ticking(0.012, 10)}))
+    seconds = {k: e.seconds for k, e in out if isinstance(e, Done)}
+    # each did 0.12 s of work; together they took 0.24 s: neither may be charged the other's
+    for k in ("fast", "slow"):
+        assert 0.12 <= seconds[k] < 0.12 + 0.06, seconds
+
+
+def test_the_source_furthest_behind_goes_next():
+    out = list(interleave({"fast": ticking(0.004, 30), "slow": ticking(0.012, 10)}))
+    t = {"fast": 0.0, "slow": 0.0}
+    for k, e in out:
+        if isinstance(e, Step):
+            # a source only runs while it is not ahead, so it ends each step at most one of
+            # its own steps (plus scheduling noise) ahead of the other
+            other = "slow" if k == "fast" else "fast"
+            if t[other] < 0.12 - 1e-9:  # the other is still running
+                assert e.t - t[other] < {"fast": 0.004, "slow": 0.012}[k] + 0.01
+            t[k] = e.t
+    kinds = [k for k, e in out if isinstance(e, Step)]
+    # turns, not one run after the other: the slow source has steps between the fast one's
+    first_slow, last_fast = kinds.index("slow"), len(kinds) - 1 - kinds[::-1].index("fast")
+    assert first_slow < last_fast / 2
+
+
+def test_own_clock_stands_still_while_suspended():
+    clock = OwnClock()
+    clock.resume()
+    busy(0.01)
+    clock.suspend()
+    frozen = clock()
+    busy(0.02)
+    assert clock() == frozen and 0.01 <= frozen < 0.02
+
+
+def test_an_error_in_one_source_ends_all():
+    def broken(clock):
+        yield Start("speculative", 1, (1,))
+        raise RuntimeError("boom")
+    with pytest.raises(RuntimeError):
+        list(interleave({"spec": broken, "ar": ticking(0.001, 1000)}))
+
+
+@pytest.fixture(scope="module")
+def pair():
+    from mtp_viz.models import ModelPair
+    return ModelPair(gemma_target(layers=4), gemma_assistant(), word_tokenizer(), "random", "random", "cpu")
+
+
+@pytest.mark.parametrize("sampling", [dict(), dict(temperature=0.9, seed=7)])
+def test_the_engine_gives_the_same_tokens_in_turns(pair, sampling):
+    """Runs taking turns share nothing: the same tokens as each run on its own, greedy
+    and seeded sampling alike (the greedy runs also equal each other)."""
+    prompt = " ".join(f"w{i}" for i in range(10, 30))
+    kw = dict(max_new_tokens=40, draft_tokens=3, chat=False, **sampling)
+    alone = {m: next(e for e in pair.generate(prompt, mode=m, **kw) if isinstance(e, Done)).generated_ids
+             for m in ("speculative", "autoregressive")}
+    turns = {k: e.generated_ids for k, e in interleave(
+        {m: (lambda clock, m=m: pair.generate(prompt, mode=m, clock=clock, **kw))
+         for m in ("speculative", "autoregressive")}) if isinstance(e, Done)}
+    assert turns == alone and len(turns["speculative"]) == 40
+    if not sampling:
+        assert alone["speculative"] == alone["autoregressive"]
