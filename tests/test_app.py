@@ -373,3 +373,12 @@ def test_frame_rate_from_environment(monkeypatch):
     for value, interval in (("20", 1 / 20), ("100", 1 / 30), ("0", 1.0), ("many", 1 / 4)):
         monkeypatch.setenv("MTP_VIZ_FRAMES_PER_SECOND", value)
         assert service.env_frame_interval() == interval, value
+
+
+def test_a_loaded_pair_is_warmed_through_the_whole_app_path():
+    """The load's warm-up is a comparison as Run makes it (both modes in turns, top-k
+    recorded, every frame and chart built), so no first call lands in a timed run."""
+    pair = FakePair()
+    runs.warm_up(pair, top=5)
+    assert [(m, kw["top"], kw["max_new_tokens"]) for m, kw in pair.calls] == [
+        ("speculative", 5, 8), ("autoregressive", 5, 8)]

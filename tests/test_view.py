@@ -107,7 +107,7 @@ def test_run_stats_and_stats_html():
 def test_compare_identity_and_speedup_hooks():
     spec, same = view.run_stats(spec_run()), view.run_stats(ar_run())
     h = view.compare_html(spec, same, greedy=True, threads=1)
-    assert "token-identical" in h and "one run each, 1 torch thread" in h
+    assert "token-identical" in h and "one run each, in turns, 1 torch thread" in h
     x = spec.tokens_per_second / same.tokens_per_second
     hooks = dict(re.findall(r'data-([a-z-]+)="([^"]*)"', h.split(">", 1)[0]))
     assert h.startswith('<div id="compare"') and float(hooks["speedup"]) == pytest.approx(x, abs=1e-4)

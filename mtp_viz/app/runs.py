@@ -298,6 +298,16 @@ def compare_frames(pair: Any, s: RunSettings, sess: Session, *, frame_interval: 
     yield final
 
 
+def warm_up(pair: Any, tokens: int = 8, top: int = 0) -> None:
+    """An untimed comparison through the app's whole path: both modes in turns, top-k
+    recording, panes, stats and every chart. The first call of each pays for lazy
+    initialisation (torch's kernels, plotly's validators), which would otherwise land
+    inside the first run a user times, on the same CPU."""
+    s = RunSettings(prompt="def main():\n    return", target="", max_new_tokens=tokens, chat=False, top=top)
+    for _ in compare_frames(pair, s, Session(), frame_interval=0, chart_interval=0):
+        pass
+
+
 def final_frame(sess: Session, threads: int = 0) -> dict[str, Any]:
     """What a finished run shows besides its panes: every chart, the speedup and the
     measured-vs-theory panel (after a live run, a Race replay or a replayed trace)."""
@@ -308,5 +318,5 @@ def final_frame(sess: Session, threads: int = 0) -> dict[str, Any]:
             "theory": panels.theory_panel_html(theory_check(sess.spec, sess.ar or None))}
 
 
-__all__ = ["RunSettings", "Session", "StepGate", "Worker", "compare_frames", "final_frame",
+__all__ = ["RunSettings", "Session", "StepGate", "Worker", "compare_frames", "final_frame", "warm_up",
            "check_prompt", "whole", "number"]

@@ -156,9 +156,10 @@ def threads() -> int:
 
 def _load_and_warm(target: str, drafter: str | None) -> Any:
     from .. import models  # imports torch: only here, on first use
+    from . import inspector, runs  # runs imports this module: imported when first used
     models.set_threads(threads())
     pair = models.load_pair(target, drafter)
-    pair.warm_up()
+    runs.warm_up(pair, top=inspector.TOP)
     return pair
 
 
@@ -168,8 +169,9 @@ MAX_ENDED = 32  # failed or unloaded pairs whose sentence the loader remembers
 class PairLoader:
     """The process's pairs: a bounded, thread-safe cache with background loading.
 
-    ``load`` does the work (default: load the pair, then warm up both decoding modes so
-    the first run is timed warm); tests pass their own."""
+    ``load`` does the work (default: load the pair, then an untimed comparison through
+    the app's path, :func:`.runs.warm_up`, so the first run is timed warm); tests pass
+    their own."""
 
     def __init__(self, load: Callable[[str, str | None], Any] | None = None,
                  allow: AllowList | None = None, max_pairs: int | None = None):

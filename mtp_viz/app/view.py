@@ -268,8 +268,8 @@ def compare_html(spec: RunStats, ar: RunStats, *, greedy: bool, threads: int = 0
     x = spec.tokens_per_second / ar.tokens_per_second
     parts = [f'<span class="mv-badge mv-speedup" title="Measure repeats both modes and names a winner '
              f'only when every repeat agrees">speculative ran at <b>×{x:.2f}</b> the speed '
-             f'<small>({spec.tokens_per_second:.1f} vs {ar.tokens_per_second:.1f} tokens/s · one run each'
-             f'{_threads(threads)})</small></span>']
+             f'<small>({spec.tokens_per_second:.1f} vs {ar.tokens_per_second:.1f} tokens/s · one run each, '
+             f'in turns{_threads(threads)})</small></span>']
     if greedy:
         parts.append(identity_badge(spec, ar))
     return _compare_div(x, spec.tokens_per_second, ar.tokens_per_second, "single run", threads,
