@@ -22,8 +22,9 @@ EXPLAIN: dict[str, tuple[str, str]] = {
              "(a correction after a rejection, or a bonus when every draft was right). Struck-out tokens "
              "are drafts the target refused; they never become part of the text."),
     "ar": ("What this pane shows",
-           "Plain decoding: one target forward per token, the baseline every speedup is measured against. "
-           "With greedy decoding its text is exactly the speculative pane's."),
+           "Plain decoding: one target forward per token, the baseline every speedup is measured against, "
+           "with greedy decoding exactly the speculative pane's text. The two runs take turns on one thread, "
+           "each timed only while it runs, so the panes race fairly as they fill."),
     "legend": ("Why shapes as well as colours",
                "Each token kind has its own shape (underline, box, double underline, strike-through, dotted "
                "frame), so it reads on a washed-out projector and for colour-blind viewers. Presenter mode "
