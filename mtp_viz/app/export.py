@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..events import Event, Start, Step
-from . import charts, view
+from . import charts, stats_view, view
 
 CSV_COLUMNS = ("mode", "step", "draft_len", "accepted", "rejected", "new_tokens", "draft_ms", "verify_ms",
                "t_s", "next_draft_len", "reason", "cut")
@@ -50,10 +50,10 @@ def page_html(spec: Sequence[Event], ar: Sequence[Event] = (), *, greedy: bool =
     plots = "".join(f'<div class="mv-export-plot">{_figure_html(fig, i == 0)}</div>'
                     for i, fig in enumerate(figures.values()))
     prompt = next((e for e in (*spec, *ar) if isinstance(e, Start)), None)
-    summary = view.compare_html(view.run_stats(spec), view.run_stats(ar), greedy=greedy)
+    summary = stats_view.compare_html(stats_view.run_stats(spec), stats_view.run_stats(ar), greedy=greedy)
     panes = "".join(
         f'<section><h2>{name}</h2>{view.tokens_html(events, placeholder="Not run.")}'
-        f'{view.stats_html(view.run_stats(events))}</section>'
+        f'{stats_view.stats_html(stats_view.run_stats(events))}</section>'
         for name, events in (("Speculative", spec), ("Autoregressive", ar)) if events)
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
             f'<style>{css}{_PAGE_CSS}</style></head><body class="mv-export">'

@@ -15,7 +15,7 @@ import gradio as gr
 from ..decoding import Sampling
 from ..errors import UserError
 from ..events import Error
-from . import charts, export, inspector, measure, runs, service, view, zerogpu
+from . import charts, export, inspector, measure, runs, service, stats_view, view, zerogpu
 from .recorded import PLOTS, SLOTS, Recorded, frame
 
 CUSTOM = "custom"
@@ -126,8 +126,8 @@ class Handlers(Recorded):
                  if off else "","spec": view.placeholder_html("Waiting for the model…"),
                  "ar": view.placeholder_html("The baseline takes turns with the speculative run."
                                              if values["baseline"] else "Baseline off."),
-                 "spec_stats": view.stats_html(view.RunStats()), "ar_stats": view.stats_html(view.RunStats()),
-                 "compare": view.compare_html(view.RunStats(), view.RunStats(), greedy=True),
+                 "spec_stats": stats_view.stats_html(stats_view.RunStats()), "ar_stats": stats_view.stats_html(stats_view.RunStats()),
+                 "compare": stats_view.compare_html(stats_view.RunStats(), stats_view.RunStats(), greedy=True),
                  "theory": "", "figures": self.empty_figures}
         try:
             s = replace(self.settings(values), top=inspector.TOP)  # the inspector's candidates
@@ -169,7 +169,7 @@ class Handlers(Recorded):
         except UserError as e:
             yield frame({"status": view.message_html(str(e), level="error")}, sess)
             return
-        yield frame({"compare": view.measurement_html(m), "status": view.message_html(
+        yield frame({"compare": stats_view.measurement_html(m), "status": view.message_html(
             f"Measured {n} repeats of each mode (spread ×{m.spread:.2f} between the fastest and slowest "
             "repeat's speedup).")})
 

@@ -14,7 +14,7 @@ import gradio as gr
 
 from .. import trace
 from ..errors import UserError
-from . import captions, charts, export, runs, service, view
+from . import captions, charts, export, runs, service, stats_view, view
 
 PLOTS = ("acceptance-plot", "draft-length-plot", "tokens-per-forward-plot", "position-plot", "timing-plot")
 SLOTS = ("status", "caption", "spec", "spec_stats", "ar", "ar_stats", "compare", "theory") + PLOTS
@@ -47,8 +47,8 @@ class Recorded:
             if (len(s), len(a)) != shown:  # tokens only when some arrived; the clock 4× a second
                 shown, clock = (len(s), len(a)), now
                 yield frame({"spec": view.tokens_html(s), "ar": view.tokens_html(a),
-                             "spec_stats": view.stats_html(view.run_stats(s, now=t)),
-                             "ar_stats": view.stats_html(view.run_stats(a, now=t)), **status})
+                             "spec_stats": stats_view.stats_html(stats_view.run_stats(s, now=t)),
+                             "ar_stats": stats_view.stats_html(stats_view.run_stats(a, now=t)), **status})
             elif now - clock >= 0.25:
                 clock = now
                 yield frame(status)
@@ -56,8 +56,8 @@ class Recorded:
                 break
             time.sleep(0.04)
         yield frame({**runs.final_frame(sess), "status": view.message_html(
-            f"Replay done: speculative finished in {view.run_stats(sess.spec).seconds:.2f} s, "
-            f"autoregressive in {view.run_stats(sess.ar).seconds:.2f} s.")})
+            f"Replay done: speculative finished in {stats_view.run_stats(sess.spec).seconds:.2f} s, "
+            f"autoregressive in {stats_view.run_stats(sess.ar).seconds:.2f} s.")})
 
     # ------------------------------------------------------------ the scrubber
 
@@ -83,8 +83,8 @@ class Recorded:
         beside = view.events_until(other, t)[0]
         spec, ar = (shown, beside) if sess.spec else ([], shown)
         return frame({"spec": view.tokens_html(spec), "ar": view.tokens_html(ar),
-                      "spec_stats": view.stats_html(view.run_stats(spec, now=t)),
-                      "ar_stats": view.stats_html(view.run_stats(ar, now=t)),
+                      "spec_stats": stats_view.stats_html(stats_view.run_stats(spec, now=t)),
+                      "ar_stats": stats_view.stats_html(stats_view.run_stats(ar, now=t)),
                       "figures": charts.all_figures(spec, ar), "caption": captions.caption_html(shown),
                       "status": view.message_html(f"After step {s} (t = {t:.3f} s of the recorded run).")})
 
@@ -123,7 +123,7 @@ class Recorded:
         yield frame({"spec": view.placeholder_html("Replaying the trace…" if spec else "The trace has no "
                                                    "speculative run."),
                      "ar": view.placeholder_html("Replaying the trace…" if ar else "The trace has no baseline."),
-                     "compare": view.compare_html(view.RunStats(), view.RunStats(), greedy=True),
+                     "compare": stats_view.compare_html(stats_view.RunStats(), stats_view.RunStats(), greedy=True),
                      "theory": "", "figures": self.empty_figures}, sess, gr.update(interactive=bool(spec and ar)))
         yield from self.replay(sess, speed)
 

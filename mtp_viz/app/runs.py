@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
 from ..errors import UserError
-from ..events import Done, Error, Event
-from . import captions, charts, panels, view, zerogpu
+from ..events import Error, Event
+from . import captions, charts, panels, stats_view, view, zerogpu
 from .service import FRAMES_PER_SECOND, user_message
 
 FRAME_INTERVAL = 1 / FRAMES_PER_SECOND  # see service.FRAMES_PER_SECOND
@@ -228,7 +228,7 @@ def _stream(source: Callable[[], Iterable[tuple[str, Event]]], sess: Session, fr
     run) is recorded with the speculative run."""
     outs = {"spec": sess.spec, "ar": sess.ar}
     panes = {k: view.PaneRenderer() for k in outs}
-    stats = {k: view.RunStats() for k in outs}
+    stats = {k: stats_view.RunStats() for k in outs}
     worker = Worker(source, sess.stop)
     last_frame = last_chart = 0.0
     dirty: set[str] = set()  # panes with events since the last frame
@@ -256,7 +256,7 @@ def _stream(source: Callable[[], Iterable[tuple[str, Event]]], sess: Session, fr
             last_frame = now
             frame: dict[str, Any] = {}
             for key in sorted(dirty):
-                frame[key], frame[key + "_stats"] = panes[key].html(), view.stats_html(stats[key])
+                frame[key], frame[key + "_stats"] = panes[key].html(), stats_view.stats_html(stats[key])
             dirty = set()
             if sess.gate.on:
                 frame["caption"] = captions.caption_html(sess.spec)
@@ -313,7 +313,7 @@ def final_frame(sess: Session, threads: int = 0) -> dict[str, Any]:
     measured-vs-theory panel (after a live run, a Race replay or a replayed trace)."""
     from ..metrics import theory_check
     return {"figures": charts.all_figures(sess.spec, sess.ar),
-            "compare": view.compare_html(view.run_stats(sess.spec), view.run_stats(sess.ar),
+            "compare": stats_view.compare_html(stats_view.run_stats(sess.spec), stats_view.run_stats(sess.ar),
                                          greedy=sess.greedy, threads=threads),
             "theory": panels.theory_panel_html(theory_check(sess.spec, sess.ar or None))}
 

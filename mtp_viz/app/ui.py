@@ -20,7 +20,7 @@ import gradio as gr
 
 from ..prompts import Prompt, category_suite, code_suite, load_prompts
 from ..schedules import SCHEDULES
-from . import charts, inspect_ui, links, service, teach, teach_view, view, vllm_tab
+from . import charts, inspect_ui, links, service, stats_view, teach, teach_view, view, vllm_tab
 from .handlers import CUSTOM, PLOTS, SLOTS, Handlers
 from .vllm_guard import ServerPolicy
 
@@ -56,7 +56,7 @@ def _pane(title: str, key: str, placeholder: str) -> tuple[gr.HTML, gr.HTML]:
     with gr.Column(elem_classes="mv-pane"):
         gr.HTML(f'<div class="mv-pane-title">{title} {teach_view.explain(key)}</div>', padding=False)
         tokens = gr.HTML(view.placeholder_html(placeholder), elem_id=f"{key}-output", padding=False)
-        stats = gr.HTML(view.stats_html(view.RunStats()), elem_id=f"{key}-stats", padding=False)
+        stats = gr.HTML(stats_view.stats_html(stats_view.RunStats()), elem_id=f"{key}-stats", padding=False)
     return tokens, stats
 
 
@@ -123,7 +123,7 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
                     max_new = gr.Slider(1, cap, value=min(64, cap), step=1, label="Max new tokens",
                                         elem_id="max-new")
                     draft_k = gr.Slider(1, 16, value=4, step=1, label="Draft tokens", elem_id="draft-tokens")
-        compare = gr.HTML(view.compare_html(view.RunStats(), view.RunStats(), greedy=True),
+        compare = gr.HTML(stats_view.compare_html(stats_view.RunStats(), stats_view.RunStats(), greedy=True),
                           elem_id="compare-panel", padding=False)
         with gr.Row(equal_height=False, elem_id="panes"):
             spec, spec_stats = _pane("Speculative · drafter proposes, target verifies", "spec",

@@ -31,7 +31,7 @@ from .. import vllm_client, vllm_source
 from ..errors import UserError
 from ..events import Error, Event, Step
 from ..prometheus import SpecDecodeCounters
-from . import dashboard, runs, service, view
+from . import dashboard, runs, service, stats_view, view
 from .handlers import Handlers, frame
 from .vllm_guard import ServerPolicy
 
@@ -133,10 +133,10 @@ class VllmHandlers:
               "No baseline: give a baseline server's URL and turn on “Then run autoregressive”.")
         step_note = ("Step mode pauses only the local engine: a vLLM server sends its steps when it finishes."
                      if values.get("step_mode") else "")
-        empty = view.stats_html(view.RunStats())
+        empty = stats_view.stats_html(stats_view.RunStats())
         cleared = {"spec": view.placeholder_html("Waiting for the server: its steps come with its last chunk."),
                    "ar": view.placeholder_html(ar), "spec_stats": empty, "ar_stats": empty,
-                   "compare": view.compare_html(view.RunStats(), view.RunStats(), greedy=True),
+                   "compare": stats_view.compare_html(stats_view.RunStats(), stats_view.RunStats(), greedy=True),
                    "theory": "", "figures": self.h.empty_figures,
                    "caption": view.message_html(step_note, level="warn")}
         status = view.message_html(f"Sending the prompt to the vLLM server at {servers.spec}…")
