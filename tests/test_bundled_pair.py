@@ -12,11 +12,11 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = assets_dir() / "tiny"
 # Acceptance floors for the shipped pair on held-out code: greedy, draft length ACCEPT_DRAFT_TOKENS, the first
 # ACCEPT_PROMPTS evaluation prompts, ACCEPT_NEW_TOKENS tokens each, through the engine and mtp_viz.metrics. There the
-# shipped pair measured first-position acceptance 0.76 and 3.84 tokens per target forward; a weaker drafter, or
-# one fed differently from how it was trained, falls below the floors.
+# shipped pair measured first-position acceptance 0.857 and 4.11 tokens per target forward, and the drafter it
+# replaced 0.765 and 3.84: that one, a weaker drafter, or one fed differently from how it was trained, falls below.
 ACCEPT_PROMPTS, ACCEPT_NEW_TOKENS, ACCEPT_DRAFT_TOKENS = 6, 48, 6
-MIN_FIRST_POSITION_ACCEPTANCE = 0.70
-MIN_MEAN_ACCEPTED_LENGTH = 3.4
+MIN_FIRST_POSITION_ACCEPTANCE = 0.80
+MIN_MEAN_ACCEPTED_LENGTH = 3.95
 
 
 @pytest.fixture(scope="module")
