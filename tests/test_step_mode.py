@@ -101,6 +101,7 @@ def test_a_run_in_step_mode_waits_and_next_advances(pair):
                              ("verified", "checked them in one forward pass")):
             _wait(lambda: sess.gate.waiting == phase)
             _wait(lambda: any(words in f.get("caption", "") for f in list(frames)))
+            time.sleep(0.2)                             # the consumer drains what came before the pause
             n, m = len(sess.spec), len(sess.ar)
             time.sleep(0.5)
             assert (len(sess.spec), len(sess.ar)) == (n, m)  # paused: nothing new in either pane

@@ -354,6 +354,7 @@ def test_step_mode_pauses_until_next_and_stop_still_works(page):
     caption = page.locator("#step-caption")
     page.wait_for_selector("#step-caption:has-text('read the prompt')", timeout=180_000)
     for phase in ("drafted", "verified"):
+        time.sleep(1)                                            # frames sent before the pause land
         panes, text = page.inner_html("#spec-output") + page.inner_html("#ar-output"), caption.inner_text()
         time.sleep(3)                                            # paused: nothing changes for seconds,
         assert page.inner_html("#spec-output") + page.inner_html("#ar-output") == panes  # in either pane

@@ -180,15 +180,24 @@ class Worker:
         finally:
             self._queue.put(_END)
 
-    def batches(self, wait: float) -> Iterator[list[Event]]:
-        """Every event as it arrives, in batches: all that is waiting, or an empty batch
-        after ``wait`` seconds without news (so a view can show pending drafts)."""
+    def batches(self, every: float) -> Iterator[list[Event]]:
+        """The events in batches, at most one every ``every`` seconds: all that arrived
+        since the last, or an empty batch after ``every`` seconds without news (so a view
+        can show pending drafts and notice a client that left). The consumer wakes on this
+        clock, not for each event: a step brings a burst of events, and a consumer woken
+        for each would take the interpreter's lock from the engine's thread as often, which
+        slows the mode with more events per step (speculative) more."""
+        last = time.monotonic()
         while True:
             try:
-                first = self._queue.get(timeout=wait)
+                first = self._queue.get(timeout=every)
             except queue.Empty:
+                last = time.monotonic()
                 yield []
                 continue
+            rest = every - (time.monotonic() - last)
+            if rest > 0:
+                time.sleep(rest)  # let the step's burst gather
             batch = [first]
             while True:
                 try:
@@ -197,6 +206,7 @@ class Worker:
                     break
             end = batch[-1] is _END
             self.finished = end
+            last = time.monotonic()
             yield [e for e in batch if e is not _END]
             if end:
                 return
