@@ -35,6 +35,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def cpu_seconds(match) -> float:
+    """CPU seconds (user + system) used so far by the processes whose /proc/PID/comm
+    ``match`` accepts: where the machine's time goes while the app runs."""
+    total, tick = 0.0, os.sysconf("SC_CLK_TCK")
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and match(int(d.name), (d / "comm").read_text().strip()):
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+    return total
+
+
 def app_runs(prompt: str, runs: int, tokens: int, draft: int, threads: int,
              fps: int = 0) -> tuple[list[float], list[tuple[float, float]]]:
     from playwright.sync_api import sync_playwright
@@ -64,7 +78,10 @@ def app_runs(prompt: str, runs: int, tokens: int, draft: int, threads: int,
                                ("#draft-tokens input[type='number']", draft)):
                 page.locator(inp).fill(str(value))
                 page.locator(inp).press("Enter")
+            browser_cpu = lambda: cpu_seconds(lambda pid, comm: "chrom" in comm)  # noqa: E731
+            app_cpu = lambda: cpu_seconds(lambda pid, comm: pid == proc.pid)  # noqa: E731
             for i in range(runs):
+                b0, a0, w0 = browser_cpu(), app_cpu(), time.monotonic()
                 page.click("#run")
                 page.wait_for_selector("#compare:not([data-speedup])", timeout=60_000)  # reset
                 page.wait_for_selector("#compare[data-basis='single run']", timeout=300_000)
@@ -72,8 +89,9 @@ def app_runs(prompt: str, runs: int, tokens: int, draft: int, threads: int,
                 x = float(d["speedup"])
                 shown.append(x)
                 rates.append((float(d["specTps"]), float(d["arTps"])))
-                print(f"app run {i + 1}: ×{x:.3f} ({float(d['specTps']):.1f} vs {float(d['arTps']):.1f} tokens/s)",
-                      file=sys.stderr)
+                print(f"app run {i + 1}: ×{x:.3f} ({float(d['specTps']):.1f} vs {float(d['arTps']):.1f} tokens/s); "
+                      f"CPU s: browser {browser_cpu() - b0:.2f}, app {app_cpu() - a0:.2f}, "
+                      f"wall {time.monotonic() - w0:.2f}", file=sys.stderr)
             browser.close()
     finally:
         proc.terminate()

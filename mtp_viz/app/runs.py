@@ -240,7 +240,7 @@ def _stream(source: Callable[[], Iterable[tuple[str, Event]]], sess: Session, fr
     panes = {k: view.PaneRenderer() for k in outs}
     stats = {k: stats_view.RunStats() for k in outs}
     worker = Worker(source, sess.stop)
-    last_frame = last_chart = 0.0
+    last_frame, last_chart = 0.0, time.monotonic()  # live charts once a run is chart_interval old
     dirty: set[str] = set()  # panes with events since the last frame
     errors: list[Error] = []   # not shown yet
     try:
