@@ -123,13 +123,13 @@ def test_raw_http_non_finite_numbers_and_lone_surrogates(app, body, sentence):
 
 def test_allow_list_refuses_other_models_without_loading(folders, monkeypatch):
     from gradio_client import Client
-    from mtp_viz.app import service, ui
+    from mtp_viz.app import runs, service, ui
     monkeypatch.setenv("MTP_VIZ_ALLOWED_MODELS", str(folders[0]))
     loads = []
 
     def load(t, d):
         loads.append(t)
-        return service._load_and_warm(t, d)
+        return runs.load_and_warm(t, d)
 
     demo = ui.build_demo(loader=service.PairLoader(load))
     try:

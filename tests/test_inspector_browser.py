@@ -71,6 +71,13 @@ def test_clicking_a_rejected_draft_shows_p_q_and_the_acceptance_probability(page
     page.click("#inspector .mv-close")
     page.wait_for_selector("#inspector .mv-inspector", state="detached", timeout=10_000)
 
+    # a new run closes a token of the old one
+    page.locator("#ar-output span.tok[data-kind='token']").nth(2).click()
+    page.wait_for_selector("#inspector .mv-inspector", timeout=30_000)
+    page.click("#run")
+    page.wait_for_selector("#inspector .mv-inspector", state="detached", timeout=30_000)
+    page.wait_for_selector("#compare[data-speedup]", timeout=180_000)  # the run ends before the next test
+
 
 def test_the_anatomy_panel_shows_the_loaded_pairs_layers_and_width(page, server, tmp_path):
     panel = page.locator("#anatomy .mv-anatomy[data-target-layers]")

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from ..errors import UserError
 from ..events import Error, Event
-from . import captions, charts, panels, stats_view, view, zerogpu
+from . import captions, charts, panels, service, stats_view, view, zerogpu
 from .service import FRAMES_PER_SECOND, user_message
 
 FRAME_INTERVAL = 1 / FRAMES_PER_SECOND  # see service.FRAMES_PER_SECOND
@@ -318,6 +318,17 @@ def warm_up(pair: Any, tokens: int = 8, top: int = 0) -> None:
         pass
 
 
+def load_and_warm(target: str, drafter: str | None) -> Any:
+    """The app's :class:`.service.PairLoader` work: set torch's threads on purpose, load
+    the pair, and warm it through the app's path (:func:`warm_up`)."""
+    from .. import models  # imports torch: only here, on first use
+    from . import inspector
+    models.set_threads(service.threads())
+    pair = models.load_pair(target, drafter)
+    warm_up(pair, top=inspector.TOP)
+    return pair
+
+
 def final_frame(sess: Session, threads: int = 0) -> dict[str, Any]:
     """What a finished run shows besides its panes: every chart, the speedup and the
     measured-vs-theory panel (after a live run, a Race replay or a replayed trace)."""
@@ -328,5 +339,5 @@ def final_frame(sess: Session, threads: int = 0) -> dict[str, Any]:
             "theory": panels.theory_panel_html(theory_check(sess.spec, sess.ar or None))}
 
 
-__all__ = ["RunSettings", "Session", "StepGate", "Worker", "compare_frames", "final_frame", "warm_up",
+__all__ = ["RunSettings", "Session", "StepGate", "Worker", "compare_frames", "final_frame", "load_and_warm", "warm_up",
            "check_prompt", "whole", "number"]

@@ -154,28 +154,19 @@ def threads() -> int:
     return env_int("MTP_VIZ_THREADS", max(1, min(8, (os.cpu_count() or 2) - 1)))
 
 
-def _load_and_warm(target: str, drafter: str | None) -> Any:
-    from .. import models  # imports torch: only here, on first use
-    from . import inspector, runs  # runs imports this module: imported when first used
-    models.set_threads(threads())
-    pair = models.load_pair(target, drafter)
-    runs.warm_up(pair, top=inspector.TOP)
-    return pair
-
-
 MAX_ENDED = 32  # failed or unloaded pairs whose sentence the loader remembers
 
 
 class PairLoader:
     """The process's pairs: a bounded, thread-safe cache with background loading.
 
-    ``load`` does the work (default: load the pair, then an untimed comparison through
-    the app's path, :func:`.runs.warm_up`, so the first run is timed warm); tests pass
-    their own."""
+    ``load(target, drafter)`` does the work: the app's is :func:`.runs.load_and_warm`
+    (load, then an untimed comparison through the app's path, so the first run is timed
+    warm); tests pass their own."""
 
-    def __init__(self, load: Callable[[str, str | None], Any] | None = None,
+    def __init__(self, load: Callable[[str, str | None], Any],
                  allow: AllowList | None = None, max_pairs: int | None = None):
-        self._load = load or _load_and_warm
+        self._load = load
         self.allow = allow or AllowList()
         self.max_pairs = max_pairs or env_int("MTP_VIZ_MAX_PAIRS", 2)
         self._lock = threading.Lock()

@@ -20,7 +20,7 @@ import gradio as gr
 
 from ..prompts import Prompt, category_suite, code_suite, load_prompts
 from ..schedules import SCHEDULES
-from . import charts, inspect_ui, links, service, stats_view, teach, teach_view, view, vllm_tab
+from . import charts, inspect_ui, links, runs, service, stats_view, teach, teach_view, view, vllm_tab
 from .handlers import CUSTOM, PLOTS, SLOTS, Handlers
 from .vllm_guard import ServerPolicy
 
@@ -65,7 +65,7 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
     """The whole page. Loads no model; ``demo.mtp_loader`` is the pair cache it uses.
     The pair selected at start is ``target``/``drafter`` if given, else
     :func:`service.default_pair` (environment, cached E2B, bundled tiny pair)."""
-    loader = loader or service.PairLoader()
+    loader = loader or service.PairLoader(runs.load_and_warm)
     presets = service.presets(loader.allow)
     target0, drafter0, note = service.default_pair(loader.allow)
     if target:
@@ -237,6 +237,8 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
                 h.scrub_range, session, scrub, queue=False, **hidden).then(
                 teach.what_if_update, session, what_if, queue=False, **hidden)
         inspect_ui.attach(h, session, inspector_panel, anatomy_panel, load_inputs, loads, [run_ev])
+        for start in (run_btn.click, trace_upload.upload, trace_example.change):  # a new run or trace:
+            start(lambda: "", None, inspector_panel, queue=False, **hidden)       # the old token goes
         # input, not change: the range set after a run must not re-render the panes
         scrub.input(h.scrub, [session, scrub], outputs, trigger_mode="always_last", show_progress="hidden",
                     concurrency_limit=8, **hidden)
