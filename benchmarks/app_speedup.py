@@ -7,6 +7,8 @@ on the same prompt and settings, in the same invocation.
 
 Reports each run's ``#compare[data-speedup]``, their max/min spread (goal ≤ 1.15), their
 median, and the bench's median speedup (goal: the app's median within ±15% of it).
+``--pause S`` clicks each next run S seconds after the figure appears, as a person reads
+it; by default at once, while the browser may still be drawing the last run's charts.
 Needs Debian's chromium and the ``playwright`` package. Run it on a quiet machine.
 """
 from __future__ import annotations
@@ -49,8 +51,41 @@ def cpu_seconds(match) -> float:
     return total
 
 
+def same_window(events: list) -> float | None:
+    """An estimator the app does not show (``--same-window``): speculative tokens/s over
+    its whole run against the baseline's over the same stretch of its own time (the
+    stretch in which the two took turns, so both met the same machine); None when the
+    baseline finished first."""
+    from mtp_viz import trace
+    spec, ar = trace.spec_and_ar(events)
+    done = next(e for e in spec if e.type == "done")
+    all_toks = [e for e in ar if e.type == "token"]
+    toks = [e for e in all_toks if e.t <= done.seconds]
+    if not toks or len(toks) == len(all_toks):
+        return None
+    return (done.new_tokens / done.seconds) / (len(toks) / toks[-1].t)
+
+
+def run_trace(page, spec_tps: float) -> list:
+    """The run's trace, downloaded from ``#trace-download`` (retried until it is this run's)."""
+    from mtp_viz import trace
+    for _ in range(40):
+        page.wait_for_selector("#trace-download:not([disabled])", timeout=30_000)
+        with page.expect_download() as download:
+            page.click("#trace-download")
+        with tempfile.TemporaryDirectory() as tmp:
+            download.value.save_as(Path(tmp) / "t.jsonl")
+            events = trace.read(Path(tmp) / "t.jsonl")
+        done = next(e for e in events if e.type == "done")
+        if abs(done.tokens_per_second - spec_tps) < 0.01:
+            return events
+        time.sleep(0.25)
+    raise RuntimeError("the trace download never showed this run")
+
+
 def app_runs(prompt: str, runs: int, tokens: int, draft: int, threads: int,
-             fps: int = 0) -> tuple[list[float], list[tuple[float, float]]]:
+             fps: int = 0, windows: list | None = None, pause: float = 0.0
+             ) -> tuple[list[float], list[tuple[float, float]]]:
     from playwright.sync_api import sync_playwright
     port = free_port()
     env = {**os.environ, "GRADIO_SERVER_PORT": str(port), "GRADIO_ANALYTICS_ENABLED": "False",
@@ -92,6 +127,11 @@ def app_runs(prompt: str, runs: int, tokens: int, draft: int, threads: int,
                 print(f"app run {i + 1}: ×{x:.3f} ({float(d['specTps']):.1f} vs {float(d['arTps']):.1f} tokens/s); "
                       f"CPU s: browser {browser_cpu() - b0:.2f}, app {app_cpu() - a0:.2f}, "
                       f"wall {time.monotonic() - w0:.2f}", file=sys.stderr)
+                if windows is not None:
+                    windows.append(same_window(run_trace(page, float(d["specTps"]))))
+                    print(f"  same window: ×{windows[-1]:.3f}" if windows[-1] else "  same window: -",
+                          file=sys.stderr)
+                time.sleep(pause)  # as a person reads the result, the browser finishes drawing it
             browser.close()
     finally:
         proc.terminate()
@@ -122,9 +162,16 @@ def main() -> int:
     ap.add_argument("--bench-repeats", type=int, default=5)
     ap.add_argument("--fps", type=int, default=0,
                     help="MTP_VIZ_FRAMES_PER_SECOND for the app (default: the app's own, 4)")
+    ap.add_argument("--same-window", action="store_true",
+                    help="also download each run's trace and report same_window()'s estimate")
+    ap.add_argument("--pause", type=float, default=0.0,
+                    help="seconds between a run's figure and the next click, as a person reads it (the "
+                         "browser draws the run's charts meanwhile, on the engine's CPU); default: at once")
     args = ap.parse_args()
     prompt = load_prompts(code_suite())[args.prompt_index].text
-    shown, rates = app_runs(prompt, args.runs, args.max_new_tokens, args.draft_tokens, args.threads, args.fps)
+    windows = [] if args.same_window else None
+    shown, rates = app_runs(prompt, args.runs, args.max_new_tokens, args.draft_tokens, args.threads, args.fps,
+                            windows, args.pause)
     ref = bench(prompt, args.max_new_tokens, args.draft_tokens, args.threads, args.bench_repeats)
     med = statistics.median(shown)
     spread = max(shown) / min(shown)
@@ -132,6 +179,9 @@ def main() -> int:
     print(f"spread max/min {spread:.3f} (goal ≤ 1.15); median ×{med:.3f}; median rates "
           f"{statistics.median(r[0] for r in rates):.1f} (speculative) and "
           f"{statistics.median(r[1] for r in rates):.1f} (autoregressive) tokens/s")
+    if windows and all(windows):
+        print("same window (not shown by the app): " + ", ".join(f"×{x:.2f}" for x in windows)
+              + f"; spread {max(windows) / min(windows):.3f}, median ×{statistics.median(windows):.3f}")
     print(f"mtp-viz bench, same prompt and settings, {args.bench_repeats} repeats: ×{ref:.3f}; "
           f"app median ÷ bench = {med / ref:.3f} (goal 0.85–1.15); {args.threads} torch thread(s)")
     return 0
