@@ -22,23 +22,23 @@ from .events import Done, Event
 
 
 class OwnClock:
-    """Seconds this source has run: ``time.perf_counter`` advancing only between
-    :meth:`resume` and :meth:`suspend`."""
+    """Seconds this source has run: ``now`` (``time.perf_counter``) advancing only
+    between :meth:`resume` and :meth:`suspend`."""
 
-    def __init__(self) -> None:
-        self.spent = 0.0
+    def __init__(self, now: Callable[[], float] = time.perf_counter) -> None:
+        self.now, self.spent = now, 0.0
         self._since: float | None = None
 
     def __call__(self) -> float:
-        running = time.perf_counter() - self._since if self._since is not None else 0.0
+        running = self.now() - self._since if self._since is not None else 0.0
         return self.spent + running
 
     def resume(self) -> None:
-        self._since = time.perf_counter()
+        self._since = self.now()
 
     def suspend(self) -> None:
         if self._since is not None:
-            self.spent += time.perf_counter() - self._since
+            self.spent += self.now() - self._since
             self._since = None
 
 
@@ -49,12 +49,13 @@ def progress(e: Event, before: float) -> float:
     return getattr(e, "t", None) or before
 
 
-def interleave(sources: dict[str, Callable[[Callable[[], float]], Iterable[Event]]]
-               ) -> Iterator[tuple[str, Event]]:
+def interleave(sources: dict[str, Callable[[Callable[[], float]], Iterable[Event]]],
+               now: Callable[[], float] = time.perf_counter) -> Iterator[tuple[str, Event]]:
     """Run ``sources`` (name -> a function that takes a clock and returns the source's
     events) in turns on this thread; yields (name, event) in the order they happen.
-    Ties go to the first-named source. An exception in any source ends all of them."""
-    clocks = {name: OwnClock() for name in sources}
+    Ties go to the first-named source. An exception in any source ends all of them.
+    ``now`` is the time every clock reads (tests pass a counter of their own)."""
+    clocks = {name: OwnClock(now) for name in sources}
     running: dict[str, Iterator[Event]] = {}
     for name, make in sources.items():
         clocks[name].resume()

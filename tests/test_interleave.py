@@ -3,8 +3,6 @@ never charged for another's work, the one furthest behind goes next, and the rea
 engine's output does not depend on whether its runs take turns."""
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from factories import gemma_assistant, gemma_target, word_tokenizer
@@ -12,33 +10,41 @@ from mtp_viz.events import Done, Step, Start
 from mtp_viz.interleave import OwnClock, interleave
 
 
-def busy(seconds: float) -> None:
-    """Work (not sleep) for ``seconds``: a turn must be charged to the source that runs it."""
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
+class Counter:
+    """A time source that moves only when a source "works": the clocks' accounting is
+    checked exactly, with no wall-clock time in the test."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
 
 
-def ticking(step_seconds: float, steps: int):
-    """A source whose every step takes ``step_seconds`` of its own work."""
+def ticking(step_seconds: float, steps: int, counter: Counter):
+    """A source whose every step takes ``step_seconds`` of work on ``counter``."""
     def source(clock):
         yield Start("autoregressive", 1, (1,))
         t0 = clock()
         for i in range(1, steps + 1):
-            busy(step_seconds)
+            counter.t += step_seconds
             yield Step(i, 0, 0, 1, t=clock() - t0)
         yield Done(steps, steps, clock() - t0)
     return source
 
 
 def test_each_source_is_timed_by_its_own_clock():
-    """A property, not a benchmark: each source busy-waits 0.12 s in all (a busy-wait's
-    length does not stretch under load), and the two took 0.24 s together; each must be
-    charged its own 0.12 s, far from the other's."""
-    out = list(interleave({"fast": ticking(0.004, 30), "slow": ticking(0.012, 10)}))
+    """Each source works 0.12 s in all, 0.24 s together: each is charged exactly its own."""
+    counter = Counter()
+    out = list(interleave({"fast": ticking(0.004, 30, counter), "slow": ticking(0.012, 10, counter)},
+                          now=counter))
     seconds = {k: e.seconds for k, e in out if isinstance(e, Done)}
-    for k in ("fast", "slow"):
-        assert 0.12 <= seconds[k] < 0.12 + 0.09, seconds
+    assert counter.t == pytest.approx(0.24)
+    assert seconds == {"fast": pytest.approx(0.12), "slow": pytest.approx(0.12)}
+    # and each step's time is its own work so far, whatever the other did in between
+    for k, step in (("fast", 0.004), ("slow", 0.012)):
+        assert [e.t for n, e in out if n == k and isinstance(e, Step)] == \
+            pytest.approx([step * i for i in range(1, 31 if k == "fast" else 11)])
 
 
 def stepping(step_seconds: float, steps: int):
@@ -69,13 +75,16 @@ def test_the_source_furthest_behind_goes_next():
 
 
 def test_own_clock_stands_still_while_suspended():
-    clock = OwnClock()
+    counter = Counter()
+    clock = OwnClock(counter)
     clock.resume()
-    busy(0.01)
+    counter.t += 0.01
     clock.suspend()
-    frozen = clock()
-    busy(0.02)
-    assert clock() == frozen and 0.01 <= frozen < 0.02
+    counter.t += 0.02
+    assert clock() == pytest.approx(0.01)
+    clock.resume()
+    counter.t += 0.005
+    assert clock() == pytest.approx(0.015)
 
 
 def test_an_error_in_one_source_ends_all():
@@ -83,7 +92,7 @@ def test_an_error_in_one_source_ends_all():
         yield Start("speculative", 1, (1,))
         raise RuntimeError("boom")
     with pytest.raises(RuntimeError):
-        list(interleave({"spec": broken, "ar": ticking(0.001, 1000)}))
+        list(interleave({"spec": broken, "ar": stepping(0.001, 1000)}))
 
 
 @pytest.fixture(scope="module")
