@@ -33,7 +33,9 @@ def test_small_load_test_against_the_real_app(tmp_path):
     assert (w["clients"], w["normal_runs"], w["completed_runs"]) == (3, 1, 1)
     assert (w["bad_inputs"], w["expected_errors"], w["leavers"], w["left_mid_stream"]) == (1, 1, 1, 1)
     assert w["cross_talk"] == w["unexpected"] == 0 and w["problems"] == []
-    assert w["queue_wait_p50_s"] is not None and w["latency_p50_s"] >= w["queue_wait_p50_s"] > 0
+    # waits cover every client, latencies only the finished runs: two different sets, so
+    # their medians need not be ordered (a fast-failing bad input lowers only the waits)
+    assert w["queue_wait_p50_s"] > 0 and w["latency_p50_s"] > 0
     assert r["leave_check"]["freed"]  # the run behind a leaver waited less than half the leaver's run
     s = r["soak"]
     assert (s["runs"], s["completed_runs"], s["cross_talk"], s["unexpected"]) == (10, 10, 0, 0)
