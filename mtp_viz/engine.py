@@ -105,7 +105,8 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
     ids = list(prompt_ids)
     yield Start("speculative", len(ids), tuple(ids), {
         "drafter": drafter.kind, "schedule": schedule.name, "draft_tokens": schedule.initial,
-        "max_draft_tokens": schedule.cap, "max_new_tokens": max_new_tokens, **sampling.as_dict()})
+        "max_draft_tokens": schedule.cap, "max_new_tokens": max_new_tokens, **sampling.as_dict(),
+        "clock": clock_basis(clock)})
     t0 = clock()
     drafter.reset()
     schedule.start()  # resets per-generation state; the prefill step drafts nothing
@@ -177,6 +178,12 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
         stats["forwards"] += 1
 
     yield _done(ids, prompt_ids, stats, clock() - t0, stop_reason, text)
+
+
+def clock_basis(clock: Callable[[], float]) -> str:
+    """What a clock reads, as recorded in ``Start.settings["clock"]``: "wall" (real
+    time), or "cpu" (the generating thread's CPU time; see :mod:`mtp_viz.interleave`)."""
+    return getattr(clock, "basis", "cpu" if clock is time.thread_time else "wall")
 
 
 def _held(pause, phase: str, clock: Callable[[], float]) -> float:
@@ -271,7 +278,7 @@ def autoregressive(target, prompt_ids: Sequence[int], *, max_new_tokens: int = 6
     tops = TopK(top, sampler, detok=detok) if top else None
     ids = list(prompt_ids)
     yield Start("autoregressive", len(ids), tuple(ids),
-                {"max_new_tokens": max_new_tokens, **sampling.as_dict()})
+                {"max_new_tokens": max_new_tokens, **sampling.as_dict(), "clock": clock_basis(clock)})
     t0 = clock()
     cache = new_cache(target)
     feed, stop_reason, step = ids, "", 0

@@ -9,6 +9,15 @@ clock is furthest behind goes next, so the turns are about one step long: both m
 meet the machine in the same state, and at any moment each has got as far as it gets
 in the same amount of its own time, which makes a live view of the two a fair race.
 
+What "own time" means is the caller's choice (``now``, named by ``basis``). The app
+passes the worker thread's CPU clock when the engine computes on that thread alone (a
+CPU and one torch thread; see :meth:`mtp_viz.models.ModelPair.own_time`): then the
+time a run waits for a core (the browser drawing beside it) or for the interpreter lock
+(the server rendering frames in the same process) is not charged to it either. On this
+project's 2-core machine a busy thread in the same process moved a wall-clock speedup
+from ×2.1 to ×2.6, because plain decoding, with four times the steps, waits for the lock
+four times as often; the thread's CPU time gave ×2.1 with or without it.
+
 Progress is read from the events (``Token.t``, ``Step.t``, ``Done.seconds``: the
 source's own clock, less any step-mode pause), so a source paused for Next is not
 treated as ahead by the length of the pause.
@@ -23,10 +32,11 @@ from .events import Done, Event
 
 class OwnClock:
     """Seconds this source has run: ``now`` (``time.perf_counter``) advancing only
-    between :meth:`resume` and :meth:`suspend`."""
+    between :meth:`resume` and :meth:`suspend`. ``basis`` names what ``now`` reads
+    ("wall" or "cpu": the thread's CPU time); the engine records it in ``Start.settings``."""
 
-    def __init__(self, now: Callable[[], float] = time.perf_counter) -> None:
-        self.now, self.spent = now, 0.0
+    def __init__(self, now: Callable[[], float] = time.perf_counter, basis: str = "wall") -> None:
+        self.now, self.basis, self.spent = now, basis, 0.0
         self._since: float | None = None
 
     def __call__(self) -> float:
@@ -50,12 +60,13 @@ def progress(e: Event, before: float) -> float:
 
 
 def interleave(sources: dict[str, Callable[[Callable[[], float]], Iterable[Event]]],
-               now: Callable[[], float] = time.perf_counter) -> Iterator[tuple[str, Event]]:
+               now: Callable[[], float] = time.perf_counter,
+               basis: str = "wall") -> Iterator[tuple[str, Event]]:
     """Run ``sources`` (name -> a function that takes a clock and returns the source's
     events) in turns on this thread; yields (name, event) in the order they happen.
     Ties go to the first-named source. An exception in any source ends all of them.
-    ``now`` is the time every clock reads (tests pass a counter of their own)."""
-    clocks = {name: OwnClock(now) for name in sources}
+    ``now`` is the time every clock reads, ``basis`` its name (tests pass a counter)."""
+    clocks = {name: OwnClock(now, basis) for name in sources}
     running: dict[str, Iterator[Event]] = {}
     for name, make in sources.items():
         clocks[name].resume()

@@ -7,9 +7,11 @@ names the model only as the user wrote it: no resolved paths, no file contents.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import Callable
 
 from .errors import UserError
 from .presets import PRESETS, canonical, is_local, resolve
@@ -198,6 +200,18 @@ class ModelPair:
     device: str
     target_spec: str = ""          # what the target was loaded from (for the processor probe)
     schedules: dict = field(default_factory=dict, repr=False)  # carried across generations
+
+    def own_time(self) -> tuple[Callable[[], float], str]:
+        """The time a run of this pair is charged (``now``, basis), for
+        :func:`mtp_viz.interleave.interleave`. On a CPU with one torch thread every
+        operation runs on the generating thread, so that thread's CPU time is the run's
+        whole work (equal to wall time, to the millisecond, on an idle machine) and
+        leaves out time spent waiting for a core or for the interpreter lock. Anywhere
+        else (a GPU, torch's thread pool) work happens off the thread: wall time."""
+        import torch
+        if self.device == "cpu" and torch.get_num_threads() == 1:
+            return time.thread_time, "cpu"
+        return time.perf_counter, "wall"
 
     @property
     def has_mtp(self) -> bool:

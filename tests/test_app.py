@@ -21,6 +21,9 @@ class FakePair:
     def __init__(self, fail=None, chat_template=None):
         self.calls, self.fail, self.chat_template = [], fail, chat_template
 
+    def own_time(self):
+        return time.perf_counter, "wall"
+
     def generate(self, prompt, *, mode, stop=None, clock=None, **settings):
         self.calls.append((mode, settings))
         if self.fail:
@@ -114,6 +117,8 @@ def test_closing_the_frames_stops_the_worker(real_pair):
     produced = []
 
     class Recording:  # the real pair; every event the engine makes is recorded
+        own_time = real_pair.own_time
+
         def generate(self, prompt, **kw):
             for e in real_pair.generate(prompt, **kw):
                 produced.append(e)

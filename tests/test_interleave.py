@@ -115,3 +115,33 @@ def test_the_engine_gives_the_same_tokens_in_turns(pair, sampling):
     assert turns == alone and len(turns["speculative"]) == 40
     if not sampling:
         assert alone["speculative"] == alone["autoregressive"]
+
+
+def test_on_a_cpu_with_one_thread_a_run_is_charged_its_threads_cpu_time(pair):
+    """With one torch thread all of a run's work is on the generating thread, so the app
+    times it on that thread's CPU clock and says so in ``Start.settings["clock"]``, which
+    the compare badge labels; with torch's thread pool it is wall time."""
+    import time
+
+    import torch
+
+    from mtp_viz.app import stats_view, zerogpu
+    before = torch.get_num_threads()
+    kw = dict(max_new_tokens=6, draft_tokens=2, chat=False)
+    try:
+        for threads, now, basis in ((1, time.thread_time, "cpu"), (2, time.perf_counter, "wall")):
+            torch.set_num_threads(threads)
+            assert pair.own_time() == (now, basis)
+            events = list(zerogpu.runs(pair, "w10 w11 w12", {"spec": dict(mode="speculative", **kw),
+                                                           "ar": dict(mode="autoregressive", **kw)}))
+            assert {k: e.settings["clock"] for k, e in events if isinstance(e, Start)} == \
+                {"spec": basis, "ar": basis}
+            spec, ar = ([e for k, e in events if k == name] for name in ("spec", "ar"))
+            h = stats_view.compare_html(stats_view.run_stats(spec), stats_view.run_stats(ar), greedy=True)
+            assert f'data-clock="{basis}"' in h and ("tokens/s of engine CPU time" in h) == (basis == "cpu")
+            assert ("of engine CPU time" in stats_view.stats_html(stats_view.run_stats(spec))) == (basis == "cpu")
+    finally:
+        torch.set_num_threads(before)
+    # a plain call is on wall time, and an older trace (no "clock") reads as wall time
+    assert next(iter(pair.generate("w10", max_new_tokens=1, chat=False))).settings["clock"] == "wall"
+    assert stats_view.run_stats([Start("speculative", 1, (1,))]).clock == "wall"

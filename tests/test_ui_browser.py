@@ -172,6 +172,9 @@ def test_run_fills_both_panes_charts_and_compare_hooks(page, server, tmp_path):
     spec_tps, ar_tps = float(hooks["specTps"]), float(hooks["arTps"])
     assert spec_tps > 0 and ar_tps > 0 and hooks["basis"] == "single run" and int(hooks["threads"]) >= 1
     assert float(hooks["speedup"]) == pytest.approx(spec_tps / ar_tps, rel=1e-3)
+    # one torch thread on a CPU: timed on the engine thread's CPU clock, and labelled so
+    assert hooks["clock"] == ("cpu" if hooks["threads"] == "1" else "wall")
+    assert ("of engine CPU time" in page.inner_text("#compare")) == (hooks["clock"] == "cpu")
     # the stats lines show the same tokens/s to one decimal (the hooks carry three)
     for pane, tps in (("spec", spec_tps), ("ar", ar_tps)):
         shown = float(re.search(r"([\d.]+)\s*tokens/s", page.inner_text(f"#{pane}-stats")).group(1))

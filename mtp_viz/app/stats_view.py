@@ -3,7 +3,10 @@
 
 Pure functions of events, like :mod:`.view`; no gradio, no torch. ``#compare`` carries
 the figure as data attributes (``data-speedup``, ``data-spec-tps``, ``data-ar-tps``,
-``data-basis``, ``data-threads``), a contract tests and scripts read.
+``data-basis``, ``data-threads``, ``data-clock``), a contract tests and scripts read.
+A run's times are on the clock its source names in ``Start.settings["clock"]``: "wall"
+or "cpu" (the engine thread's CPU time; :mod:`mtp_viz.interleave`), and the labels
+say which.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ class RunStats:
     drafted: int = 0
     accepted: int = 0
     seconds: float = 0.0           # elapsed, from the last step's timestamp or Done
+    clock: str = "wall"            # what the seconds read: "wall" or "cpu" (Start.settings)
     done: bool = False
     stop_reason: str = ""
     error: str = ""
@@ -41,7 +45,7 @@ class RunStats:
     def add(self, e: Event) -> "RunStats":
         """Fold one more event in (streaming keeps one RunStats instead of recounting)."""
         if isinstance(e, Start):
-            self.mode = e.mode
+            self.mode, self.clock = e.mode, str(e.settings.get("clock", "wall"))
         elif isinstance(e, (Accepted, Bonus, Token)):
             self.tokens += 1
             self.ids.append(e.token_id)
@@ -79,7 +83,8 @@ def stats_html(stats: RunStats) -> str:
         items.append((f"{stats.tokens_per_forward:.2f}", "tokens / forward"))
         if stats.drafted:
             items.append((f"{100 * stats.accepted / stats.drafted:.0f}%", "drafts accepted"))
-    items += [(f"{stats.tokens_per_second:.1f}", "tokens/s"), (f"{stats.seconds:.2f} s", "elapsed")]
+    items += [(f"{stats.tokens_per_second:.1f}", "tokens/s"),
+              (f"{stats.seconds:.2f} s", "of engine CPU time" if stats.clock == "cpu" else "elapsed")]
     cells = "".join(f'<span class="mv-stat"><b>{v}</b> {html.escape(k)}</span>' for v, k in items)
     state = ""
     if stats.error:
@@ -92,13 +97,18 @@ def stats_html(stats: RunStats) -> str:
 
 
 def _compare_div(speedup: float | None, spec_tps: float, ar_tps: float, basis: str, threads: int,
-                 body: str) -> str:
+                 body: str, clock: str = "wall") -> str:
     """``#compare``: the figure's hooks as data attributes, the badges inside."""
     attrs = ""
     if speedup is not None:
         attrs = (f' data-speedup="{speedup:.4f}" data-spec-tps="{spec_tps:.3f}" data-ar-tps="{ar_tps:.3f}"'
-                 f' data-basis="{html.escape(basis)}" data-threads="{threads}"')
+                 f' data-basis="{html.escape(basis)}" data-threads="{threads}"'
+                 f' data-clock="{html.escape(clock)}"')
     return f'<div id="compare" class="mv-compare"{attrs}>{body}</div>' + explain("compare", corner=True)
+
+
+CPU_NOTE = (". Timed on the engine thread's CPU clock: with one torch thread that is all of a "
+            "run's work, and time spent waiting for a core or for the server is left out")
 
 
 def _threads(threads: int) -> str:
@@ -114,14 +124,17 @@ def compare_html(spec: RunStats, ar: RunStats, *, greedy: bool, threads: int = 0
         return _compare_div(None, 0, 0, "", threads, identity_badge(spec, ar) if greedy and spec.done
                             and ar.done and spec.tokens and ar.tokens else "")
     x = spec.tokens_per_second / ar.tokens_per_second
+    clock = spec.clock if spec.clock == ar.clock else "mixed"
+    of = " of engine CPU time" if clock == "cpu" else ""
     parts = [f'<span class="mv-badge mv-speedup" title="Measure repeats both modes and names a winner '
-             f'only when every repeat agrees">speculative ran at <b>×{x:.2f}</b> the speed '
-             f'<small>({spec.tokens_per_second:.1f} vs {ar.tokens_per_second:.1f} tokens/s · one run each, '
-             f'in turns{_threads(threads)})</small></span>']
+             f'only when every repeat agrees{CPU_NOTE if clock == "cpu" else ""}">speculative ran at '
+             f'<b>×{x:.2f}</b> the speed <small>({spec.tokens_per_second:.1f} vs '
+             f'{ar.tokens_per_second:.1f} tokens/s{of} · one run each, in turns{_threads(threads)})'
+             f'</small></span>']
     if greedy:
         parts.append(identity_badge(spec, ar))
     return _compare_div(x, spec.tokens_per_second, ar.tokens_per_second, "single run", threads,
-                        "".join(parts))
+                        "".join(parts), clock)
 
 
 def measurement_html(m) -> str:
