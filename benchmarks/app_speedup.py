@@ -124,7 +124,8 @@ def app_runs(prompt: str, runs: int, tokens: int, draft: int, threads: int,
                 x = float(d["speedup"])
                 shown.append(x)
                 rates.append((float(d["specTps"]), float(d["arTps"])))
-                print(f"app run {i + 1}: ×{x:.3f} ({float(d['specTps']):.1f} vs {float(d['arTps']):.1f} tokens/s); "
+                print(f"app run {i + 1}: ×{x:.3f} ({float(d['specTps']):.1f} vs {float(d['arTps']):.1f} tokens/s, "
+                      f"{d.get('clock', 'wall')} clock); "
                       f"CPU s: browser {browser_cpu() - b0:.2f}, app {app_cpu() - a0:.2f}, "
                       f"wall {time.monotonic() - w0:.2f}", file=sys.stderr)
                 if windows is not None:

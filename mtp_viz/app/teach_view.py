@@ -13,7 +13,9 @@ from ..whatif import WhatIf
 EXPLAIN: dict[str, tuple[str, str]] = {
     "compare": ("How to read the speedup",
                 "The badge divides the speculative run's tokens per second by plain decoding's, one run "
-                "each, so it scatters from run to run; Measure gives the median of several. Under greedy "
+                "each, taking turns, each timed only while it ran (on a CPU with one torch thread: the "
+                "engine's CPU time). It still scatters from run to run; Measure gives the median of "
+                "several. Under greedy "
                 "decoding both texts must match token for token: speculative decoding changes the speed, "
                 "never the output."),
     "spec": ("What this pane shows",
