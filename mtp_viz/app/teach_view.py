@@ -13,11 +13,10 @@ from ..whatif import WhatIf
 EXPLAIN: dict[str, tuple[str, str]] = {
     "compare": ("How to read the speedup",
                 "The badge divides the speculative run's tokens per second by plain decoding's, one run "
-                "each, taking turns, each timed only while it ran (on a CPU with one torch thread: the "
-                "engine's CPU time). It still scatters from run to run; Measure gives the median of "
-                "several. Under greedy "
-                "decoding both texts must match token for token: speculative decoding changes the speed, "
-                "never the output."),
+                "each, taking turns and each timed only while it ran (with one torch thread on a CPU, by "
+                "the engine's CPU time), so it still scatters and Measure gives the median of several. "
+                "Under greedy decoding both texts must match token for token: speculative decoding "
+                "changes the speed, never the output."),
     "spec": ("What this pane shows",
              "Each verification step the drafter proposes a few tokens and the target checks them all in "
              "one forward pass: it keeps the longest correct prefix (green) and adds one token of its own "
