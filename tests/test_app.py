@@ -67,6 +67,23 @@ def test_fast_steps_share_frames_but_the_last_frame_is_complete():
     assert spec[-1] == view.tokens_html(sess.spec)
 
 
+def test_live_charts_only_with_speculative_news():
+    """The live charts plot only the speculative run: once it is done they are not
+    redrawn beside the baseline running alone (that would slow the baseline alone)."""
+    def source(pair, prompt, kwargs):
+        yield from (("spec", e) for e in spec_run())
+        for e in ar_run():
+            time.sleep(0.01)  # the consumer catches up: the baseline's events come alone
+            yield "ar", e
+    sess = runs.Session()
+    frames = list(runs.compare_frames(FakePair(), settings(), sess, frame_interval=0, chart_interval=0,
+                                      source=source))
+    *live, last, final = [f for f in frames if "spec" in f or "ar" in f or "compare" in f]
+    assert any("spec" in f for f in live) and any("spec" not in f for f in live)
+    assert all(("figures" in f) == ("spec" in f) for f in live)
+    assert "figures" in last and "figures" in final  # the run's last frame, then the summary
+
+
 @pytest.fixture(scope="module")
 def real_pair():
     """A random Gemma 4 pair behind the ModelPair interface (no tokenizer needed)."""

@@ -242,6 +242,7 @@ def _stream(source: Callable[[], Iterable[tuple[str, Event]]], sess: Session, fr
     worker = Worker(source, sess.stop)
     last_frame, last_chart = 0.0, time.monotonic()  # live charts once a run is chart_interval old
     dirty: set[str] = set()  # panes with events since the last frame
+    chart_news = False       # speculative events since the last live charts (they chart only it)
     errors: list[Error] = []   # not shown yet
     try:
         for batch in worker.batches(frame_interval):
@@ -265,6 +266,7 @@ def _stream(source: Callable[[], Iterable[tuple[str, Event]]], sess: Session, fr
                 continue
             last_frame = now
             frame: dict[str, Any] = {}
+            chart_news |= "spec" in dirty
             for key in sorted(dirty):
                 frame[key], frame[key + "_stats"] = panes[key].html(), stats_view.stats_html(stats[key])
             dirty = set()
@@ -273,8 +275,10 @@ def _stream(source: Callable[[], Iterable[tuple[str, Event]]], sess: Session, fr
             if errors:
                 frame["status"] = view.message_html(errors[-1].message, level="error")
                 errors = []
-            if final or now - last_chart >= chart_interval:
-                last_chart = now
+            # live charts: only with speculative news, so none is redrawn beside the
+            # baseline once it runs alone (that would slow it alone)
+            if final or (chart_news and now - last_chart >= chart_interval):
+                last_chart, chart_news = now, False
                 frame["figures"] = {"acceptance-plot": charts.acceptance_figure(sess.spec),
                                     "draft-length-plot": charts.draft_length_figure(sess.spec)}
             yield frame
