@@ -15,8 +15,9 @@ CPU and one torch thread; see :meth:`mtp_viz.models.ModelPair.own_time`): then t
 time a run waits for a core (the browser drawing beside it) or for the interpreter lock
 (the server rendering frames in the same process) is not charged to it either. On this
 project's 2-core machine a busy thread in the same process moved a wall-clock speedup
-from ×2.1 to ×2.6, because plain decoding, with four times the steps, waits for the lock
-four times as often; the thread's CPU time gave ×2.1 with or without it.
+from ×2.12 to ×2.73: a run waits for the lock around its forward passes, and plain
+decoding makes about four times as many per token. The thread's CPU time gave ×2.10 and
+×2.08 (``benchmarks/own_clock.py``).
 
 Progress is read from the events (``Token.t``, ``Step.t``, ``Done.seconds``: the
 source's own clock, less any step-mode pause), so a source paused for Next is not
