@@ -69,7 +69,7 @@ def test_fast_steps_share_frames_but_the_last_frame_is_complete():
 
 def test_live_charts_only_with_speculative_news():
     """The live charts plot only the speculative run: once it is done they are not
-    redrawn beside the baseline running alone (that would slow the baseline alone)."""
+    redrawn (on the machine the baseline is still timed on)."""
     def source(pair, prompt, kwargs):
         yield from (("spec", e) for e in spec_run())
         for e in ar_run():

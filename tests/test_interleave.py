@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from factories import gemma_assistant, gemma_target, word_tokenizer
-from mtp_viz.events import Done, Step, Start
+from mtp_viz.events import Done, Start, Step, Token
 from mtp_viz.interleave import OwnClock, interleave
 
 
@@ -47,31 +47,41 @@ def test_each_source_is_timed_by_its_own_clock():
             pytest.approx([step * i for i in range(1, 31 if k == "fast" else 11)])
 
 
-def stepping(step_seconds: float, steps: int):
-    """A source that reports ``step_seconds`` of its own time per step (no real work): the
-    order of turns depends only on what the events say."""
+def producing(per_step: int, budget: int):
+    """A source that emits ``per_step`` tokens a step up to its ``budget`` (no real work):
+    the order of turns depends only on what the events say."""
     def source(clock):
-        yield Start("autoregressive", 1, (1,))
-        for i in range(1, steps + 1):
-            yield Step(i, 0, 0, 1, t=i * step_seconds)
-        yield Done(steps, steps, steps * step_seconds)
+        yield Start("autoregressive", 1, (1,), {"max_new_tokens": budget})
+        made, step = 0, 0
+        while made < budget:
+            step += 1
+            for _ in range(min(per_step, budget - made)):
+                made += 1
+                yield Token(step, made)
+            yield Step(step, 0, 0, per_step)
+        yield Done(made, step, 0.0)
     return source
 
 
-def test_the_source_furthest_behind_goes_next():
-    out = list(interleave({"fast": stepping(0.004, 30), "slow": stepping(0.012, 10)}))
-    t = {"fast": 0.0, "slow": 0.0}
-    running = {"fast", "slow"}
+def test_the_source_with_the_smallest_share_of_its_tokens_goes_next():
+    """Both work through their outputs together, to the end: a mode that makes four
+    tokens a step waits while the other catches up, instead of finishing first."""
+    out = list(interleave({"spec": producing(4, 40), "ar": producing(1, 60)}))
+    made, budget = {"spec": 0, "ar": 0}, {"spec": 40, "ar": 60}
+    running = {"spec", "ar"}
     for k, e in out:
-        if isinstance(e, Step):
-            # it ran because it was behind (or level, and named first) among those running
-            assert all(t[k] < t[o] or (t[k] == t[o] and k == "fast") for o in running - {k}), (k, e.t, t)
-            t[k] = e.t
+        share = {o: made[o] / budget[o] for o in made}
+        # it went because its share was the smallest (or level, and it is named first)
+        assert all(share[k] < share[o] or (share[k] == share[o] and k == "spec") for o in running - {k})
+        if isinstance(e, Token):
+            made[k] += 1
         elif isinstance(e, Done):
             running.discard(k)
-    kinds = [k for k, e in out if isinstance(e, Step)]
-    assert kinds[:5] == ["fast", "slow", "fast", "fast", "fast"]  # 0.004 s against 0.012 s: three to one
-    assert kinds.count("slow") == 10 and kinds.count("fast") == 30
+        if running == {"spec", "ar"}:  # never more than one step apart
+            assert abs(made["spec"] / 40 - made["ar"] / 60) <= 4 / 40
+    assert made == budget
+    done = [i for i, (k, e) in enumerate(out) if isinstance(e, Done)]
+    assert len(out) - done[0] <= 2 * 6 + 2  # the fast one ends within one of its steps of the end
 
 
 def test_own_clock_stands_still_while_suspended():
@@ -92,7 +102,7 @@ def test_an_error_in_one_source_ends_all():
         yield Start("speculative", 1, (1,))
         raise RuntimeError("boom")
     with pytest.raises(RuntimeError):
-        list(interleave({"spec": broken, "ar": stepping(0.001, 1000)}))
+        list(interleave({"spec": broken, "ar": producing(1, 1000)}))
 
 
 @pytest.fixture(scope="module")

@@ -275,8 +275,7 @@ def _stream(source: Callable[[], Iterable[tuple[str, Event]]], sess: Session, fr
             if errors:
                 frame["status"] = view.message_html(errors[-1].message, level="error")
                 errors = []
-            # live charts: only with speculative news, so none is redrawn beside the
-            # baseline once it runs alone (that would slow it alone)
+            # live charts plot only the speculative run: redrawn only with news of it
             if final or (chart_news and now - last_chart >= chart_interval):
                 last_chart, chart_news = now, False
                 frame["figures"] = {"acceptance-plot": charts.acceptance_figure(sess.spec),
