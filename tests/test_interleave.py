@@ -1,5 +1,5 @@
 """Turns on one thread, each source on its own clock (mtp_viz.interleave): a source is
-never charged for another's work, the one furthest behind goes next, and the real
+never charged for another's work, the one with the smallest share of its tokens goes next, and the real
 engine's output does not depend on whether its runs take turns."""
 from __future__ import annotations
 

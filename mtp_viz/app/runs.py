@@ -295,7 +295,8 @@ def compare_frames(pair: Any, s: RunSettings, sess: Session, *, frame_interval: 
     machine in the same state. Yields frames: dicts from display slot to HTML or
     figures; absent slots are unchanged."""
     sess.greedy = s.greedy
-    both = "Speculative decoding and the autoregressive baseline take turns, each on its own clock…"
+    both = ("Speculative decoding and the autoregressive baseline take turns, token for token, "
+            "each on its own clock…")
     yield {"status": view.message_html(both if s.baseline else "Speculative decoding: drafting and verifying…")}
     kwargs = engine_runs(pair, s, sess)
     yield from _stream(lambda: source(pair, s.prompt, kwargs), sess, frame_interval, chart_interval)
