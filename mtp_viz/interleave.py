@@ -12,7 +12,7 @@ long and both modes work through their outputs together, to the end: whatever th
 machine does meanwhile meets both. Turns by own time instead (the one whose clock is
 behind goes next, a live race) let the faster mode finish first, and whatever slowed
 the machine after that slowed the other alone: in the app the five-run spread of the
-speedup was at most 1.15 in 16 of 22 invocations that way, and in 4 of 4 this way
+speedup was at most 1.15 in 16 of 22 invocations that way, and in 12 of 12 this way
 (``benchmarks/results/app/app_speedup.md``). The race itself is Race replay, on the
 recorded clocks.
 
