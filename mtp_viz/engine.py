@@ -183,7 +183,7 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
 def clock_basis(clock: Callable[[], float]) -> str:
     """What a clock reads, as recorded in ``Start.settings["clock"]``: "wall" (real
     time), or "cpu" (the generating thread's CPU time; see :mod:`mtp_viz.interleave`)."""
-    return getattr(clock, "basis", "cpu" if clock is time.thread_time else "wall")
+    return getattr(clock, "basis", "wall")  # an OwnClock names its basis; anything else is wall
 
 
 def _held(pause, phase: str, clock: Callable[[], float]) -> float:

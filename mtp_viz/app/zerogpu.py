@@ -33,8 +33,8 @@ def runs(pair: Any, prompt: str, kwargs: dict[str, dict]) -> Iterable[tuple[str,
     """``(name, event)`` of the engine's runs of one prompt, one per entry of ``kwargs``
     (name -> ``pair.generate``'s keyword arguments), taking turns on this thread, each on
     its own clock (:mod:`mtp_viz.interleave`; the pair says which: wall or CPU time).
-    The function ZeroGPU runs on its GPU:
-    one call, so a comparison holds one GPU for both of its modes."""
+    The function ZeroGPU runs on its GPU: one call, so a comparison holds one GPU for
+    both of its modes."""
     from ..interleave import interleave
     now, basis = pair.own_time()
     yield from interleave({name: (lambda clock, kw=kw: pair.generate(prompt, clock=clock, **kw))
