@@ -6,7 +6,7 @@ folder; default Gemma 4 E2B when cached, else the bundled tiny pair),
 GRADIO_SERVER_NAME / GRADIO_SERVER_PORT where to listen, MTP_VIZ_MAX_NEW_TOKENS_CAP
 the most tokens one request may ask for.
 """
-from mtp_viz.app.ui import build_demo, launch
+from mtp_viz.app.page.layout import build_demo, launch
 
 demo = build_demo()
 

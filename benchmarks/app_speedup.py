@@ -56,7 +56,7 @@ def same_window(events: list) -> float | None:
     its whole run against the baseline's over the same stretch of its own time (the
     stretch in which the two took turns, so both met the same machine); None when the
     baseline finished first."""
-    from mtp_viz import trace
+    from mtp_viz.sources import trace
     spec, ar = trace.spec_and_ar(events)
     done = next(e for e in spec if e.type == "done")
     all_toks = [e for e in ar if e.type == "token"]
@@ -68,7 +68,7 @@ def same_window(events: list) -> float | None:
 
 def run_trace(page, spec_tps: float) -> list:
     """The run's trace, downloaded from ``#trace-download`` (retried until it is this run's)."""
-    from mtp_viz import trace
+    from mtp_viz.sources import trace
     for _ in range(40):
         page.wait_for_selector("#trace-download:not([disabled])", timeout=30_000)
         with page.expect_download() as download:
@@ -144,7 +144,7 @@ def bench(prompt: str, tokens: int, draft: int, threads: int, repeats: int) -> f
     with tempfile.TemporaryDirectory() as tmp:
         suite = Path(tmp) / "prompt.json"
         suite.write_text(json.dumps({"prompts": [{"id": "p", "category": "code", "text": prompt}]}))
-        subprocess.run([sys.executable, "-m", "mtp_viz.cli", "bench", "--target", "tiny", "--prompts",
+        subprocess.run([sys.executable, "-m", "mtp_viz.cli.main", "bench", "--target", "tiny", "--prompts",
                         str(suite), "--no-chat", "--draft-tokens", str(draft), "--schedules", "constant",
                         "--max-new-tokens", str(tokens), "--repeats", str(repeats), "--threads",
                         str(threads), "--out", tmp, "--no-progress"], check=True, stdout=subprocess.DEVNULL)

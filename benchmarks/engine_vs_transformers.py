@@ -17,10 +17,10 @@ from pathlib import Path
 
 import torch
 
-from mtp_viz.engine import speculative
-from mtp_viz.models import load_pair
-from mtp_viz.presets import assets_dir
-from mtp_viz.schedules import make_schedule
+from mtp_viz.engine.loop import speculative
+from mtp_viz.sources.models import load_pair
+from mtp_viz.paths import assets_dir
+from mtp_viz.engine.schedules import make_schedule
 
 
 def main() -> None:

@@ -21,10 +21,10 @@ import statistics
 import time
 from pathlib import Path
 
-from mtp_viz import metrics
-from mtp_viz.events import Done, Step
-from mtp_viz.presets import assets_dir
-from mtp_viz.vllm_source import events as server_events
+from mtp_viz.analysis import metrics
+from mtp_viz.engine.events import Done, Step
+from mtp_viz.paths import assets_dir
+from mtp_viz.sources.vllm.stream import events as server_events
 
 
 def steps_of(evs):
@@ -67,7 +67,7 @@ def main():
     ap.add_argument("--out", default="benchmarks/results/engine-vs-vllm")
     args = ap.parse_args()
     import torch
-    from mtp_viz.models import load_pair
+    from mtp_viz.sources.models import load_pair
     torch.set_num_threads(1)
     pair = load_pair("tiny")
     prompts = [p["prompt"] for p in json.loads((assets_dir() / "tiny" / "eval_prompts.json").read_text())["prompts"]]

@@ -1,5 +1,5 @@
 """Which clock should a run in the app be charged on? The app's comparison (both modes
-in turns, ``mtp_viz.app.zerogpu.runs``) in a plain process, each run timed on wall time
+in turns, ``mtp_viz.app.runtime.zerogpu.runs``) in a plain process, each run timed on wall time
 and on the worker thread's CPU time, alone and beside a thread that holds Python's
 interpreter lock in bursts (as the server does while it builds frames).
 
@@ -34,7 +34,7 @@ def busy(stop: threading.Event, burst: float = 0.05, rest: float = 0.05) -> None
 
 def one(pair, prompt: str, kwargs: dict, now, basis: str) -> tuple[float, float, float]:
     """(speedup, speculative tokens/s, autoregressive tokens/s) of one comparison in turns."""
-    from mtp_viz.interleave import interleave
+    from mtp_viz.sources.interleave import interleave
     done = {name: e for name, e in interleave(
         {name: (lambda clock, kw=kw: pair.generate(prompt, clock=clock, **kw)) for name, kw in kwargs.items()},
         now=now, basis=basis) if e.type == "done"}
@@ -50,7 +50,7 @@ def main() -> int:
     ap.add_argument("--draft-tokens", type=int, default=4)
     ap.add_argument("--out", type=Path, default=None, help="also write the table here (markdown)")
     args = ap.parse_args()
-    from mtp_viz import models
+    from mtp_viz.sources import models
     models.set_threads(1)
     pair = models.load_pair("tiny", None)
     prompt = load_prompts(code_suite())[args.prompt_index].text

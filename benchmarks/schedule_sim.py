@@ -24,8 +24,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from mtp_viz import theory
-from mtp_viz.schedules import make_schedule
+from mtp_viz.engine import theory
+from mtp_viz.engine.schedules import make_schedule
 
 # name -> (per-position acceptance for each phase, c, s, steps per phase)
 SCENARIOS = {

@@ -34,8 +34,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from mtp_viz import engine, metrics
-from mtp_viz.bench import Runner, Setting
+from mtp_viz.engine import loop as engine
+from mtp_viz.analysis import metrics
+from mtp_viz.cli.bench import Runner, Setting
 from mtp_viz.prompts import load_prompts
 
 VARIANTS = ("cropped", "stale", "transformers")
@@ -81,8 +82,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     import torch
-    from mtp_viz.models import load_pair
-    from mtp_viz.sampling import Sampling
+    from mtp_viz.sources.models import load_pair
+    from mtp_viz.engine.sampling import Sampling
     torch.set_num_threads(args.threads)
     pair = load_pair(args.target, args.drafter)
     prompts = load_prompts(args.prompts)

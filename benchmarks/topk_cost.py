@@ -23,7 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from mtp_viz.models import load_pair, set_threads
+from mtp_viz.sources.models import load_pair, set_threads
 from mtp_viz.prompts import load_prompts
 
 MODES = {  # name -> generate() settings

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import UserError
-from .presets import assets_dir
+from .paths import assets_dir
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ for var in ("NO_PROXY", "no_proxy"):
 
 def serve(demo) -> str:
     """Launch ``demo`` as ``mtp-viz ui`` would, without blocking; returns its URL."""
-    from mtp_viz.app import ui
+    from mtp_viz.app.page import layout as ui
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -23,7 +23,8 @@ def serve(demo) -> str:
 def serve_modelless():
     """The app with no model to load, served: whatever it shows came from a trace or a
     server. Returns (demo, url); the caller closes the demo."""
-    from mtp_viz.app import service, ui
+    from mtp_viz.app.runtime import service
+    from mtp_viz.app.page import layout as ui
     from mtp_viz.errors import UserError
 
     def load(target, drafter):

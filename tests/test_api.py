@@ -24,7 +24,7 @@ def folders(tmp_path_factory):
 @pytest.fixture(scope="module")
 def app(folders):
     from gradio_client import Client
-    from mtp_viz.app import ui
+    from mtp_viz.app.page import layout as ui
     demo = ui.build_demo(target=str(folders[0]))
     url = serve(demo)
     yield demo, Client(url, verbose=False)
@@ -123,7 +123,8 @@ def test_raw_http_non_finite_numbers_and_lone_surrogates(app, body, sentence):
 
 def test_allow_list_refuses_other_models_without_loading(folders, monkeypatch):
     from gradio_client import Client
-    from mtp_viz.app import runs, service, ui
+    from mtp_viz.app.runtime import runs, service
+    from mtp_viz.app.page import layout as ui
     monkeypatch.setenv("MTP_VIZ_ALLOWED_MODELS", str(folders[0]))
     loads = []
 

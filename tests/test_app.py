@@ -9,9 +9,11 @@ import time
 import pytest
 
 from factories import gemma_assistant, gemma_target
-from mtp_viz.app import handlers, measure, runs, service, view
+from mtp_viz.app.handlers import local
+from mtp_viz.app.runtime import measure, runs, service
+from mtp_viz.app.views import tokens as view
 from mtp_viz.errors import UserError
-from mtp_viz.events import Done, Error
+from mtp_viz.engine.events import Done, Error
 from test_view import ar_run, spec_run
 
 
@@ -87,7 +89,7 @@ def test_live_charts_only_with_speculative_news():
 @pytest.fixture(scope="module")
 def real_pair():
     """A random Gemma 4 pair behind the ModelPair interface (no tokenizer needed)."""
-    from mtp_viz.models import ModelPair
+    from mtp_viz.sources.models import ModelPair
     from factories import word_tokenizer
     return ModelPair(gemma_target(layers=4), gemma_assistant(), word_tokenizer(), "random", "random", "cpu")
 
@@ -170,17 +172,17 @@ def _values(**kw):
 
 def _handlers(load, allow=""):
     loader = service.PairLoader(load, allow=service.AllowList(allow))
-    return handlers.Handlers(loader, service.presets(loader.allow), ("tiny", None), cap=16, prompt_cap=64)
+    return local.Handlers(loader, service.presets(loader.allow), ("tiny", None), cap=16, prompt_cap=64)
 
 
 def _status(frames):
-    i = handlers.SLOTS.index("status")
+    i = local.SLOTS.index("status")
     return [f[i] for f in frames if isinstance(f[i], str)]
 
 
 @pytest.mark.parametrize("values, sentence", [
     (dict(prompt="  "), "Type a prompt first"),
-    (dict(model=handlers.CUSTOM), "custom target"),
+    (dict(model=local.CUSTOM), "custom target"),
     (dict(max_new_tokens=32), "between 1 and 16"),
     (dict(max_new_tokens=float("nan")), "Max new tokens must be a whole number"),
     (dict(decoding="sampling", temperature=float("inf")), "Temperature must be a finite number"),
@@ -201,29 +203,29 @@ def test_handlers_run_streams_both_panes_and_keeps_the_session():
     h = _handlers(lambda t, d: pair)
     frames = list(h.run(_values(max_new_tokens=8), None))
     assert pair.calls[0][1]["max_new_tokens"] == 8
-    sess = frames[0][len(handlers.SLOTS)]
+    sess = frames[0][len(local.SLOTS)]
     assert isinstance(sess, runs.Session) and sess.spec and sess.ar
-    spec_i, ar_i = handlers.SLOTS.index("spec"), handlers.SLOTS.index("ar")
+    spec_i, ar_i = local.SLOTS.index("spec"), local.SLOTS.index("ar")
     assert 'data-kind="accepted"' in [f[spec_i] for f in frames if isinstance(f[spec_i], str)][-1]
     assert 'data-kind="token"' in [f[ar_i] for f in frames if isinstance(f[ar_i], str)][-1]
-    assert "Replay done" in _status(list(handlers.Handlers.replay(sess, 1000.0)))[-1]
+    assert "Replay done" in _status(list(local.Handlers.replay(sess, 1000.0)))[-1]
 
 
 def test_a_run_downloads_as_a_trace_that_replays_without_a_model(tmp_path):
     pair = FakePair()
     h = _handlers(lambda t, d: pair)
-    sess = list(h.run(_values(), None))[0][len(handlers.SLOTS)]
+    sess = list(h.run(_values(), None))[0][len(local.SLOTS)]
     path = h.download_files(sess)[0]["value"]
-    from mtp_viz import trace
+    from mtp_viz.sources import trace
     assert trace.read(path) == spec_run() + ar_run()
     h2 = _handlers(lambda t, d: pytest.fail("a trace replay must not load a model"))
     frames = list(h2.replay_trace(path, None, 1000.0))
-    sess2 = frames[0][len(handlers.SLOTS)]
+    sess2 = frames[0][len(local.SLOTS)]
     assert sess2.spec == spec_run() and sess2.ar == ar_run()
     assert "Replay done" in _status(frames)[-1]
-    spec_i = handlers.SLOTS.index("spec")
+    spec_i = local.SLOTS.index("spec")
     assert [f[spec_i] for f in frames if isinstance(f[spec_i], str)][-1] == view.tokens_html(spec_run())
-    assert all(not isinstance(frames[-1][handlers.SLOTS.index(k)], dict) for k in handlers.PLOTS)  # charts
+    assert all(not isinstance(frames[-1][local.SLOTS.index(k)], dict) for k in local.PLOTS)  # charts
     bad = tmp_path / "bad.jsonl"
     bad.write_text("<script>/etc/secret</script>")
     msgs = _status(list(h2.replay_trace(str(bad), None, 1000.0)))
@@ -243,14 +245,14 @@ def test_example_traces_are_offered_by_name_and_replay():
 def test_scrub_shows_the_run_after_a_step_and_the_baseline_at_that_moment():
     sess = runs.Session()
     sess.spec, sess.ar = spec_run(), ar_run()
-    assert handlers.Handlers.scrub_range(sess)["maximum"] == 3
-    f = handlers.Handlers.scrub(sess, 2.0)
-    spec_i, ar_i = handlers.SLOTS.index("spec"), handlers.SLOTS.index("ar")
+    assert local.Handlers.scrub_range(sess)["maximum"] == 3
+    f = local.Handlers.scrub(sess, 2.0)
+    spec_i, ar_i = local.SLOTS.index("spec"), local.SLOTS.index("ar")
     assert f[spec_i] == view.tokens_html(view.events_through_step(spec_run(), 2))
     assert f[ar_i] == view.tokens_html(view.events_until(ar_run(), 0.02)[0])   # step 2 ended at t=0.02
     assert "After step 2" in f[0]
-    assert "mv-msg-warn" in handlers.Handlers.scrub(None, 1)[0]
-    assert handlers.Handlers.scrub_range(None)["interactive"] is False
+    assert "mv-msg-warn" in local.Handlers.scrub(None, 1)[0]
+    assert local.Handlers.scrub_range(None)["interactive"] is False
 
 
 def test_load_errors_clear_the_waiting_pane():
@@ -258,8 +260,8 @@ def test_load_errors_clear_the_waiting_pane():
         raise UserError(f"There is no loadable model folder at {t}.")
 
     h = _handlers(load)
-    frames = list(h.run(_values(model=handlers.CUSTOM, custom_target="/nope"), None))
-    spec_i = handlers.SLOTS.index("spec")
+    frames = list(h.run(_values(model=local.CUSTOM, custom_target="/nope"), None))
+    spec_i = local.SLOTS.index("spec")
     assert "loadable model folder at /nope" in _status(frames)[-1]
     assert "Waiting for the model" not in [f[spec_i] for f in frames if isinstance(f[spec_i], str)][-1]
 
@@ -289,7 +291,7 @@ def test_pair_loader_loads_once_per_pair_however_it_is_written(tmp_path):
                  str(tmp_path / "m" / ".." / "m")]
     states = [loader.wait(s, None, timeout=5) for s in spellings]
     assert len(calls) == 1 and all(s.pair is states[0].pair for s in states)
-    assert service.pair_key("tiny", None) == service.pair_key(*__import__("mtp_viz.presets").presets.resolve("tiny"))
+    assert service.pair_key("tiny", None) == service.pair_key(*__import__("mtp_viz.sources.presets").sources.presets.resolve("tiny"))
     bad = loader.wait("bad", None, timeout=5)
     assert bad.status == "error" and bad.message == "no such model"
 
@@ -345,7 +347,7 @@ def test_allow_list_refuses_without_loading(tmp_path):
     h = _handlers(lambda t, d: calls.append(t) or FakePair(), allow="tiny")
     assert set(h.presets) == {"tiny"}
     for custom in ("google/gemma-4-E2B-it", "/root", str(tmp_path), "~"):
-        msgs = _status(list(h.run(_values(model=handlers.CUSTOM, custom_target=custom), None)))
+        msgs = _status(list(h.run(_values(model=local.CUSTOM, custom_target=custom), None)))
         assert msgs[-1] == view.message_html("This deployment only serves the models in its picker.",
                                              level="error")
     assert calls == []
@@ -383,7 +385,7 @@ def test_default_pair_and_caps_from_environment(monkeypatch):
 ])
 def test_handlers_refuse_what_only_the_model_can_check(real_pair, prompt, cap, sentence):
     loader = service.PairLoader(lambda t, d: real_pair)
-    h = handlers.Handlers(loader, service.presets(loader.allow), ("tiny", None), cap=16, prompt_cap=cap)
+    h = local.Handlers(loader, service.presets(loader.allow), ("tiny", None), cap=16, prompt_cap=cap)
     msgs = _status(list(h.run(_values(prompt=prompt, chat=False), None)))
     assert sentence in msgs[-1] and "mv-msg-error" in msgs[-1]
     assert "Done." in _status(list(h.run(_values(prompt="w10 w11 w12", chat=False), None)))[-1]

@@ -5,10 +5,11 @@ import pytest
 import torch
 
 from factories import ScriptDrafter, gemma_assistant, gemma_target, greedy_reference, word_tokenizer
-from mtp_viz import bench, bench_report, metrics
-from mtp_viz.cli import UserError
+from mtp_viz.cli import bench, bench_report
+from mtp_viz.analysis import metrics
+from mtp_viz.cli.main import UserError
 from mtp_viz.prompts import category_suite, load_prompts
-from mtp_viz.sampling import Sampling
+from mtp_viz.engine.sampling import Sampling
 
 
 def test_prompt_suite_covers_every_category():
@@ -95,7 +96,7 @@ def test_metrics_agree_with_engine_totals():
 
 @pytest.fixture(scope="module")
 def saved_pair(tmp_path_factory):
-    pytest.importorskip("mtp_viz.models")
+    pytest.importorskip("mtp_viz.sources.models")
     root = tmp_path_factory.mktemp("pair")
     target, drafter, tok = gemma_target(), gemma_assistant(k=2), word_tokenizer()
     target.save_pretrained(root / "target")
@@ -107,7 +108,7 @@ def saved_pair(tmp_path_factory):
 
 @pytest.mark.slow
 def test_bench_quick_end_to_end(saved_pair, tmp_path, capsys):
-    from mtp_viz.cli import main
+    from mtp_viz.cli.main import main
     out = tmp_path / "out"
     threads = torch.get_num_threads()
     code = main(["bench", "--target", str(saved_pair / "target"), "--drafter",

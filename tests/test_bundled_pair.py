@@ -6,12 +6,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from mtp_viz.presets import assets_dir
+
+from mtp_viz.paths import assets_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = assets_dir() / "tiny"
 # Acceptance floors for the shipped pair on held-out code: greedy, draft length ACCEPT_DRAFT_TOKENS, the first
-# ACCEPT_PROMPTS evaluation prompts, ACCEPT_NEW_TOKENS tokens each, through the engine and mtp_viz.metrics. There the
+# ACCEPT_PROMPTS evaluation prompts, ACCEPT_NEW_TOKENS tokens each, through the engine and mtp_viz.analysis.metrics. There the
 # shipped pair measured first-position acceptance 0.857 and 4.11 tokens per target forward, and the drafter it
 # replaced 0.765 and 3.84: that one, a weaker drafter, or one fed differently from how it was trained, falls below.
 ACCEPT_PROMPTS, ACCEPT_NEW_TOKENS, ACCEPT_DRAFT_TOKENS = 6, 48, 6
@@ -70,7 +71,7 @@ def test_bundled_pair_cost_shape(pair):
 
 @torch.inference_mode()
 def test_acceptance_floor_on_held_out_code(pair, held_out_ids):
-    """The shipped checkpoint's acceptance on held-out code, through the engine and mtp_viz.metrics."""
+    """The shipped checkpoint's acceptance on held-out code, through the engine and mtp_viz.analysis.metrics."""
     from training.evaluate import engine_events, summarize
 
     tok, target, drafter = pair
@@ -84,10 +85,10 @@ def test_acceptance_floor_on_held_out_code(pair, held_out_ids):
 
 @torch.inference_mode()
 def test_project_engine_with_bundled_pair(pair, prompt_ids):
-    engine = pytest.importorskip("mtp_viz.engine")
-    from mtp_viz.drafters import MTPDrafter
-    from mtp_viz.events import Done
-    from mtp_viz.sampling import Sampling
+    engine = pytest.importorskip("mtp_viz.engine.loop")
+    from mtp_viz.engine.drafters import MTPDrafter
+    from mtp_viz.engine.events import Done
+    from mtp_viz.engine.sampling import Sampling
 
     tok, target, drafter = pair
     ref = target.generate(torch.tensor([prompt_ids]), do_sample=False, max_new_tokens=32,

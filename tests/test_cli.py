@@ -6,8 +6,8 @@ import sys
 import pytest
 
 from factories import llama, save_gemma_pair, word_tokenizer
-from mtp_viz.cli import main
-from mtp_viz.events import event_from_dict
+from mtp_viz.cli.main import main
+from mtp_viz.engine.events import event_from_dict
 
 PROMPT = " ".join(f"w{i}" for i in range(10, 40))
 
@@ -113,7 +113,7 @@ def test_unknown_hub_id_offline(capsys, monkeypatch):
 
 def test_console_script_runs_as_a_process(pair):
     target, _ = pair
-    proc = subprocess.run([sys.executable, "-m", "mtp_viz.cli", "generate", "--target", str(target),
+    proc = subprocess.run([sys.executable, "-m", "mtp_viz.cli.main", "generate", "--target", str(target),
                            "--prompt", PROMPT, "--max-new-tokens", "4", "--jsonl"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr

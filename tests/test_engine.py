@@ -6,11 +6,10 @@ import torch
 
 from factories import (ScriptDrafter, gemma_assistant, gemma_small_lm, gemma_target,
                        greedy_reference, llama)
-from mtp_viz.drafters import MTPDrafter, ModelDrafter, PromptLookupDrafter
-from mtp_viz.engine import autoregressive, speculative
-from mtp_viz.events import (Accepted, Bonus, Done, Drafted, Event, Rejected, Start, Step, Token,
-                            event_from_dict)
-from mtp_viz.schedules import make_schedule
+from mtp_viz.engine.drafters import MTPDrafter, ModelDrafter, PromptLookupDrafter
+from mtp_viz.engine.loop import autoregressive, speculative
+from mtp_viz.engine.events import Accepted, Bonus, Done, Drafted, Event, Rejected, Start, Step, Token, event_from_dict
+from mtp_viz.engine.schedules import make_schedule
 
 V, WINDOW = 512, 16
 N = 40
@@ -158,7 +157,7 @@ def test_stale_kv_switch_keeps_output(target, prompt, reference):
 
 
 def test_events_round_trip_json(target, prompt, reference):
-    from mtp_viz.text import Detokenizer
+    from mtp_viz.engine.text import Detokenizer
     from factories import word_tokenizer
     detok = Detokenizer(word_tokenizer(V))
     drafter = ScriptDrafter(len(prompt), reference, wrong_every=2, vocab=V)
@@ -234,7 +233,7 @@ def test_initial_length_defaults_to_drafter_generation_config(target, prompt):
 
 
 def test_prompt_lookup_prefers_a_full_continuation():
-    from mtp_viz.drafters import DraftContext, PromptLookupDrafter
+    from mtp_viz.engine.drafters import DraftContext, PromptLookupDrafter
     d = PromptLookupDrafter(max_ngram=2)
     # in a run of repeats the latest match sits right before the tail; an earlier one
     # still has 4 tokens after it

@@ -4,9 +4,9 @@ import re
 
 import pytest
 
-from mtp_viz.app.anatomy_view import anatomy_html
-from mtp_viz.app.inspector import acceptance, find, inspector_html
-from mtp_viz.events import Accepted, Bonus, Drafted, Rejected, Start, Step, Token
+from mtp_viz.app.views.anatomy import anatomy_html
+from mtp_viz.app.views.inspector import acceptance, find, inspector_html
+from mtp_viz.engine.events import Accepted, Bonus, Drafted, Rejected, Start, Step, Token
 
 EVIL = '<img src=x onerror="alert(1)">'
 
@@ -95,8 +95,8 @@ def test_clustered_head_verdicts():
 
 def test_anatomy_of_a_clustered_drafter_has_the_modules_numbers():
     from factories import gemma_assistant, gemma_target, word_tokenizer
-    from mtp_viz.anatomy import anatomy
-    from mtp_viz.models import ModelPair
+    from mtp_viz.analysis.anatomy import anatomy
+    from mtp_viz.sources.models import ModelPair
     target, drafter = gemma_target(512, 16, layers=5), gemma_assistant(512, 16, ordered=True)
     pair = ModelPair(target, drafter, word_tokenizer(512), "my-target", "/srv/secret/drafter", "cpu")
     a = anatomy(pair)
@@ -116,7 +116,7 @@ def test_anatomy_of_a_clustered_drafter_has_the_modules_numbers():
 
 
 def test_anatomy_of_a_pair_without_mtp_or_clusters():
-    from mtp_viz.anatomy import Anatomy
+    from mtp_viz.analysis.anatomy import Anatomy
     plain = Anatomy("t", "", "mtp", target_layers=24, target_width=256, vocab=4096, drafter_layers=1,
                     drafter_width=256, input_width=512, projected_width=256, state_width=256)
     page = anatomy_html(plain)

@@ -1,4 +1,4 @@
-"""Turns on one thread, each source on its own clock (mtp_viz.interleave): a source is
+"""Turns on one thread, each source on its own clock (mtp_viz.sources.interleave): a source is
 never charged for another's work, the one with the smallest share of its tokens goes next, and the real
 engine's output does not depend on whether its runs take turns."""
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from factories import gemma_assistant, gemma_target, word_tokenizer
-from mtp_viz.events import Done, Start, Step, Token
-from mtp_viz.interleave import OwnClock, interleave
+from mtp_viz.engine.events import Done, Start, Step, Token
+from mtp_viz.sources.interleave import OwnClock, interleave
 
 
 class Counter:
@@ -107,7 +107,7 @@ def test_an_error_in_one_source_ends_all():
 
 @pytest.fixture(scope="module")
 def pair():
-    from mtp_viz.models import ModelPair
+    from mtp_viz.sources.models import ModelPair
     return ModelPair(gemma_target(layers=4), gemma_assistant(), word_tokenizer(), "random", "random", "cpu")
 
 
@@ -135,7 +135,8 @@ def test_on_a_cpu_with_one_thread_a_run_is_charged_its_threads_cpu_time(pair):
 
     import torch
 
-    from mtp_viz.app import stats_view, zerogpu
+    from mtp_viz.app.views import stats
+    from mtp_viz.app.runtime import zerogpu
     before = torch.get_num_threads()
     kw = dict(max_new_tokens=6, draft_tokens=2, chat=False)
     try:
@@ -147,11 +148,11 @@ def test_on_a_cpu_with_one_thread_a_run_is_charged_its_threads_cpu_time(pair):
             assert {k: e.settings["clock"] for k, e in events if isinstance(e, Start)} == \
                 {"spec": basis, "ar": basis}
             spec, ar = ([e for k, e in events if k == name] for name in ("spec", "ar"))
-            h = stats_view.compare_html(stats_view.run_stats(spec), stats_view.run_stats(ar), greedy=True)
+            h = stats.compare_html(stats.run_stats(spec), stats.run_stats(ar), greedy=True)
             assert f'data-clock="{basis}"' in h and ("tokens/s of engine CPU time" in h) == (basis == "cpu")
-            assert ("of engine CPU time" in stats_view.stats_html(stats_view.run_stats(spec))) == (basis == "cpu")
+            assert ("of engine CPU time" in stats.stats_html(stats.run_stats(spec))) == (basis == "cpu")
     finally:
         torch.set_num_threads(before)
     # a plain call is on wall time, and an older trace (no "clock") reads as wall time
     assert next(iter(pair.generate("w10", max_new_tokens=1, chat=False))).settings["clock"] == "wall"
-    assert stats_view.run_stats([Start("speculative", 1, (1,))]).clock == "wall"
+    assert stats.run_stats([Start("speculative", 1, (1,))]).clock == "wall"

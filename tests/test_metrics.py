@@ -2,9 +2,9 @@ import json
 
 import pytest
 
-from mtp_viz import metrics, theory
-from mtp_viz.events import (Accepted, Bonus, Done, Drafted, Rejected, Start, Step, Token,
-                            event_from_dict)
+from mtp_viz.analysis import metrics
+from mtp_viz.engine import theory
+from mtp_viz.engine.events import Accepted, Bonus, Done, Drafted, Rejected, Start, Step, Token, event_from_dict
 
 
 def spec_step(step, drafts, n_accept, *, bonus=True, cut="", draft_s=0.0, verify_s=0.0):

@@ -4,10 +4,10 @@ import pytest
 import torch
 
 from factories import save_gemma_pair
-from mtp_viz.drafters import MTPDrafter, PromptLookupDrafter
+from mtp_viz.engine.drafters import MTPDrafter, PromptLookupDrafter
 from mtp_viz.errors import UserError
-from mtp_viz.models import load_pair
-from mtp_viz.presets import PRESETS, resolve
+from mtp_viz.sources.models import load_pair
+from mtp_viz.sources.presets import PRESETS, resolve
 
 TEMPLATE = ("{% for m in messages %}w5 {{ m['content'] }} w6{% endfor %}"
             "{% if add_generation_prompt %} w7{% endif %}")

@@ -4,9 +4,9 @@ import torch
 from transformers.generation import candidate_generator as cg
 
 from factories import gemma_assistant, gemma_target
-from mtp_viz.drafters import MTPDrafter
-from mtp_viz.engine import speculative
-from mtp_viz.events import Drafted
+from mtp_viz.engine.drafters import MTPDrafter
+from mtp_viz.engine.loop import speculative
+from mtp_viz.engine.events import Drafted
 
 V, WINDOW = 512, 64  # the whole run fits in the window, where transformers crops like us
 

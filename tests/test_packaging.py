@@ -53,14 +53,14 @@ def test_wheel_carries_the_bundled_pair_and_runs_it_from_any_folder(tmp_path):
     zipfile.ZipFile(wheel).extractall(site)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    proc = subprocess.run([sys.executable, "-c", "import sys; from mtp_viz.cli import main; sys.exit(main())",
+    proc = subprocess.run([sys.executable, "-c", "import sys; from mtp_viz.cli.main import main; sys.exit(main())",
                            "generate", "--target", "tiny", "--prompt", "import os", "--max-new-tokens", "6",
                            "--jsonl"], cwd=elsewhere, capture_output=True, text=True, timeout=600,
                           env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
     assert proc.returncode == 0, proc.stderr
     events = [json.loads(line) for line in proc.stdout.splitlines()]
     assert events[-1]["type"] == "done" and events[-1]["new_tokens"] == 6
-    proc = subprocess.run([sys.executable, "-c", "import mtp_viz.presets as p; print(p.assets_dir())"],
+    proc = subprocess.run([sys.executable, "-c", "import mtp_viz.paths as p; print(p.assets_dir())"],
                           cwd=elsewhere, capture_output=True, text=True, env={"PYTHONPATH": str(site)})
     assert proc.stdout.strip().startswith(str(site))
 
@@ -102,12 +102,13 @@ def test_the_package_has_no_import_cycle():
     for m in graph:
         if m not in state:
             visit(m, [])
-    assert graph["mtp_viz.theory"] == set()  # pure formulas
-    assert "mtp_viz.theory" in graph["mtp_viz.schedules"]
+    assert graph["mtp_viz.engine.theory"] == set()  # pure formulas
+    assert "mtp_viz.engine.theory" in graph["mtp_viz.engine.schedules"]
 
 
 def test_spaces_installed_changes_nothing_off_zerogpu():
-    from mtp_viz.app import ui, zerogpu
+    from mtp_viz.app.page import layout as ui
+    from mtp_viz.app.runtime import zerogpu
     assert importlib.util.find_spec("spaces") is not None  # the test extra installs it
     assert not zerogpu.zero_gpu() and zerogpu.on_gpu() is zerogpu.runs
     assert zerogpu.duration(64) < zerogpu.duration(512) <= zerogpu.MAX_SECONDS

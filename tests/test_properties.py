@@ -13,11 +13,11 @@ from transformers import (Gemma4AssistantConfig, Gemma4AssistantForCausalLM, Gem
                           Gemma4TextConfig)
 
 from factories import greedy_reference
-from mtp_viz.decoding import MAX_SEED, Sampling
-from mtp_viz.drafters import MTPDrafter, ModelDrafter, PromptLookupDrafter
-from mtp_viz.engine import autoregressive, speculative
-from mtp_viz.sampling import Sampler
-from mtp_viz.schedules import SCHEDULES
+from mtp_viz.engine.decoding import MAX_SEED, Sampling
+from mtp_viz.engine.drafters import MTPDrafter, ModelDrafter, PromptLookupDrafter
+from mtp_viz.engine.loop import autoregressive, speculative
+from mtp_viz.engine.sampling import Sampler
+from mtp_viz.engine.schedules import SCHEDULES
 from test_engine import check_invariants, generated
 
 SLOW = settings(max_examples=12, deadline=None, derandomize=True,

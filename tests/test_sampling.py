@@ -10,10 +10,10 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-import mtp_viz.engine as engine
+from mtp_viz.engine import loop as engine
 from factories import gemma_assistant, gemma_target
-from mtp_viz.drafters import MTPDrafter, PromptLookupDrafter
-from mtp_viz.sampling import Sampling
+from mtp_viz.engine.drafters import MTPDrafter, PromptLookupDrafter
+from mtp_viz.engine.sampling import Sampling
 
 V = 8
 PROMPT = [3, 5, 4, 6, 3, 5]  # ends with a bigram seen before, so prompt lookup drafts too

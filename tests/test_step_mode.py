@@ -11,8 +11,9 @@ import time
 import pytest
 
 from factories import gemma_assistant, gemma_target, word_tokenizer
-from mtp_viz.app import captions, export, runs, view
-from mtp_viz.events import Bonus, Done, Drafted, Rejected, Start, Step
+from mtp_viz.app.views import captions, export, tokens as view
+from mtp_viz.app.runtime import runs
+from mtp_viz.engine.events import Bonus, Done, Drafted, Rejected, Start, Step
 from test_view import EVIL, spec_run, ar_run
 
 PROMPT = " ".join(f"w{i}" for i in range(10, 30))
@@ -21,7 +22,7 @@ KW = dict(mode="speculative", max_new_tokens=24, draft_tokens=4, chat=False)
 
 @pytest.fixture(scope="module")
 def pair():
-    from mtp_viz.models import ModelPair
+    from mtp_viz.sources.models import ModelPair
     return ModelPair(gemma_target(layers=4), gemma_assistant(), word_tokenizer(), "random", "random", "cpu")
 
 

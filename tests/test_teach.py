@@ -8,11 +8,14 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
-from mtp_viz import metrics, theory
-from mtp_viz.app import links, teach, teach_view
-from mtp_viz.metrics import TheoryCheck
+from mtp_viz.analysis import metrics
+from mtp_viz.engine import theory
+from mtp_viz.app.handlers import links
+from mtp_viz.app.page import teach
+from mtp_viz.app.views import explain as teach_view
+from mtp_viz.analysis.metrics import TheoryCheck
 from mtp_viz.prompts import category_suite
-from mtp_viz.whatif import what_if
+from mtp_viz.analysis.whatif import what_if
 from test_metrics import PLAN, ar_stream, spec_stream
 
 

@@ -119,7 +119,7 @@ def test_copy_link_hands_over_the_current_settings(browser, url):  # noqa: F811
 
 
 def test_presenter_mode_switches_type_and_token_colours(browser, url):  # noqa: F811
-    from mtp_viz import trace
+    from mtp_viz.sources import trace
     path = sorted(trace.examples_dir().glob("*.jsonl"))[0]
     styles = {}
     for query in ("", "?presenter=1"):
@@ -166,7 +166,7 @@ def test_the_tour_shows_once_and_stays_dismissed(browser, url):  # noqa: F811
 
 
 def test_glossary_explanations_and_the_what_if_of_a_trace(browser, url):  # noqa: F811
-    from mtp_viz import trace
+    from mtp_viz.sources import trace
     page = _page(browser, url)
     try:
         assert page.locator("#glossary dt[data-term]").evaluate_all("els => els.map(e => e.dataset.term)") == TERMS

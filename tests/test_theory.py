@@ -3,8 +3,8 @@ import random
 
 import pytest
 
-from mtp_viz import theory
-from mtp_viz.schedules import OptimalSchedule, make_schedule
+from mtp_viz.engine import theory
+from mtp_viz.engine.schedules import OptimalSchedule, make_schedule
 
 
 def test_expected_tokens_matches_geometric_sum():

@@ -6,10 +6,10 @@ import json
 import pytest
 
 from factories import save_gemma_pair
-from mtp_viz import trace
-from mtp_viz.cli import main
+from mtp_viz.sources import trace
+from mtp_viz.cli.main import main
 from mtp_viz.errors import UserError
-from mtp_viz.events import Accepted, Bonus, Done, Start, Step, Token
+from mtp_viz.engine.events import Accepted, Bonus, Done, Start, Step, Token
 
 PROMPT = " ".join(f"w{i}" for i in range(10, 40))
 
@@ -131,7 +131,7 @@ def test_replay_plays_a_cli_trace_styled_with_its_summary(cli_runs, tmp_path, ca
 
 
 def test_replay_waits_for_recorded_times():
-    from mtp_viz.cli_replay import played
+    from mtp_viz.cli.replay import played
     now = [0.0]
     seen = []
     for e in played(small_run(), speed=0.5, clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s)):

@@ -30,7 +30,7 @@ PROMPT = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n
 
 @pytest.fixture(scope="module")
 def server():
-    from mtp_viz.app import ui
+    from mtp_viz.app.page import layout as ui
     demo = ui.build_demo(target="tiny")
     url = serve(demo)
     yield demo, url
@@ -68,8 +68,9 @@ class Gated:
 
 @pytest.fixture(scope="module")
 def gated_server():
-    from mtp_viz.app import service, ui
-    from mtp_viz.models import load_pair
+    from mtp_viz.app.runtime import service
+    from mtp_viz.app.page import layout as ui
+    from mtp_viz.sources.models import load_pair
     gate = {}
 
     def load(target, drafter):
@@ -275,8 +276,8 @@ def modelless_server():
 
 def test_an_uploaded_cli_trace_shows_exactly_its_token_kinds(browser, modelless_server, tmp_path):
     import contextlib
-    from mtp_viz import trace
-    from mtp_viz.cli import main
+    from mtp_viz.sources import trace
+    from mtp_viz.cli.main import main
     path = tmp_path / "cli.jsonl"
     with path.open("w", encoding="utf-8") as f, contextlib.redirect_stdout(f):
         for extra in ([], ["--autoregressive"]):
@@ -322,7 +323,7 @@ def test_a_downloaded_trace_uploaded_again_reproduces_the_run(page, tmp_path):
 
 
 def test_scrubbing_to_a_step_shows_exactly_the_tokens_up_to_it(browser, modelless_server):
-    from mtp_viz import trace
+    from mtp_viz.sources import trace
     path = sorted(trace.examples_dir().glob("*.jsonl"))[0]
     spec, _ = trace.spec_and_ar(trace.read(path))
     page = _new_page(browser)
@@ -390,7 +391,7 @@ def test_a_run_exports_an_offline_page_csv_and_png(browser, page, tmp_path):
         files[hook] = tmp_path / name
         download.value.save_as(files[hook])
 
-    from mtp_viz import trace
+    from mtp_viz.sources import trace
     spec, ar = trace.spec_and_ar(trace.read(files["trace-download"]))
     rows = list(csv.DictReader(files["export-csv"].open(encoding="utf-8")))
     steps = [e for e in spec + ar if e.type == "step"]

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from mtp_viz.app import charts, stats_view, view
-from mtp_viz.events import Accepted, Bonus, Done, Drafted, Rejected, Start, Step, Token
+from mtp_viz.app.views import charts, stats, tokens as view
+from mtp_viz.engine.events import Accepted, Bonus, Done, Drafted, Rejected, Start, Step, Token
 
 EVIL = '<img src=x onerror="alert(1)">'
 
@@ -93,20 +93,20 @@ def test_placeholder_when_empty():
 
 
 def test_run_stats_and_stats_html():
-    s = stats_view.run_stats(spec_run())
+    s = stats.run_stats(spec_run())
     assert (s.tokens, s.forwards, s.drafted, s.accepted) == (8, 3, 12, 5)
     assert s.tokens_per_forward == pytest.approx(8 / 3)
     assert s.done and s.seconds == pytest.approx(0.03)
-    h = stats_view.stats_html(s)
+    h = stats.stats_html(s)
     for word in ("tokens", "target forwards", "tokens/s", "elapsed"):
         assert word in h
-    live = stats_view.run_stats(spec_run()[:5], now=0.5)
+    live = stats.run_stats(spec_run()[:5], now=0.5)
     assert not live.done and live.seconds == 0.5
 
 
 def test_compare_identity_and_speedup_hooks():
-    spec, same = stats_view.run_stats(spec_run()), stats_view.run_stats(ar_run())
-    h = stats_view.compare_html(spec, same, greedy=True, threads=1)
+    spec, same = stats.run_stats(spec_run()), stats.run_stats(ar_run())
+    h = stats.compare_html(spec, same, greedy=True, threads=1)
     assert "token-identical" in h and "one run each, in turns, 1 torch thread" in h
     x = spec.tokens_per_second / same.tokens_per_second
     hooks = dict(re.findall(r'data-([a-z-]+)="([^"]*)"', h.split(">", 1)[0]))
@@ -115,27 +115,27 @@ def test_compare_identity_and_speedup_hooks():
     assert float(hooks["ar-tps"]) == pytest.approx(same.tokens_per_second, abs=1e-3)
     assert hooks["basis"] == "single run" and hooks["threads"] == "1"
     assert "faster" not in h  # one run each names no winner
-    other = stats_view.run_stats(ar_run(texts=("def", " f", "X", ")", ":", "\n", EVIL, "<eos>")))
-    h = stats_view.compare_html(spec, other, greedy=True)
+    other = stats.run_stats(ar_run(texts=("def", " f", "X", ")", ":", "\n", EVIL, "<eos>")))
+    h = stats.compare_html(spec, other, greedy=True)
     assert "first differ at token 3" in h and "<img" not in h
-    assert "identical" not in stats_view.compare_html(spec, other, greedy=False)
-    assert "data-speedup" not in stats_view.compare_html(spec, stats_view.run_stats(ar_run()[:3]), greedy=True)
+    assert "identical" not in stats.compare_html(spec, other, greedy=False)
+    assert "data-speedup" not in stats.compare_html(spec, stats.run_stats(ar_run()[:3]), greedy=True)
 
 
 def test_measurement_names_a_winner_only_when_every_repeat_agrees():
-    from mtp_viz.app.measure import Measurement
+    from mtp_viz.app.runtime.measure import Measurement
     m = Measurement((1.8, 1.9, 2.0), 200.0, 105.0, 1)
-    h = stats_view.measurement_html(m)
+    h = stats.measurement_html(m)
     assert "×1.90</b> faster" in h and "median of 3 repeats" in h and 'data-basis="median of 3"' in h
     assert m.spread == pytest.approx(2.0 / 1.8)
-    noisy = stats_view.measurement_html(Measurement((0.9, 1.05, 1.2), 100.0, 95.0, 1))
+    noisy = stats.measurement_html(Measurement((0.9, 1.05, 1.2), 100.0, 95.0, 1))
     assert "too close to call" in noisy and "faster" not in noisy
-    assert "slower" in stats_view.measurement_html(Measurement((0.7, 0.8, 0.9), 80.0, 100.0, 2))
+    assert "slower" in stats.measurement_html(Measurement((0.7, 0.8, 0.9), 80.0, 100.0, 2))
 
 
 def test_theory_panel_escapes_and_shows_noisy_v():
-    from mtp_viz.app import panels
-    from mtp_viz.metrics import theory_check
+    from mtp_viz.app.views import theory as panels
+    from mtp_viz.analysis.metrics import theory_check
     spec = spec_run()
     chk = theory_check(spec, ar_run(dt=0.01))
     out = panels.theory_panel_html(chk)
@@ -199,8 +199,8 @@ def test_empty_figures_have_a_hint():
 
 
 def test_app_modules_do_not_import_torch():
-    code = ("import sys, mtp_viz.app.ui, mtp_viz.app.view, mtp_viz.app.service, mtp_viz.app.runs, "
-            "mtp_viz.app.handlers, mtp_viz.app.panels; "
+    code = ("import sys, mtp_viz.app.page.layout, mtp_viz.app.views.tokens, mtp_viz.app.runtime.service, mtp_viz.app.runtime.runs, "
+            "mtp_viz.app.handlers.local, mtp_viz.app.views.theory; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120,
                    env={"GRADIO_ANALYTICS_ENABLED": "False", "PATH": "/usr/bin:/bin"})

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from mtp_viz import vllm_client
-from mtp_viz.app import dashboard
-from mtp_viz.cli import main
-from mtp_viz.events import Accepted, Bonus, Done, Drafted, Error, Rejected, Start, Step, Token, event_from_dict
-from mtp_viz.presets import assets_dir
-from mtp_viz.prometheus import delta
-from mtp_viz.vllm_source import assemble, events, generate
+from mtp_viz.sources.vllm import client as vllm_client
+from mtp_viz.app.views import dashboard
+from mtp_viz.cli.main import main
+from mtp_viz.engine.events import Accepted, Bonus, Done, Drafted, Error, Rejected, Start, Step, Token, event_from_dict
+from mtp_viz.paths import assets_dir
+from mtp_viz.sources.vllm.prometheus import delta
+from mtp_viz.sources.vllm.stream import assemble, events, generate
 
 pytestmark = pytest.mark.vllm
 

@@ -10,14 +10,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from mtp_viz import vllm_client
-from mtp_viz.app import charts, panels, runs, service, view, vllm_tab
-from mtp_viz.app.handlers import SLOTS, Handlers
-from mtp_viz.app.vllm_guard import ServerPolicy, canonical
+from mtp_viz.sources.vllm import client as vllm_client
+from mtp_viz.app.views import charts, theory as panels, tokens as view
+from mtp_viz.app.runtime import runs, service
+from mtp_viz.app.page import vllm as vllm_tab
+from mtp_viz.app.handlers.local import SLOTS, Handlers
+from mtp_viz.app.runtime.guard import ServerPolicy, canonical
 from mtp_viz.errors import UserError
-from mtp_viz.events import Accepted, Bonus, Done, Drafted, Rejected, Start, Step
-from mtp_viz.metrics import theory_check
-from mtp_viz.vllm_source import Received, step_events
+from mtp_viz.engine.events import Accepted, Bonus, Done, Drafted, Rejected, Start, Step
+from mtp_viz.analysis.metrics import theory_check
+from mtp_viz.sources.vllm.stream import Received, step_events
 
 SECRET = "/srv/private/what-the-server-says"
 LOCKED = service.AllowList("tiny")
@@ -171,7 +173,7 @@ def test_panes_count_the_drafts_vllm_rejected_after_each_step():
 
 
 def test_step_captions_of_a_vllm_run_give_counts_and_no_invented_times():
-    from mtp_viz.app import captions
+    from mtp_viz.app.views import captions
     evs = _vllm_events([2, 4, 0, 1], [4, 4, 4, 4], 1 + 3 + 5 + 1 + 1)
     upto = lambda s: [e for e in evs if isinstance(e, Start) or 0 < getattr(e, "step", 0) <= s]  # noqa: E731
     assert captions.caption(upto(1)) == ("Step 1: the target read the prompt (3 tokens) in one forward pass "
@@ -183,7 +185,7 @@ def test_step_captions_of_a_vllm_run_give_counts_and_no_invented_times():
 
 
 def test_the_steps_csv_of_a_vllm_run_has_counts_and_no_invented_times():
-    from mtp_viz.app import export
+    from mtp_viz.app.views import export
     rows = export.steps_csv(_vllm_events([2, 4, 0, 1], [4, 4, 4, 4], 11)).splitlines()
     assert rows[2].startswith("speculative,2,4,2,2,3,,,")
     assert all(r.split(",")[6:8] == ["", ""] for r in rows[1:])
@@ -215,7 +217,7 @@ def test_theory_panel_and_timing_chart_say_vllm_reports_no_timings():
              Bonus(2, 6, "y", 0.9, 1, "extension"), Step(2, 1, 1, 2, 0.01, 0.02, t=0.03)]
     assert theory_check(local).timed and "γ*" in panels.theory_panel_html(theory_check(local))
     assert charts.timing_figure(local).data
-    from mtp_viz.app import teach
+    from mtp_viz.app.page import teach
     sess = runs.Session()
     sess.spec = evs
     assert "Not for this run" in teach.what_if_update(sess) and "data-best" not in teach.what_if_update(sess)
@@ -289,7 +291,7 @@ def test_measure_says_to_use_bench_for_servers():
 
 
 def test_the_page_offers_the_source_and_dashboard_unless_locked_without_servers(monkeypatch):
-    from mtp_viz.app import ui
+    from mtp_viz.app.page import layout as ui
 
     def has_vllm(demo):
         model = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "model")

@@ -12,9 +12,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from mtp_viz.cli import main
-from mtp_viz.events import Error
-from mtp_viz.vllm_source import generate
+from mtp_viz.cli.main import main
+from mtp_viz.engine.events import Error
+from mtp_viz.sources.vllm.stream import generate
 
 SECRET = "/srv/private/path-the-server-knows"
 

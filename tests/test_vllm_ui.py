@@ -16,9 +16,9 @@ from serving import serve_modelless
 from test_ui_browser import _new_page, browser  # noqa: F401 (a fixture)
 from test_vllm import PROMPTS, _url
 
-from mtp_viz import vllm_client
-from mtp_viz.prometheus import delta
-from mtp_viz.vllm_source import events
+from mtp_viz.sources.vllm import client as vllm_client
+from mtp_viz.sources.vllm.prometheus import delta
+from mtp_viz.sources.vllm.stream import events
 
 pytestmark = [pytest.mark.vllm, pytest.mark.browser]
 

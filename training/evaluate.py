@@ -2,8 +2,8 @@
 
     python -m training.evaluate --out mtp_viz/assets/tiny
 
-Decoding runs through the project's own engine (`mtp_viz.engine.speculative` with `mtp_viz.drafters.MTPDrafter`),
-and the figures come from `mtp_viz.metrics` over its event stream, so they are the ones the app and
+Decoding runs through the project's own engine (`mtp_viz.engine.loop.speculative` with `mtp_viz.engine.drafters.MTPDrafter`),
+and the figures come from `mtp_viz.analysis.metrics` over its event stream, so they are the ones the app and
 `mtp-viz bench` report. Every output is checked against `target.generate(do_sample=False)` (speculative decoding
 must not change the output).
 """
@@ -17,11 +17,11 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from mtp_viz import metrics
-from mtp_viz.drafters import MTPDrafter
-from mtp_viz.engine import speculative
-from mtp_viz.events import Done
-from mtp_viz.sampling import Sampling
+from mtp_viz.analysis import metrics
+from mtp_viz.engine.drafters import MTPDrafter
+from mtp_viz.engine.loop import speculative
+from mtp_viz.engine.events import Done
+from mtp_viz.engine.sampling import Sampling
 
 from .models import DEFAULT_DRAFT_TOKENS
 
@@ -52,7 +52,7 @@ def engine_events(target, drafter, prompt_ids, max_new_tokens: int, eos_id: int,
 
 
 def summarize(events: list, draft_tokens: int) -> dict:
-    """The evaluation's figures, all from `mtp_viz.metrics` (pooled over every generation in `events`)."""
+    """The evaluation's figures, all from `mtp_viz.analysis.metrics` (pooled over every generation in `events`)."""
     s = metrics.summarize(events)
     per_pos = (list(s.per_position_conditional) + [None] * draft_tokens)[:draft_tokens]
     return {
@@ -84,7 +84,7 @@ def run_set(tok, target, drafter, prompts, max_new_tokens: int, draft_tokens: in
                         "mean_accepted_length": per["mean_accepted_length"],
                         "first_position_acceptance": per["first_position_acceptance"]})
     res = summarize(pooled, draft_tokens)
-    res["measured_with"] = "mtp_viz.engine + mtp_viz.metrics"
+    res["measured_with"] = "mtp_viz.engine.loop + mtp_viz.analysis.metrics"
     res["prompts"] = len(prompts)
     res["samples"] = samples
     return res

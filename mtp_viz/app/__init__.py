@@ -1,2 +1,2 @@
 """The Gradio app and its pure views. Nothing here imports torch: models load through
-:mod:`mtp_viz.models` only when a run first needs them (see :mod:`.service`)."""
+:mod:`mtp_viz.sources.models` only when a run first needs them (see :mod:`.service`)."""

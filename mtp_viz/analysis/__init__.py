@@ -1,0 +1,1 @@
+"""Analysis: pure functions over events (metrics, what-if, anatomy, stream slicing)."""

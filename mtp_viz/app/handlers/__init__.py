@@ -1,0 +1,1 @@
+"""Handlers: what the page's events do (runs, recorded runs, the vLLM source, links)."""

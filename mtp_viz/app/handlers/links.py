@@ -1,0 +1,130 @@
+"""Deep links: the URL query that restores the prompt, the model pair and the settings.
+
+A teacher hands the room one link, e.g.
+``?prompt=def%20f(x)%3A&model=tiny&draft_tokens=6&max_new_tokens=32&decoding=greedy``.
+The parameter names are a contract (README, "Links and presenter mode"). Pure: query
+parameters in, form values and problems out; no gradio here.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+from urllib.parse import urlencode
+
+from mtp_viz.engine.schedules import SCHEDULES
+
+# Parameters that belong to the page itself, not to the form: presenter mode (read by
+# the page's script) and Gradio's own (``view=api``, ``__theme=dark``).
+PAGE_PARAMS = ("presenter", "view")
+DRAFTERS = ("mtp", "lookup")
+DECODINGS = ("greedy", "sampling")
+SAMPLING_ONLY = ("temperature", "top_p", "top_k", "seed")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the page's controls accept."""
+    models: tuple[str, ...]          # preset keys of the model picker
+    max_new_tokens: int              # the deployment's cap
+    prompt_chars: int                # a cheap bound on the prompt (see runs.check_prompt)
+    draft_tokens: int = 16
+
+
+@dataclass
+class Link:
+    """The form values a link sets (by form name) and one phrase per ignored parameter."""
+    values: dict[str, Any] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    def sentence(self) -> str:
+        """All problems as one sentence for ``#status`` ("" when none)."""
+        return f"Ignored from the link: {'; '.join(self.problems)}." if self.problems else ""
+
+
+def _whole(lo: int, hi: int | None = None) -> Callable[[str], int | None]:
+    def check(text: str) -> int | None:
+        try:
+            f = float(text)
+        except ValueError:
+            return None
+        if not math.isfinite(f) or f != int(f) or f < lo or (hi is not None and f > hi):
+            return None
+        return int(f)
+    return check
+
+
+def _real(lo: float, hi: float) -> Callable[[str], float | None]:
+    def check(text: str) -> float | None:
+        try:
+            f = float(text)
+        except ValueError:
+            return None
+        return f if math.isfinite(f) and lo <= f <= hi else None
+    return check
+
+
+def _one_of(options: tuple[str, ...]) -> Callable[[str], str | None]:
+    return lambda text: text.strip().lower() if text.strip().lower() in options else None
+
+
+def rules(limits: Limits) -> dict[str, tuple[str, Callable[[str], Any], str]]:
+    """Query name -> (form name, parser returning None when invalid, what is expected)."""
+    prompt_ok = lambda t: t if t.strip() and len(t) <= limits.prompt_chars else None  # noqa: E731
+    return {
+        "prompt": ("prompt", prompt_ok, f"a non-empty text of at most {limits.prompt_chars} characters"),
+        "model": ("model", _one_of(limits.models), "one of " + ", ".join(limits.models)),
+        "draft_tokens": ("draft_tokens", _whole(1, limits.draft_tokens),
+                         f"a whole number from 1 to {limits.draft_tokens}"),
+        "max_new_tokens": ("max_new_tokens", _whole(1, limits.max_new_tokens),
+                           f"a whole number from 1 to {limits.max_new_tokens}"),
+        "decoding": ("decoding", _one_of(DECODINGS), "greedy or sampling"),
+        "temperature": ("temperature", _real(0.05, 2.0), "a number from 0.05 to 2"),
+        "top_p": ("top_p", _real(0.05, 1.0), "a number from 0.05 to 1"),
+        "top_k": ("top_k", _whole(0), "a whole number, 0 or more"),
+        "seed": ("seed", _whole(0), "a whole number, 0 or more"),
+        "schedule": ("schedule", _one_of(tuple(SCHEDULES)), "one of " + ", ".join(SCHEDULES)),
+        "drafter": ("drafter_kind", _one_of(DRAFTERS), "mtp or lookup"),
+    }
+
+
+def _name(text: str) -> str:
+    return text if len(text) <= 24 else text[:23] + "…"
+
+
+def parse(params: Mapping[str, str], limits: Limits) -> Link:
+    """The form values a URL query sets; every parameter checked, a bad one ignored
+    with a phrase saying what it should be. Never raises."""
+    link = Link()
+    table = rules(limits)
+    for key, raw in params.items():
+        if key in PAGE_PARAMS or key.startswith("__"):
+            continue
+        if key not in table:
+            link.problems.append(f"{_name(key)} (not a setting)")
+            continue
+        form_name, check, expected = table[key]
+        value = check(raw if isinstance(raw, str) else "")
+        if value is None:
+            link.problems.append(f"{key} (must be {expected})")
+        else:
+            link.values[form_name] = value
+    return link
+
+
+def query(values: Mapping[str, Any], limits: Limits) -> str:
+    """The query string (with its leading ``?``) for the form's current values; a value
+    the page would not accept back is left out, and so are the sampling settings of a
+    greedy run (they do nothing there)."""
+    out = {}
+    greedy = values.get("decoding") == "greedy"
+    for key, (form_name, check, _) in rules(limits).items():
+        if greedy and key in SAMPLING_ONLY:
+            continue
+        v = values.get(form_name)
+        if v is None or v == "":
+            continue
+        text = f"{v:g}" if isinstance(v, float) else str(v)
+        if check(text) is not None:
+            out[key] = text
+    return "?" + urlencode(out)

@@ -1,0 +1,258 @@
+"""The app's event handlers and its ``/generate`` API. No torch here: models are reached
+through :mod:`.service` (loading) and :mod:`.runs` (running).
+
+Handlers return *frames* (see :mod:`.recorded`, which also holds the handlers of recorded
+runs: replay, scrubber, traces and exports).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any, Iterator
+
+import gradio as gr
+
+from mtp_viz.engine.decoding import Sampling
+from mtp_viz.errors import UserError
+from mtp_viz.engine.events import Error
+from mtp_viz.app.views import charts, export, inspector, stats, tokens as view
+from mtp_viz.app.runtime import measure, runs, service, zerogpu
+from .recorded import PLOTS, SLOTS, Recorded, frame
+
+CUSTOM = "custom"
+API_FRAME_SECONDS = 0.25  # the /generate stream sends the events so far at most this often
+
+
+class Handlers(Recorded):
+    """One instance per demo, shared by all sessions (per-session state travels in
+    ``gr.State`` as a :class:`runs.Session`)."""
+
+    def __init__(self, loader: service.PairLoader, presets: dict, default: tuple[str, str | None],
+                 cap: int, prompt_cap: int, empty_figures: dict | None = None):
+        self.loader, self.presets, self.default = loader, presets, default
+        self.cap, self.prompt_cap = cap, prompt_cap
+        self.runs = zerogpu.on_gpu()  # model work; under spaces.GPU on ZeroGPU hardware
+        self.step_mode_ok = not zerogpu.zero_gpu()  # a paused run would hold the shared GPU
+        self.empty_figures = empty_figures or charts.all_figures([])  # shared, never mutated
+        self.downloads = export.Downloads()
+
+    # ------------------------------------------------------------ models
+
+    def pick(self, key: str, custom_target: str = "", custom_drafter: str = "") -> tuple[str, str | None]:
+        """(target, drafter) for a picker choice; UserError for what may not be loaded."""
+        if key == CUSTOM:
+            target = (custom_target or "").strip()
+            if not target:
+                raise UserError("Enter a hub id or a local folder for the custom target model.")
+            pair = target, (custom_drafter or "").strip() or None
+        elif key in self.presets:
+            pair = self.presets[key]["target"], self.presets[key]["drafter"]
+        else:
+            raise UserError("Pick a model pair from the list.")
+        self.loader.allow.check(*pair)
+        return pair
+
+    def model_line(self, target: str, drafter: str | None) -> str:
+        st = self.loader.state(target, drafter)
+        name = "the bundled tiny pair" if target == "tiny" else target + (f" + {drafter}" if drafter else "")
+        if st.status in ("queued", "loading"):
+            return view.message_html(f"Loading {name}… {time.monotonic() - st.started:.0f} s")
+        if st.status == "ready":
+            return view.message_html(f"Ready: {name}.")
+        if st.status in ("error", "unloaded"):
+            return view.message_html(st.message, level="error" if st.status == "error" else "warn")
+        return view.message_html(f"{name[:1].upper()}{name[1:]} loads on first run (or press Load).")
+
+    def load(self, key: str, custom_target: str, custom_drafter: str):
+        try:
+            target, drafter = self.pick(key, custom_target, custom_drafter)
+            self.loader.start(target, drafter)
+        except UserError as e:
+            return view.message_html(str(e), level="error"), gr.Timer(active=False), gr.skip()
+        return self.model_line(target, drafter), gr.Timer(active=True), gr.skip()
+
+    def tick(self, key: str, custom_target: str, custom_drafter: str):
+        """While a pair loads: its status line; once ready, the chat switch follows the
+        pair (on only when its tokenizer has a chat template)."""
+        try:
+            target, drafter = self.pick(key, custom_target, custom_drafter)
+        except UserError:
+            return gr.skip(), gr.Timer(active=False), gr.skip()
+        st = self.loader.state(target, drafter)
+        loading = st.status in ("queued", "loading")
+        chat = gr.update(value=st.pair.chat_template is not None) if st.status == "ready" else gr.skip()
+        return self.model_line(target, drafter), gr.Timer(active=loading), chat
+
+    def _ready_pair(self, target: str, drafter: str | None, sess: runs.Session) -> Iterator[Any]:
+        """Wait for the pair, yielding status lines; the last item is the pair (or None)."""
+        while (st := self.loader.wait(target, drafter, timeout=0.5)).status in ("queued", "loading"):
+            if sess.stop.is_set():  # the model keeps loading for the next run
+                raise UserError("Stopped while the model loads.")
+            yield self.model_line(target, drafter)
+        if st.status != "ready":
+            raise UserError(st.message)
+        yield st.pair
+
+    # ------------------------------------------------------------ runs
+
+    def settings(self, v: dict[str, Any], pair: tuple[str, str | None] | None = None) -> runs.RunSettings:
+        """The form's values as run settings, every field checked (one sentence each);
+        ``pair`` in place of the picker's (a vLLM source passes its server)."""
+        prompt = runs.check_prompt(v["prompt"], self.prompt_cap)
+        target, drafter = pair or self.pick(v["model"], v["custom_target"], v["custom_drafter"])
+        greedy = v["decoding"] == "greedy"
+        max_new = runs.whole(v["max_new_tokens"], "Max new tokens")
+        if not 1 <= max_new <= self.cap:
+            raise UserError(f"Max new tokens must be between 1 and {self.cap}.")
+        seed = None if greedy or v["seed"] in (None, "") else runs.whole(v["seed"], "The seed")
+        s = runs.RunSettings(
+            prompt=prompt, target=target, drafter=drafter, drafter_kind=v["drafter_kind"],
+            max_new_tokens=max_new, draft_tokens=runs.whole(v["draft_tokens"], "Draft tokens"),
+            schedule=v["schedule"], temperature=0.0 if greedy else runs.number(v["temperature"], "Temperature"),
+            top_p=1.0 if greedy else runs.number(v["top_p"], "Top-p"),
+            top_k=0 if greedy else runs.whole(v["top_k"], "Top-k"), seed=seed, chat=bool(v["chat"]),
+            baseline=bool(v["baseline"]), max_prompt_tokens=self.prompt_cap)
+        try:
+            Sampling(s.temperature, s.top_k, s.top_p, s.seed).validate()
+        except ValueError as e:
+            raise UserError(str(e)) from None
+        return s
+
+    def run(self, values: dict[str, Any], sess: runs.Session | None):
+        """The speculative run and the baseline, taking turns, streamed as frames for the outputs."""
+        sess = sess or runs.Session()
+        sess.new_run(step_mode=bool(values.get("step_mode")) and self.step_mode_ok)
+        off = bool(values.get("step_mode")) and not self.step_mode_ok
+        reset = {"caption": "Step mode is off on ZeroGPU hardware: a paused run would hold the shared GPU."
+                 if off else "","spec": view.placeholder_html("Waiting for the model…"),
+                 "ar": view.placeholder_html("The baseline takes turns with the speculative run."
+                                             if values["baseline"] else "Baseline off."),
+                 "spec_stats": stats.stats_html(stats.RunStats()), "ar_stats": stats.stats_html(stats.RunStats()),
+                 "compare": stats.compare_html(stats.RunStats(), stats.RunStats(), greedy=True),
+                 "theory": "", "figures": self.empty_figures}
+        try:
+            s = replace(self.settings(values), top=inspector.TOP)  # the inspector's candidates
+            yield frame({**reset, "status": self.model_line(s.target, s.drafter)}, sess,
+                        gr.update(interactive=False))
+            for item in self._ready_pair(s.target, s.drafter, sess):
+                if isinstance(item, str):
+                    yield frame({"status": item})
+                else:
+                    pair = item
+        except UserError as e:
+            yield frame({"status": view.message_html(str(e), level="error"),
+                         "spec": view.placeholder_html("No run: " + str(e))}, sess,
+                        gr.update(interactive=False))
+            return
+        for f in runs.compare_frames(pair, s, sess, threads=service.threads(), source=self.runs,
+                                     frame_interval=service.env_frame_interval()):
+            yield frame(f)
+        yield frame({}, replay=gr.update(interactive=bool(sess.spec and sess.ar)))
+
+    def measure(self, values: dict[str, Any], repeats: Any, sess: runs.Session | None):
+        """N interleaved repeats of both modes, off-screen; the median and its spread."""
+        sess = sess or runs.Session()
+        sess.stop.clear()
+        try:
+            s = self.settings(values)
+            n = runs.whole(repeats, "Repeats")
+            if not 2 <= n <= 15:
+                raise UserError("Measure takes between 2 and 15 repeats.")
+            pair = None
+            for item in self._ready_pair(s.target, s.drafter, sess):
+                if isinstance(item, str):
+                    yield frame({"status": item}, sess)
+                else:
+                    pair = item
+            yield frame({"status": view.message_html(
+                f"Measuring: {n} repeats of both modes, alternating, nothing rendered meanwhile…")}, sess)
+            m = measure.measure(pair, s, n, sess.stop, threads=service.threads())
+        except UserError as e:
+            yield frame({"status": view.message_html(str(e), level="error")}, sess)
+            return
+        yield frame({"compare": stats.measurement_html(m), "status": view.message_html(
+            f"Measured {n} repeats of each mode (spread ×{m.spread:.2f} between the fastest and slowest "
+            "repeat's speedup).")})
+
+    @staticmethod
+    def stop(sess: runs.Session | None) -> None:
+        if sess is not None:
+            sess.stop.set()
+
+    @staticmethod
+    def step_mode(sess: runs.Session | None, on: bool) -> None:
+        """``#step-mode`` switched during a run: pause from the next phase on, or let
+        a waiting run go on by itself."""
+        if sess is not None:
+            sess.gate.on = bool(on)
+
+    @staticmethod
+    def next_step(sess: runs.Session | None):
+        """``#next``: let a run paused by step mode do its next phase."""
+        if sess is None or not sess.gate.advance():
+            return view.message_html("Nothing is waiting: tick Step mode, then Run.", level="warn")
+        return gr.skip()
+
+    # ------------------------------------------------------------ the /generate API
+
+    def api_generate(self, prompt: str, model: str = "", mode: str = "speculative", drafter: str = "auto",
+                     max_new_tokens: int = 64, draft_tokens: int = 4, schedule: str = "constant",
+                     temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
+                     seed: int | None = None, chat: bool = True) -> Iterator[list[dict]]:
+        """Generate with the local engine and stream its events.
+
+        Yields the list of event dicts so far (as `mtp-viz generate --jsonl` prints them);
+        the last value is the whole run. Bad input yields one `error` event.
+
+        Args:
+            prompt: the prompt text.
+            model: "" for the app's default pair; else a preset key, hub id or folder.
+            mode: "speculative" or "autoregressive".
+            drafter: "auto", "mtp", "model" or "lookup".
+            max_new_tokens: tokens to generate (capped by the deployment).
+            draft_tokens: the schedule's first draft length.
+            schedule: constant, heuristic, heuristic_transient, confidence or optimal.
+            temperature: 0 for greedy decoding.
+            top_p: nucleus sampling mass (1 disables).
+            top_k: top-k sampling (0 disables).
+            seed: sampling seed (none: fresh entropy).
+            chat: apply the chat template when the model has one.
+        """
+        events: list[dict] = []
+        sess = runs.Session()
+        try:
+            if mode not in ("speculative", "autoregressive"):
+                raise UserError(f"Unknown mode {mode!r}; choose speculative or autoregressive.")
+            target, drafter_spec = (model.strip(), None) if (model or "").strip() else self.default
+            self.loader.allow.check(target, drafter_spec)
+            values = dict(prompt=prompt, model=CUSTOM, custom_target=target, custom_drafter=drafter_spec,
+                          decoding="greedy" if runs.number(temperature, "Temperature") == 0 else "sampling",
+                          max_new_tokens=max_new_tokens, draft_tokens=draft_tokens, schedule=schedule,
+                          temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
+                          drafter_kind=drafter, chat=chat, baseline=False)
+            s = self.settings(values)
+            pair = None
+            for item in self._ready_pair(s.target, s.drafter, sess):
+                pair = None if isinstance(item, str) else item
+            kw = {"stop": sess.stop, **s.engine_kwargs(mode)}
+            source = lambda: (e for _, e in self.runs(pair, s.prompt, {mode: kw}))  # noqa: E731
+        except UserError as e:
+            yield [Error(message=str(e)).to_dict()]
+            return
+        worker = runs.Worker(source, sess.stop)
+        last = 0.0
+        try:
+            for batch in worker.batches(API_FRAME_SECONDS):
+                events.extend(e.to_dict() for e in batch)
+                # news at most every API_FRAME_SECONDS; the same list again after a quiet
+                # second, so a client that left is noticed and its worker stopped
+                quiet = time.monotonic() - last >= runs.HEARTBEAT
+                if time.monotonic() - last >= API_FRAME_SECONDS and (batch or quiet):
+                    last = time.monotonic()
+                    yield list(events)
+        finally:
+            worker.close()
+        yield events
+
+
+__all__ = ["CUSTOM", "PLOTS", "SLOTS", "Handlers", "frame"]

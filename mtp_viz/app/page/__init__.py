@@ -1,0 +1,1 @@
+"""The page: Gradio layout of the app's sections."""

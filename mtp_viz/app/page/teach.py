@@ -1,0 +1,172 @@
+"""The page's teaching features, wired into gradio: the what-if estimate, the "when does
+MTP help?" panel, the glossary, the first-visit tour, presenter mode, deep links and the
+Copy link button. Layout in :func:`sections`; the rest is events, in :func:`wire`.
+Rendering lives in :mod:`.teach_view`, link parsing in :mod:`.links`.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from mtp_viz.prompts import category_suite
+from mtp_viz.app.handlers import links
+from mtp_viz.app.views import explain, tokens as view
+
+TOUR_KEY = "mtp-viz-tour-done"   # localStorage: set once the tour is finished or closed
+PRESENTER_CLASS = "mv-presenter"  # on <body> with ?presenter=1
+RESULTS = Path(__file__).resolve().parents[3] / "benchmarks" / "results"  # in a repository checkout
+MOE_NOTE = ("Google's guide to MTP in Gemma 4 warns that in a mixture-of-experts model such as 26B-A4B each "
+            "drafted token may route to different experts, so verifying a draft can load extra expert "
+            "weights from memory; at batch size 1 those experts overlap little, and the 26B-A4B drafter may "
+            "give no speedup on hardware without good parallelism. Dense models (E2B, E4B, 31B) verify "
+            "several tokens for about the price of one.")
+
+
+def what_if_update(sess: Any) -> str:
+    """``#what-if`` for the session's last run (a live run, a replay or a trace)."""
+    from mtp_viz.analysis.metrics import theory_check
+    from mtp_viz.analysis.whatif import what_if
+    if sess is None or not sess.spec:
+        return explain.what_if_html(None)
+    check = theory_check(sess.spec, sess.ar or None)
+    if check is not None and not check.timed:  # no c to estimate speedups with
+        return explain.what_if_html(None, "Not for this run: its source (a vLLM server) reports no "
+                                             "drafting or verification times to estimate speedups from.")
+    return explain.what_if_html(what_if(check))
+
+
+def measured_results(root: Path = RESULTS) -> list[tuple[str, str, dict]]:
+    """The benchmark results that break speedup down by category: (path shown, the
+    file's note, bench.json). Empty where the repository's results are not installed."""
+    out = []
+    for path in sorted(root.glob("*/bench.json")):
+        bench = json.loads(path.read_text(encoding="utf-8"))
+        if not bench.get("categories") or explain.bench_setting(bench) is None:
+            continue
+        md = path.with_suffix(".md")
+        lines = md.read_text(encoding="utf-8").splitlines() if md.exists() else []
+        title = next((ln.split(":", 1)[-1].strip() for ln in lines if ln.startswith("## ")), "")
+        note = next((ln[2:].strip() for ln in lines if ln.startswith("> ")), "")
+        out.append((f"benchmarks/results/{path.parent.name}/bench.json", " — ".join(filter(None, [title, note])),
+                    bench))
+    return out
+
+
+def when_helps() -> str:
+    suite = json.loads(category_suite().read_text(encoding="utf-8"))
+    titles: dict[str, list[str]] = {}
+    for p in suite["prompts"]:
+        titles.setdefault(p["category"], []).append(p["title"])
+    return explain.when_helps_html(suite["categories"], titles, measured_results(), MOE_NOTE)
+
+
+def sections() -> gr.HTML:
+    """What goes under the theory panel: the what-if (returned: runs update it), the
+    "when does MTP help?" panel and the glossary."""
+    what_if = gr.HTML(explain.what_if_html(None), elem_id="what-if", padding=False)
+    summary = "When does MTP help? Prompt categories, measured results, the mixture-of-experts caveat"
+    gr.HTML(f'<details class="mv-when-box"><summary>{summary}</summary>{when_helps()}</details>',
+            elem_id="when-mtp-helps", padding=False)
+    gr.HTML(explain.glossary_html(), elem_id="glossary", padding=False)
+    return what_if
+
+
+def wire(demo: gr.Blocks, form: dict, status: gr.HTML, limits: links.Limits) -> Any:
+    """The page script (presenter mode, tour), the deep link, and Copy link. Returns the
+    deep-link load event, for what should follow it.
+
+    ``#share-link`` is a button in the header (:func:`explain.header_links`); it
+    presses the hidden ``#share-build``, whose handler turns the form into a query that
+    travels through the hidden ``#share-query`` to :data:`SHARE_JS`, which shows the
+    whole link in ``#status``."""
+    button = gr.Button("Copy link", elem_id="share-build", visible="hidden")
+    box = gr.Textbox("", elem_id="share-query", visible="hidden")
+    names = list(form.values())
+    comps = list(form.keys())
+    hidden = dict(api_visibility="private", queue=False)
+
+    def restore(request: gr.Request):
+        params = dict(request.query_params) if request is not None else {}
+        link = links.parse(params, limits)
+        values = [link.values[n] if n in link.values else gr.skip() for n in names]
+        return values + [view.message_html(link.sentence(), level="warn") if link.problems else gr.skip()]
+
+    def share_query(*vals):
+        return links.query(dict(zip(names, vals)), limits)
+
+    demo.load(None, None, None, js=page_script(), **hidden)
+    button.click(share_query, comps, box, **hidden).then(None, box, status, js=SHARE_JS, **hidden)
+    return demo.load(restore, None, comps + [status], **hidden)
+
+
+# The query the server built, made absolute against this page's address, copied to the
+# clipboard where the browser allows, and shown in #status as <code id="share-url">.
+SHARE_JS = """(q) => {
+  const url = location.origin + location.pathname + (q || '');
+  try { navigator.clipboard.writeText(url).catch(() => {}); } catch (e) {}
+  const esc = s => s.replace(/[&<>"']/g, c => '&#' + c.charCodeAt(0) + ';');
+  return '<div class="mv-msg mv-msg-info mv-share">Link to these settings (copied):'
+    + '<code id="share-url">' + esc(url) + '</code></div>';
+}"""
+
+
+def page_script() -> str:
+    """Runs once in the browser on load: presenter mode from the address, and the tour
+    (shown until finished or closed once; the header's Tour link starts it again).
+    ``body[data-tour]`` says "shown" or "dismissed" once the script has decided."""
+    return """() => {
+  const KEY = %s, STEPS = %s;
+  if (new URLSearchParams(location.search).get('presenter') === '1') document.body.classList.add(%s);
+  let card = null, at = 0;
+  const clear = () => document.querySelectorAll('.mv-tour-target').forEach(e => e.classList.remove('mv-tour-target'));
+  const end = () => { clear(); if (card) card.remove(); card = null; document.body.dataset.tour = 'dismissed';
+    try { localStorage.setItem(KEY, '1'); } catch (e) {} window.scrollTo(0, 0); };
+  const show = () => {
+    clear();
+    const step = STEPS[at], el = document.querySelector(step.selector);
+    if (el) { el.scrollIntoView({block: 'center'}); el.classList.add('mv-tour-target'); }
+    card.querySelector('.mv-tour-text').textContent = step.text;
+    card.querySelector('.mv-tour-count').textContent = (at + 1) + ' / ' + STEPS.length;
+    card.querySelector('[data-tour=back]').disabled = at === 0;
+    card.querySelector('[data-tour=next]').textContent = at === STEPS.length - 1 ? 'Done' : 'Next';
+    const r = el ? el.getBoundingClientRect() : {left: 16, bottom: 16, top: 16};
+    const below = r.bottom + 170 < window.innerHeight;
+    card.style.left = Math.max(8, Math.min(r.left, window.innerWidth - 360)) + 'px';
+    card.style.top = (below ? r.bottom + 8 : Math.max(8, r.top - 158)) + 'px';
+  };
+  const start = () => {
+    if (!card) {
+      card = document.createElement('div');
+      card.id = 'tour'; card.setAttribute('role', 'dialog'); card.setAttribute('aria-label', 'Tour');
+      card.innerHTML = '<div class="mv-tour-text"></div><div class="mv-tour-nav"><span class="mv-tour-count"></span>'
+        + '<button data-tour="back">Back</button><button data-tour="next">Next</button>'
+        + '<button data-tour="close" title="Close the tour for good">Close</button></div>';
+      card.addEventListener('click', ev => {
+        const b = ev.target.closest('button'); if (!b) return;
+        if (b.dataset.tour === 'close' || (b.dataset.tour === 'next' && at === STEPS.length - 1)) return end();
+        at += b.dataset.tour === 'next' ? 1 : -1; show();
+      });
+      document.body.appendChild(card);
+    }
+    at = 0; show(); document.body.dataset.tour = 'shown';
+  };
+  document.addEventListener('click', ev => {
+    if (ev.target.closest('[data-tour-start]')) { ev.preventDefault(); start(); }
+    if (ev.target.closest('#share-link')) { const b = document.querySelector('#share-build'); if (b) b.click(); }
+    // in-page links scroll here: Gradio's <base href> would turn "#x" into a new page load
+    // that drops the deep link; a link to a collapsed section opens it
+    const to = ev.target.closest('.mv-links a[href^="#"]'), el = to && document.querySelector(to.getAttribute('href'));
+    if (!el) return;
+    ev.preventDefault();
+    const box = el.querySelector('details');
+    if (box) box.open = true;
+    el.scrollIntoView({block: 'start'});
+  });
+  document.addEventListener('keydown', ev => { if (ev.key === 'Escape' && card) end(); });
+  let seen = false;
+  try { seen = localStorage.getItem(KEY) === '1'; } catch (e) {}
+  if (seen) document.body.dataset.tour = 'dismissed'; else setTimeout(start, 300);
+}""" % (json.dumps(TOUR_KEY), json.dumps(explain.tour_payload()), json.dumps(PRESENTER_CLASS))

@@ -1,0 +1,1 @@
+"""Runtime: the worker threads, the model service, Measure, ZeroGPU and the URL guard."""

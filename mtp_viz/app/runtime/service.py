@@ -1,0 +1,246 @@
+"""What the app needs from the models, without importing torch until a pair loads.
+
+Pairs are loaded once per process and shared by every session, in a bounded cache
+(``MTP_VIZ_MAX_PAIRS``, least recently used first out) keyed by the model as it
+resolves on disk, so ``tiny``, its folder and ``./its/folder/`` are one pair. Loads
+run on background threads, at most ``LOAD_SLOTS`` at a time and one per pair; a
+lookup never waits for a load. ``MTP_VIZ_ALLOWED_MODELS`` limits what a public
+deployment may load at all.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from mtp_viz.errors import UserError
+from mtp_viz.sources.presets import PRESETS, canonical, resolve
+from mtp_viz.paths import assets_dir
+
+E2B = ("google/gemma-4-E2B-it", "google/gemma-4-E2B-it-assistant")
+LOAD_SLOTS = 2  # loads running at once; more wait their turn (each is memory-hungry)
+
+
+def env_int(name: str, default: int, minimum: int = 1) -> int:
+    """A whole-number setting from the environment; the default when unset or not a number."""
+    try:
+        return max(minimum, int(os.environ.get(name, default)))
+    except ValueError:
+        return default
+
+
+def env_cap() -> int:
+    """The most new tokens one request may ask for (``MTP_VIZ_MAX_NEW_TOKENS_CAP``)."""
+    return env_int("MTP_VIZ_MAX_NEW_TOKENS_CAP", 512)
+
+
+# Token frames a second at most: the browser re-lays out the whole pane for each one, on
+# the same CPU as the engine (on 2 cores, 20 a second cost the engine about 30% of its
+# speed; benchmarks/results/app/app_speedup.md).
+FRAMES_PER_SECOND = 4
+
+
+def env_frame_interval() -> float:
+    """Seconds between token frames of a live run (``MTP_VIZ_FRAMES_PER_SECOND``, 1 to 30)."""
+    return 1 / min(30, env_int("MTP_VIZ_FRAMES_PER_SECOND", FRAMES_PER_SECOND))
+
+
+def env_prompt_cap() -> int:
+    """The longest prompt, in tokens, the app accepts (``MTP_VIZ_MAX_PROMPT_TOKENS``)."""
+    return env_int("MTP_VIZ_MAX_PROMPT_TOKENS", 2048)
+
+
+def env_sessions() -> int:
+    """The most sessions Gradio keeps in memory (``MTP_VIZ_MAX_SESSIONS``); see :func:`.ui.launch`."""
+    return env_int("MTP_VIZ_MAX_SESSIONS", 200)
+
+
+class AllowList:
+    """``MTP_VIZ_ALLOWED_MODELS``: comma-separated preset keys, hub ids or folders. When
+    set, nothing else is loaded, offered or even looked at; when unset, anything is."""
+
+    def __init__(self, spec: str | None = None):
+        spec = os.environ.get("MTP_VIZ_ALLOWED_MODELS", "") if spec is None else spec
+        self.entries = [s.strip() for s in spec.split(",") if s.strip()]
+        self.keys = {canonical(s) for s in self.entries}
+
+    @property
+    def active(self) -> bool:
+        return bool(self.entries)
+
+    def allows(self, spec: str | None) -> bool:
+        if not self.active or spec is None:
+            return True
+        return canonical(spec) in self.keys or canonical(resolve(spec)[0]) in self.keys
+
+    def check(self, target: str, drafter: str | None) -> None:
+        """Raise UserError unless both models are allowed; touches no file."""
+        for spec in (target, drafter):
+            if not self.allows(spec):
+                raise UserError("This deployment only serves the models in its picker.")
+
+
+def presets(allow: AllowList) -> dict[str, dict[str, Any]]:
+    """The model picker's entries: key -> label, target, drafter and a one-line hint.
+    With an allow-list, only the presets it names, plus its hub ids and folders."""
+    out = {}
+    for key, p in PRESETS.items():
+        if allow.active and canonical(key) not in allow.keys:
+            continue
+        hint = f"Download {p.download}, memory {p.memory}."
+        if p.note:
+            hint += " " + p.note
+        # the bundled pair is loaded by name, so models resolves its folders
+        target, drafter = ("tiny", None) if key == "tiny" else (p.target, p.drafter)
+        out[key] = dict(label=p.label, target=target, drafter=drafter, hint=hint)
+    for spec in allow.entries:
+        if canonical(spec) not in PRESETS:
+            out[spec] = dict(label=spec, target=spec, drafter=None,
+                             hint="A model this deployment serves.")
+    return out
+
+
+def e2b_cached() -> bool:
+    """Whether Gemma 4 E2B and its assistant are already in the local Hugging Face cache."""
+    from huggingface_hub import try_to_load_from_cache
+    return all(isinstance(try_to_load_from_cache(repo, "config.json"), str) for repo in E2B)
+
+
+def default_pair(allow: AllowList) -> tuple[str, str | None, str]:
+    """(target, drafter, one-line note) from ``MTP_VIZ_TARGET``/``MTP_VIZ_DRAFTER``, else
+    Gemma 4 E2B when cached, else the bundled tiny pair (or the allow-list's first)."""
+    target = os.environ.get("MTP_VIZ_TARGET", "").strip()
+    drafter = os.environ.get("MTP_VIZ_DRAFTER", "").strip() or None
+    if target:
+        return target, drafter, f"Model pair from MTP_VIZ_TARGET: {target}."
+    if (not allow.active or allow.allows(E2B[0])) and e2b_cached():
+        return E2B[0], E2B[1], "Gemma 4 E2B found in the local Hugging Face cache."
+    if allow.active and not allow.allows("tiny"):
+        return allow.entries[0], None, ""
+    return "tiny", None, ("Running the bundled tiny pair; pick a Gemma 4 preset "
+                          "(or set MTP_VIZ_TARGET=google/gemma-4-E2B-it) for the real thing.")
+
+
+def user_message(exc: BaseException) -> str:
+    """One sentence for an exception: a UserError's own, else a generic sentence that
+    names only the exception's type (its text may hold paths or file contents)."""
+    if isinstance(exc, UserError):
+        return str(exc).strip().splitlines()[0] if str(exc).strip() else "That request cannot be run."
+    return f"Something went wrong ({type(exc).__name__}); the app is still running."
+
+
+def pair_key(target: str, drafter: str | None) -> tuple[str, str | None]:
+    """One key per pair however its models are written (see :func:`canonical`)."""
+    target_spec, preset_drafter = resolve(target.strip())
+    drafter = drafter or preset_drafter
+    if drafter and drafter.strip().lower() in PRESETS:
+        drafter = resolve(drafter.strip())[1]
+    return canonical(target_spec), canonical(drafter) if drafter else None
+
+
+@dataclass
+class LoadState:
+    status: str = "idle"           # idle | queued | loading | ready | error | unloaded
+    message: str = ""
+    started: float = 0.0
+    pair: Any = None
+
+
+def threads() -> int:
+    """torch threads for every run in the app (``MTP_VIZ_THREADS``): by default one core
+    is left to the web server, which renders frames while the engine computes."""
+    return env_int("MTP_VIZ_THREADS", max(1, min(8, (os.cpu_count() or 2) - 1)))
+
+
+MAX_ENDED = 32  # failed or unloaded pairs whose sentence the loader remembers
+
+
+class PairLoader:
+    """The process's pairs: a bounded, thread-safe cache with background loading.
+
+    ``load(target, drafter)`` does the work: the app's is :func:`.runs.load_and_warm`
+    (load, then an untimed comparison through the app's path, so the first run is timed
+    warm); tests pass their own."""
+
+    def __init__(self, load: Callable[[str, str | None], Any],
+                 allow: AllowList | None = None, max_pairs: int | None = None):
+        self._load = load
+        self.allow = allow or AllowList()
+        self.max_pairs = max_pairs or env_int("MTP_VIZ_MAX_PAIRS", 2)
+        self._lock = threading.Lock()
+        self._slots = threading.Semaphore(LOAD_SLOTS)
+        self._states: OrderedDict[tuple, LoadState] = OrderedDict()
+        self._done: dict[tuple, threading.Event] = {}
+
+    def state(self, target: str, drafter: str | None) -> LoadState:
+        key = pair_key(target, drafter)
+        with self._lock:
+            st = self._states.get(key)
+            if st is not None and st.status == "ready":
+                self._states.move_to_end(key)  # recently used
+            return st or LoadState()
+
+    def start(self, target: str, drafter: str | None) -> LoadState:
+        """Begin loading in the background unless it is queued, loading or loaded."""
+        self.allow.check(target, drafter)
+        key = pair_key(target, drafter)
+        with self._lock:
+            st = self._states.get(key)
+            if st and st.status in ("queued", "loading", "ready"):
+                return st
+            st = self._states[key] = LoadState("queued", "", time.monotonic())
+            self._done[key] = threading.Event()
+        threading.Thread(target=self._work, args=(key, target, drafter), daemon=True,
+                         name="mtp-viz-load").start()
+        return st
+
+    def _work(self, key: tuple, target: str, drafter: str | None) -> None:
+        with self._slots:
+            with self._lock:
+                self._states[key].status = "loading"
+            try:
+                new = LoadState("ready", "", self._states[key].started, self._load(target, drafter))
+            except BaseException as e:  # noqa: BLE001 - shown to the user as one sentence
+                new = LoadState("error", user_message(e), self._states[key].started)
+        with self._lock:
+            self._states[key] = new
+            self._states.move_to_end(key)
+            self._evict()
+            self._done[key].set()
+
+    def _evict(self) -> None:
+        """Unload least recently used pairs beyond ``max_pairs`` (a run still using one
+        keeps it alive until it ends)."""
+        ready = [k for k, s in self._states.items() if s.status == "ready"]
+        for key in ready[:max(0, len(ready) - self.max_pairs)]:
+            self._states[key] = LoadState("unloaded", "This pair was unloaded to make room for "
+                                          "another; it loads again when you run it.")
+        # Failed and unloaded entries hold only a sentence, but every distinct bad name a
+        # visitor sends would add one: keep the newest few (the one just finished is last).
+        ended = [k for k, s in self._states.items() if s.status in ("error", "unloaded")]
+        for key in ended[:max(0, len(ended) - MAX_ENDED)]:
+            del self._states[key]
+            self._done.pop(key, None)
+
+    def wait(self, target: str, drafter: str | None, timeout: float | None = None) -> LoadState:
+        self.start(target, drafter)
+        with self._lock:
+            done = self._done[pair_key(target, drafter)]
+        done.wait(timeout)
+        return self.state(target, drafter)
+
+    def loaded(self) -> list[tuple]:
+        with self._lock:
+            return [k for k, s in self._states.items() if s.status == "ready"]
+
+
+def css() -> str:
+    """The app's stylesheet (also inlined into exported pages)."""
+    return (assets_dir() / "app.css").read_text(encoding="utf-8")
+
+
+__all__ = ["css", "AllowList", "LoadState", "PairLoader", "default_pair", "env_cap", "env_prompt_cap",
+           "env_frame_interval", "env_sessions", "pair_key", "presets", "threads", "user_message"]

@@ -1,0 +1,164 @@
+"""Pure chart functions: events in, plotly figures out (no gradio, no torch).
+
+One figure per question a viewer asks: how often were drafts accepted (per step and
+overall), how long were the drafts and why, how many tokens did each target forward
+yield, how far into a draft does acceptance survive, and where did the time go.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+from mtp_viz.engine.events import Event, Step
+
+COLORS = {"accepted": "#059669", "rejected": "#dc2626", "correction": "#d97706",
+          "extension": "#2563eb", "draft": "#7c3aed", "verify": "#0891b2", "ar": "#6b7280"}
+
+
+def _figure(title: str, data: list[dict], *, xtitle: str, ytitle: str, empty: str = "",
+            **layout):
+    import plotly.graph_objects as go  # light (no torch); kept local so import stays cheap
+
+    axis = dict(zeroline=False, showgrid=True, gridcolor="#eceff3", linecolor="#d1d5db",
+                ticks="outside", tickcolor="#d1d5db", automargin=True)
+    # template "none" plus explicit styling: the stock templates cost ~30 ms per figure
+    base = dict(
+        title=dict(text=title, font=dict(size=14), x=0.01, xanchor="left"),
+        height=300, margin=dict(l=52, r=12, t=40, b=84), template="none",
+        paper_bgcolor="white", plot_bgcolor="white",
+        font=dict(size=12, color="#374151", family="DejaVu Sans, Arial, sans-serif"),
+        xaxis=dict(title=dict(text=xtitle), **axis), yaxis=dict(title=dict(text=ytitle), **axis),
+        legend=dict(orientation="h", yanchor="top", y=-0.3, xanchor="left", x=0.0),
+        hovermode="closest", bargap=0.15, hoverlabel=dict(bgcolor="white"),
+    )
+    if not data:
+        base["annotations"] = [dict(text=empty or "Run a prompt to fill this chart.", showarrow=False,
+                                    xref="paper", yref="paper", x=0.5, y=0.5,
+                                    font=dict(size=13, color="#6b7280"))]
+        base["xaxis"]["visible"] = base["yaxis"]["visible"] = False
+    for k, v in layout.items():
+        base[k] = {**base[k], **v} if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+    return go.Figure(data=data, layout=base, _validate=False)  # inputs are ours; skip ~80% of the cost
+
+
+def spec_steps(events: Iterable[Event]) -> list[Step]:
+    """The step summaries of a speculative run (an autoregressive run has none that count)."""
+    return [e for e in events if isinstance(e, Step)]
+
+
+def acceptance_figure(events: Sequence[Event]):
+    """Share of drafts accepted per step (bars) and cumulative (line)."""
+    steps = [s for s in spec_steps(events) if s.draft_len > 0]
+    data = []
+    if steps:
+        x = [s.step for s in steps]
+        rate = [s.accepted / s.draft_len for s in steps]
+        cum, a, d = [], 0, 0
+        for s in steps:
+            a, d = a + s.accepted, d + s.draft_len
+            cum.append(a / d)
+        text = [f"step {s.step}: {s.accepted}/{s.draft_len} accepted" for s in steps]
+        data = [dict(type="bar", x=x, y=rate, name="this step", marker=dict(color=COLORS["accepted"]),
+                     opacity=0.55, hovertext=text, hoverinfo="text"),
+                dict(type="scatter", mode="lines", x=x, y=cum, name="cumulative",
+                     line=dict(color="#064e3b", width=3),
+                     hovertemplate="cumulative %{y:.0%} after step %{x}<extra></extra>")]
+    return _figure("Acceptance rate per step", data, xtitle="verification step",
+                   ytitle="drafts accepted", yaxis=dict(range=[0, 1.05], tickformat=".0%"))
+
+
+def draft_length_figure(events: Sequence[Event]):
+    """Draft length per step; hover tells why the schedule changed it."""
+    steps = spec_steps(events)
+    data = []
+    if steps:
+        x = [s.step for s in steps]
+        why = ["first step"] + [f"step {p.step}: {p.reason or 'schedule'}" for p in steps[:-1]]
+        hover = [f"step {s.step}: drafted {s.draft_len}, accepted {s.accepted}<br>length set by {w}"
+                 + (f"<br>cut by {s.cut}" if s.cut else "") for s, w in zip(steps, why)]
+        data = [dict(type="bar", x=x, y=[s.accepted for s in steps], name="accepted",
+                     marker=dict(color=COLORS["accepted"]), opacity=0.45, hoverinfo="skip"),
+                dict(type="scatter", mode="lines+markers", x=x, y=[s.draft_len for s in steps],
+                     name="draft length", line=dict(color=COLORS["draft"], shape="hv", width=2.5),
+                     marker=dict(size=7), hovertext=hover, hoverinfo="text")]
+    return _figure("Draft length per step", data, xtitle="verification step", ytitle="tokens",
+                   yaxis=dict(rangemode="tozero", dtick=1), barmode="overlay")
+
+
+def tokens_per_forward_figure(events: Sequence[Event]):
+    """New tokens per target forward; autoregressive decoding is always 1."""
+    steps = spec_steps(events)
+    data = []
+    if steps:
+        x = [s.step for s in steps]
+        mean, total = [], 0
+        for i, s in enumerate(steps, 1):
+            total += s.new_tokens
+            mean.append(total / i)
+        data = [dict(type="bar", x=x, y=[s.new_tokens for s in steps], name="this forward",
+                     marker=dict(color=COLORS["extension"]), opacity=0.55,
+                     hovertemplate="step %{x}: %{y} tokens<extra></extra>"),
+                dict(type="scatter", mode="lines", x=x, y=mean, name="mean",
+                     line=dict(color="#1e3a8a", width=3),
+                     hovertemplate="mean %{y:.2f} after step %{x}<extra></extra>"),
+                dict(type="scatter", mode="lines", x=[x[0], x[-1]], y=[1, 1], name="autoregressive",
+                     line=dict(color=COLORS["ar"], dash="dash"), hoverinfo="skip")]
+    return _figure("Tokens per target forward", data, xtitle="verification step", ytitle="tokens",
+                   yaxis=dict(rangemode="tozero"))
+
+
+def position_figure(events: Sequence[Event]):
+    """Acceptance at each draft position: given it was reached (earlier drafts all
+    accepted), and given it was drafted."""
+    from mtp_viz.analysis.metrics import per_position_counts  # pure, torch-free
+
+    counts = [(k + 1, d, r, a) for k, (d, r, a) in enumerate(per_position_counts(events)) if d]
+    data = []
+    if counts:
+        x = [k for k, *_ in counts]
+        data = [dict(type="bar", x=x, y=[a / r if r else None for _, _, r, a in counts],
+                     marker=dict(color=COLORS["accepted"]), name="given reached",
+                     hovertext=[f"position {k}: {a} accepted of {r} reached" for k, _, r, a in counts],
+                     hoverinfo="text"),
+                dict(type="scatter", mode="lines+markers", x=x, y=[a / d for _, d, _, a in counts],
+                     name="given drafted", line=dict(color="#6b7280", dash="dot"),
+                     hovertext=[f"position {k}: {a} accepted of {d} drafted" for k, d, _, a in counts],
+                     hoverinfo="text")]
+    return _figure("Acceptance by draft position", data, xtitle="position in draft",
+                   ytitle="accepted", yaxis=dict(range=[0, 1.05], tickformat=".0%"),
+                   xaxis=dict(dtick=1))
+
+
+def timing_figure(events: Sequence[Event], ar_events: Sequence[Event] = ()):
+    """Drafting vs verification time per step, against one autoregressive forward."""
+    steps = spec_steps(events)
+    timed = any(s.draft_seconds or s.verify_seconds for s in steps)
+    data = []
+    if timed:
+        x = [s.step for s in steps]
+        data = [dict(type="bar", x=x, y=[1000 * s.draft_seconds for s in steps], name="draft",
+                     marker=dict(color=COLORS["draft"]),
+                     hovertemplate="step %{x}: draft %{y:.1f} ms<extra></extra>"),
+                dict(type="bar", x=x, y=[1000 * s.verify_seconds for s in steps], name="verify",
+                     marker=dict(color=COLORS["verify"]),
+                     hovertemplate="step %{x}: verify %{y:.1f} ms<extra></extra>")]
+        ar = [s.verify_seconds + s.draft_seconds for s in spec_steps(ar_events)]
+        if ar:
+            ms = 1000 * sorted(ar)[len(ar) // 2]
+            data.append(dict(type="scatter", mode="lines", x=[x[0], x[-1]], y=[ms, ms],
+                             name="autoregressive",
+                             line=dict(color=COLORS["ar"], dash="dash"),
+                             hovertemplate="autoregressive forward %{y:.1f} ms<extra></extra>"))
+    untimed = "This source reports no draft or verify times<br>(a vLLM server does not)."
+    return _figure("Draft vs verify time per step", data, xtitle="verification step", ytitle="ms",
+                   empty=untimed if steps else "", barmode="stack")
+
+
+def all_figures(spec: Sequence[Event], ar: Sequence[Event] = ()) -> dict:
+    """Every chart, by the elem_id it is shown under."""
+    return {
+        "acceptance-plot": acceptance_figure(spec),
+        "draft-length-plot": draft_length_figure(spec),
+        "tokens-per-forward-plot": tokens_per_forward_figure(spec),
+        "position-plot": position_figure(spec),
+        "timing-plot": timing_figure(spec, ar),
+    }

@@ -1,0 +1,119 @@
+"""Exports of a run: a self-contained HTML page (tokens, legend, speedup, charts) that
+opens offline, and the per-step metrics as CSV. Pure functions of the events, plus
+:class:`Downloads`, the bounded folder the app writes download files into.
+
+Charts as PNG come from each chart's own toolbar (its camera button), in the browser.
+"""
+from __future__ import annotations
+
+import csv
+import html
+import io
+import shutil
+import tempfile
+import threading
+import uuid
+from pathlib import Path
+from typing import Sequence
+
+from mtp_viz.engine.events import Event, Start, Step
+from . import charts, stats, tokens as view
+
+CSV_COLUMNS = ("mode", "step", "draft_len", "accepted", "rejected", "new_tokens", "draft_ms", "verify_ms",
+               "t_s", "next_draft_len", "reason", "cut")
+
+
+def steps_csv(spec: Sequence[Event], ar: Sequence[Event] = ()) -> str:
+    """One row per step of each run (speculative first): what was drafted, kept and
+    added, and the step's own timings. ``rejected`` counts every draft not kept (the
+    first disagreement and all drafted after it). The timings are empty for a run whose
+    source reports none (a vLLM server)."""
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(CSV_COLUMNS)
+    for events in (spec, ar):
+        mode = next((e.mode for e in events if isinstance(e, Start)), "")
+        steps = [e for e in events if isinstance(e, Step)]
+        timed = any(e.draft_seconds or e.verify_seconds for e in steps)
+        for e in steps:
+            ms = [f"{e.draft_seconds * 1000:.3f}", f"{e.verify_seconds * 1000:.3f}"] if timed else ["", ""]
+            w.writerow([mode, e.step, e.draft_len, e.accepted, e.draft_len - e.accepted, e.new_tokens,
+                        *ms, f"{e.t:.6f}", e.next_draft_len, e.reason, e.cut])
+    return out.getvalue()
+
+
+def page_html(spec: Sequence[Event], ar: Sequence[Event] = (), *, greedy: bool = True, css: str = "",
+              title: str = "mtp-viz run") -> str:
+    """A whole HTML document of the run that needs nothing else: the token panes, the
+    legend, the speedup line and every chart, with plotly.js inlined once."""
+    figures = charts.all_figures(spec, ar)
+    plots = "".join(f'<div class="mv-export-plot">{_figure_html(fig, i == 0)}</div>'
+                    for i, fig in enumerate(figures.values()))
+    prompt = next((e for e in (*spec, *ar) if isinstance(e, Start)), None)
+    summary = stats.compare_html(stats.run_stats(spec), stats.run_stats(ar), greedy=greedy)
+    panes = "".join(
+        f'<section><h2>{name}</h2>{view.tokens_html(events, placeholder="Not run.")}'
+        f'{stats.stats_html(stats.run_stats(events))}</section>'
+        for name, events in (("Speculative", spec), ("Autoregressive", ar)) if events)
+    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+            f'<style>{css}{_PAGE_CSS}</style></head><body class="mv-export">'
+            f'<h1>{html.escape(title)}</h1>'
+            f'<p class="mv-export-meta">{_describe(prompt)}</p>{summary}{view.legend_html()}'
+            f'<div class="mv-export-panes">{panes}</div>{plots}</body></html>')
+
+
+def _figure_html(fig, with_plotlyjs: bool) -> str:
+    """One chart as a div; the charts are built unvalidated with template "none", which
+    plotly's HTML writer wants as a (here empty) template object."""
+    import plotly.io as pio
+    d = fig.to_dict()
+    d["layout"]["template"] = {}
+    return pio.to_html(d, full_html=False, include_plotlyjs=with_plotlyjs, validate=False)
+
+
+def _describe(start: Start | None) -> str:
+    if start is None:
+        return "No run."
+    s = start.settings
+    parts = [f"prompt: {start.prompt_tokens} tokens"]
+    if s.get("drafter"):
+        parts.append(f"drafter: {s['drafter']}, schedule: {s.get('schedule', '')} "
+                     f"(first draft length {s.get('draft_tokens', '')})")
+    t = s.get("temperature") or 0
+    parts.append("greedy" if not t else f"sampling at temperature {t:g}")
+    return html.escape(" · ".join(parts))
+
+
+_PAGE_CSS = """
+body.mv-export { font-family: system-ui, sans-serif; max-width: 1200px; margin: 24px auto; padding: 0 16px;
+  color: #111827; }
+.mv-export-panes { display: grid; grid-template-columns: 1fr 1fr; gap: 16px; margin-top: 12px; }
+.mv-export-panes h2 { font-size: 1rem; margin: 0 0 6px; }
+.mv-export-plot { margin-top: 16px; }
+"""
+
+
+class Downloads:
+    """Files for download buttons, in one temporary folder that keeps only the newest
+    ``keep`` (Gradio copies each into its own cache when it is sent)."""
+
+    def __init__(self, keep: int = 64):
+        self.keep = keep
+        self._root: Path | None = None
+        self._made: list[Path] = []
+        self._lock = threading.Lock()
+
+    def path(self, name: str) -> Path:
+        """A fresh path ending in ``name`` (the name the visitor's browser saves)."""
+        with self._lock:
+            if self._root is None:
+                self._root = Path(tempfile.mkdtemp(prefix="mtp-viz-downloads-"))
+            folder = self._root / uuid.uuid4().hex
+            folder.mkdir()
+            self._made.append(folder)
+            while len(self._made) > self.keep:
+                shutil.rmtree(self._made.pop(0), ignore_errors=True)
+            return folder / name
+
+
+__all__ = ["steps_csv", "page_html", "Downloads", "CSV_COLUMNS"]

@@ -1,0 +1,167 @@
+"""The numbers of a run, as HTML: each pane's stats, the speedup of the two runs
+(``#compare``) with its basis, Measure's result, and the greedy identity check.
+
+Pure functions of events, like :mod:`.view`; no gradio, no torch. ``#compare`` carries
+the figure as data attributes (``data-speedup``, ``data-spec-tps``, ``data-ar-tps``,
+``data-basis``, ``data-threads``, ``data-clock``), a contract tests and scripts read.
+A run's times are on the clock its source names in ``Start.settings["clock"]``: "wall"
+or "cpu" (the engine thread's CPU time; :mod:`mtp_viz.sources.interleave`), and the labels
+say which.
+"""
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from mtp_viz.engine.events import Accepted, Bonus, Done, Error, Event, Start, Step, Token
+from .explain import explain
+from .tokens import escape_token
+
+
+@dataclass
+class RunStats:
+    mode: str = ""
+    tokens: int = 0                # generated tokens (accepted + bonus, or token)
+    forwards: int = 0              # target forwards (one per step)
+    drafted: int = 0
+    accepted: int = 0
+    seconds: float = 0.0           # elapsed, from the last step's timestamp or Done
+    clock: str = "wall"            # what the seconds read: "wall" or "cpu" (Start.settings)
+    done: bool = False
+    stop_reason: str = ""
+    error: str = ""
+    ids: list[int] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def tokens_per_forward(self) -> float:
+        return self.tokens / self.forwards if self.forwards else 0.0
+
+    def add(self, e: Event) -> "RunStats":
+        """Fold one more event in (streaming keeps one RunStats instead of recounting)."""
+        if isinstance(e, Start):
+            self.mode, self.clock = e.mode, str(e.settings.get("clock", "wall"))
+        elif isinstance(e, (Accepted, Bonus, Token)):
+            self.tokens += 1
+            self.ids.append(e.token_id)
+            self.texts.append(e.text)
+            if isinstance(e, Accepted):
+                self.accepted += 1
+            if isinstance(e, Token):
+                self.seconds = max(self.seconds, e.t)
+        elif isinstance(e, Step):
+            self.forwards += 1
+            self.drafted += e.draft_len
+            self.seconds = max(self.seconds, e.t)
+        elif isinstance(e, Done):
+            self.done, self.stop_reason, self.seconds = True, e.stop_reason, e.seconds
+        elif isinstance(e, Error):
+            self.error = e.message
+        return self
+
+
+def run_stats(events: Iterable[Event], *, now: float | None = None) -> RunStats:
+    """Counts and timings of one run; ``now`` (seconds since its start) overrides the
+    elapsed time for a run still in progress (live or replayed)."""
+    s = RunStats()
+    for e in events:
+        s.add(e)
+    if now is not None and not s.done:
+        s.seconds = now
+    return s
+
+
+def stats_html(stats: RunStats) -> str:
+    """The line under a pane: tokens, target forwards, tokens/s, elapsed."""
+    items = [(f"{stats.tokens}", "tokens"), (f"{stats.forwards}", "target forwards")]
+    if stats.mode == "speculative":
+        items.append((f"{stats.tokens_per_forward:.2f}", "tokens / forward"))
+        if stats.drafted:
+            items.append((f"{100 * stats.accepted / stats.drafted:.0f}%", "drafts accepted"))
+    items += [(f"{stats.tokens_per_second:.1f}", "tokens/s"),
+              (f"{stats.seconds:.2f} s", "of engine CPU time" if stats.clock == "cpu" else "elapsed")]
+    cells = "".join(f'<span class="mv-stat"><b>{v}</b> {html.escape(k)}</span>' for v, k in items)
+    state = ""
+    if stats.error:
+        state = '<span class="mv-stat mv-bad">error</span>'
+    elif stats.done and stats.stop_reason == "stopped":
+        state = '<span class="mv-stat mv-warn">stopped</span>'
+    elif stats.done:
+        state = '<span class="mv-stat mv-ok">done</span>'
+    return f'<div class="mv-stats">{cells}{state}</div>'
+
+
+def _compare_div(speedup: float | None, spec_tps: float, ar_tps: float, basis: str, threads: int,
+                 body: str, clock: str = "wall") -> str:
+    """``#compare``: the figure's hooks as data attributes, the badges inside."""
+    attrs = ""
+    if speedup is not None:
+        attrs = (f' data-speedup="{speedup:.4f}" data-spec-tps="{spec_tps:.3f}" data-ar-tps="{ar_tps:.3f}"'
+                 f' data-basis="{html.escape(basis)}" data-threads="{threads}"'
+                 f' data-clock="{html.escape(clock)}"')
+    return f'<div id="compare" class="mv-compare"{attrs}>{body}</div>' + explain("compare", corner=True)
+
+
+CPU_NOTE = (". Timed on the engine thread's CPU clock: with one torch thread that is all of a "
+            "run's work, and time spent waiting for a core or for the server is left out")
+
+
+def _threads(threads: int) -> str:
+    return f", {threads} torch thread{'s' if threads != 1 else ''}" if threads else ""
+
+
+def compare_html(spec: RunStats, ar: RunStats, *, greedy: bool, threads: int = 0) -> str:
+    """The speedup of one run of each mode and, under greedy decoding, whether both
+    outputs are token-identical. One run each cannot name a winner: the figure says
+    what it is and points to Measure."""
+    if not (spec.done and ar.done) or not spec.tokens or not ar.tokens \
+            or not (spec.tokens_per_second and ar.tokens_per_second):
+        return _compare_div(None, 0, 0, "", threads, identity_badge(spec, ar) if greedy and spec.done
+                            and ar.done and spec.tokens and ar.tokens else "")
+    x = spec.tokens_per_second / ar.tokens_per_second
+    clock = spec.clock if spec.clock == ar.clock else "mixed"
+    of = " of engine CPU time" if clock == "cpu" else ""
+    parts = [f'<span class="mv-badge mv-speedup" title="Measure repeats both modes and names a winner '
+             f'only when every repeat agrees{CPU_NOTE if clock == "cpu" else ""}">speculative ran at '
+             f'<b>×{x:.2f}</b> the speed <small>({spec.tokens_per_second:.1f} vs '
+             f'{ar.tokens_per_second:.1f} tokens/s{of} · one run each, in turns{_threads(threads)})'
+             f'</small></span>']
+    if greedy:
+        parts.append(identity_badge(spec, ar))
+    return _compare_div(x, spec.tokens_per_second, ar.tokens_per_second, "single run", threads,
+                        "".join(parts), clock)
+
+
+def measurement_html(m) -> str:
+    """Measure's result (:class:`mtp_viz.app.runtime.measure.Measurement`): the median of the
+    repeats, their range, and a winner only when every repeat agrees."""
+    cls = {"faster": "mv-ok", "slower": "mv-warn"}.get(m.verdict, "mv-neutral")
+    lo, hi = min(m.ratios), max(m.ratios)
+    if m.verdict == "too close to call":
+        head = (f"too close to call: median <b>×{m.median:.2f}</b>, but the {m.repeats} repeats "
+                f"ranged from ×{lo:.2f} to ×{hi:.2f}")
+    else:
+        head = (f"speculative is <b>×{m.median:.2f}</b> {m.verdict} (median of {m.repeats} repeats, "
+                f"range ×{lo:.2f}–×{hi:.2f})")
+    body = (f'<span class="mv-badge {cls} mv-speedup">{head}<small> · {m.spec_tps:.1f} vs '
+            f'{m.ar_tps:.1f} tokens/s{_threads(m.threads)}</small></span>')
+    return _compare_div(m.median, m.spec_tps, m.ar_tps, f"median of {m.repeats}", m.threads, body)
+
+
+def identity_badge(spec: RunStats, ar: RunStats) -> str:
+    n = min(len(spec.ids), len(ar.ids))
+    first = next((i for i in range(n) if spec.ids[i] != ar.ids[i]), None)
+    if first is None and len(spec.ids) == len(ar.ids):
+        return f'<span class="mv-badge mv-ok">✓ token-identical ({n} tokens)</span>'
+    if first is None:
+        return (f'<span class="mv-badge mv-warn">identical for the first {n} tokens; '
+                f'lengths differ ({len(spec.ids)} vs {len(ar.ids)})</span>')
+    a, _ = escape_token(spec.texts[first], spec.ids[first])
+    b, _ = escape_token(ar.texts[first], ar.ids[first])
+    return (f'<span class="mv-badge mv-bad">✗ outputs first differ at token {first + 1}: '
+            f'<code>{a}</code> vs <code>{b}</code> (numerical ties can flip a greedy choice)</span>')

@@ -1,0 +1,66 @@
+"""Pure views of a finished run's numbers: the "measured vs theory" panel.
+
+Numbers come from :mod:`mtp_viz.analysis.metrics`; this module only lays them out. All text
+is HTML-escaped.
+"""
+from __future__ import annotations
+
+import html
+
+from mtp_viz.analysis.metrics import TheoryCheck
+
+
+def theory_panel_html(check: TheoryCheck | None) -> str:
+    """Measured numbers beside Leviathan et al.'s prediction, and acceptance per position."""
+    if check is None:
+        return ('<div class="mtp-theory"><p>No drafted tokens yet: the theory panel '
+                'needs a speculative run.</p></div>')
+    rows = [
+        ("acceptance rate (accepted ÷ drafted)", f"{check.acceptance_rate:.1%}", ""),
+        ("α (per-token acceptance, MLE)", f"{check.alpha:.3f}", ""),
+        ("mean draft length γ", f"{check.gamma:.2f}", ""),
+        ("tokens per target forward τ", f"{check.tau:.2f}",
+         f"{check.tau_predicted:.2f} = (1−α^(γ+1))/(1−α)"),
+    ]
+    if check.timed:
+        rows += _cost_rows(check)
+    else:  # no draft and verify times: no c, so no predicted speedup
+        if check.speedup_measured is not None:
+            rows.append(("speedup over the baseline (this run)", f"×{check.speedup_measured:.2f}", ""))
+        rows.append(("cost coefficient c, predicted speedup", "not reported",
+                     "the source gives no drafting or verification times (a vLLM server does not)"))
+    body = "".join(f"<tr><td>{html.escape(a)}</td><td>{html.escape(b)}</td><td>{html.escape(t)}</td></tr>"
+                   for a, b, t in rows)
+    bars = []
+    for k, (cond, unc) in enumerate(zip(check.per_position_conditional,
+                                        check.per_position_unconditional)):
+        if cond is None and unc is None:
+            continue
+        cv, uv = cond or 0.0, unc or 0.0
+        bars.append(
+            f'<div class="mtp-pos"><span>{k + 1}</span>'
+            f'<span class="mtp-bar" style="display:inline-block;width:{cv * 120:.0f}px;'
+            f'background:#4c9be8;height:0.8em" title="conditional {cv:.0%}"></span> '
+            f'{cv:.0%} <small>(unconditional {uv:.0%})</small></div>')
+    return ('<div class="mtp-theory"><table><thead><tr><th>measure</th><th>measured</th>'
+            f'<th>theory</th></tr></thead><tbody>{body}</tbody></table>'
+            '<p><b>Acceptance by draft position</b> (given the earlier drafts were '
+            f'accepted)</p>{"".join(bars)}</div>')
+
+
+def _cost_rows(check: TheoryCheck) -> list[tuple[str, str, str]]:
+    """The rows that need the run's timings: c, the speedups and γ*."""
+    rows = [("cost coefficient c", f"{check.c:.3f}", "drafter step ÷ target step")]
+    if check.speedup_measured is not None:
+        rows.append(("speedup over autoregressive (this run)", f"×{check.speedup_measured:.2f}",
+                     f"×{check.speedup_predicted:.2f} = τ/(γc+1)"))
+    else:
+        rows.append(("predicted speedup", "", f"×{check.speedup_predicted:.2f} = τ/(γc+1)"))
+    if check.v is not None:
+        rows.append(("verification cost v (in target steps)", f"{check.v:.2f}",
+                     f"×{check.speedup_predicted_v:.2f} = τ/(γc+v) predicted with this v"))
+    elif check.v_raw is not None:
+        rows.append(("verification cost v (in target steps)", "too noisy",
+                     f"measured {check.v_raw:.2f}, below one target step: timing noise"))
+    rows.append(("best draft length γ*", "", f"{check.gamma_star} (×{check.speedup_star:.2f} predicted)"))
+    return rows

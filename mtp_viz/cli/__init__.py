@@ -1,0 +1,1 @@
+"""Front end: the ``mtp-viz`` command line (generate, replay, bench, ui)."""

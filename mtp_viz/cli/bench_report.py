@@ -1,0 +1,368 @@
+"""Reduce benchmark runs to numbers, and write them as a table, JSON and an HTML report.
+
+Every rate is pooled before it is divided (total tokens ÷ total seconds over the
+prompts of one repeat), and every timing figure is the median over repeats. The
+acceptance figures come from :mod:`mtp_viz.analysis.metrics` over all of a setting's event
+streams; the predictions from :mod:`mtp_viz.engine.theory`.
+"""
+from __future__ import annotations
+
+import html
+import json
+import os
+import platform
+import statistics
+from pathlib import Path
+from typing import Any
+
+from mtp_viz.analysis import metrics
+from mtp_viz.engine import theory
+
+
+def environment() -> dict[str, Any]:
+    import torch
+    import transformers
+    return {"torch": torch.__version__, "transformers": transformers.__version__,
+            "python": platform.python_version(), "machine": platform.machine(),
+            "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+
+
+def _median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def _ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def _tps_by_repeat(records, mode, setting, category=None, decode=False) -> dict[int, float]:
+    """repeat -> pooled tokens per second (Σ tokens ÷ Σ seconds over the prompts).
+
+    decode=True leaves out the prefill forward and the token it makes: what Leviathan
+    et al.'s formula describes (the prefill costs the same in every mode and dilutes
+    the speedup of short generations)."""
+    tok: dict[int, float] = {}
+    sec: dict[int, float] = {}
+    for r in records:
+        if r["mode"] == mode and r["setting"] == setting and (category is None or r["category"] == category):
+            if decode and "prefill_seconds" not in r:
+                continue
+            k = r["repeat"]
+            tok[k] = tok.get(k, 0) + r["new_tokens"] - (1 if decode else 0)
+            sec[k] = sec.get(k, 0) + r["seconds"] - (r["prefill_seconds"] if decode else 0)
+    return {k: tok[k] / sec[k] for k in tok if sec[k] > 0}
+
+
+def speedup_ratios(records, mode, setting, category=None, decode=False) -> list[float]:
+    """Per repeat, this mode's tokens/s over autoregressive tokens/s (the app's Measure
+    reports these too)."""
+    ar = _tps_by_repeat(records, "autoregressive", "", category, decode)
+    this = _tps_by_repeat(records, mode, setting, category, decode)
+    return [this[k] / ar[k] for k in sorted(this) if ar.get(k)]
+
+
+def _speedup(records, mode, setting, category=None, decode=False):
+    """Median over repeats of this mode's tokens/s over autoregressive tokens/s."""
+    return _median(speedup_ratios(records, mode, setting, category, decode))
+
+
+def _overhead(records, setting, key="seconds"):
+    """Median over repeats of Σ our wall time ÷ Σ the reference's wall time
+    (``key="cpu_seconds"``: process CPU time, steadier on a machine shared with others)."""
+    ours: dict[int, float] = {}
+    ref: dict[int, float] = {}
+    for r in records:
+        if r["setting"] == setting and r["mode"] in ("ours", "reference") and key in r:
+            d = ours if r["mode"] == "ours" else ref
+            d[r["repeat"]] = d.get(r["repeat"], 0) + r[key]
+    return _median([ours[k] / ref[k] for k in ours if ref.get(k)])
+
+
+def _forwards(records, mode, setting):
+    rs = [r for r in records if r["mode"] == mode and r["setting"] == setting and r["repeat"] == 0]
+    f = sum(r["target_forwards"] for r in rs)
+    return f, (sum(r["new_tokens"] for r in rs) / f if f else None)
+
+
+def _events(events, mode, setting, category=None):
+    out = []
+    for prompt, _, ev in events.get((mode, setting), []):
+        if category is None or prompt.category == category:
+            out.extend(ev)
+    return out
+
+
+def reduce(meta, records, events, settings) -> dict[str, Any]:
+    ar_events = _events(events, "autoregressive", "")
+    ar_step = metrics.target_step_seconds(ar_events)
+    ar_tps = _median(list(_tps_by_repeat(records, "autoregressive", "").values()))
+    ar_fwd, _ = _forwards(records, "autoregressive", "")
+    rows = []
+    for s in settings:
+        ev = _events(events, "ours", s.name)
+        summ = metrics.summarize(ev)
+        c = metrics.cost_coefficient(ev, ar_events)
+        gamma = summ.mean_draft_len or float(s.gamma)
+        alpha = summ.alpha
+        predicted = theory.predicted_speedup(alpha, gamma, c)
+        v = _ratio(summ.verify_seconds_per_step, ar_step)   # verification cost in AR steps
+        speedup = _speedup(records, "ours", s.name)
+        decode_speedup = _speedup(records, "ours", s.name, decode=True)
+        fwd, tau = _forwards(records, "ours", s.name)
+        decode_tau = _ratio(summ.new_tokens - summ.generations,
+                            summ.target_forwards - summ.generations)
+        ref_fwd, ref_tau = _forwards(records, "reference", s.name)
+        parity = [r.get("parity") for r in records if r["mode"] == "ours" and r["setting"] == s.name]
+        rows.append({
+            "setting": s.name, "schedule": s.schedule, "gamma": s.gamma,
+            "tokens_per_second": _median(list(_tps_by_repeat(records, "ours", s.name).values())),
+            "speedup": speedup, "decode_speedup": decode_speedup,
+            "reference_tokens_per_second": _median(list(_tps_by_repeat(records, "reference", s.name).values())),
+            "reference_speedup": _speedup(records, "reference", s.name),
+            "overhead_vs_reference": _overhead(records, s.name),
+            "overhead_vs_reference_cpu": _overhead(records, s.name, "cpu_seconds"),
+            "target_forwards": fwd, "reference_target_forwards": ref_fwd or None,
+            "tokens_per_forward": tau, "reference_tokens_per_forward": ref_tau,
+            "decode_tokens_per_forward": decode_tau,
+            "acceptance_rate": summ.acceptance_rate, "alpha": alpha,
+            "mean_draft_len": summ.mean_draft_len,
+            "predicted_tokens_per_forward": theory.expected_tokens(alpha, gamma),
+            "cost_coefficient": c, "verify_cost": v,
+            "predicted_speedup": predicted,
+            "measured_over_predicted": _ratio(decode_speedup, predicted),
+            "predicted_speedup_with_verify_cost":
+                theory.expected_tokens(alpha, gamma) / (gamma * c + v) if v else None,
+            "optimal_gamma": theory.optimal_gamma(alpha, c)[0] if summ.drafted else None,
+            "per_position_conditional": summ.per_position_conditional,
+            "per_position_unconditional": summ.per_position_unconditional,
+            "parity": (None if all(p is None for p in parity) else
+                       sum(p is False for p in parity) == 0),
+            "parity_failures": sum(p is False for p in parity),
+            "matches_autoregressive": all(r.get("matches_autoregressive", True) for r in records
+                                          if r["mode"] == "ours" and r["setting"] == s.name),
+        })
+    slope = _verify_slope(rows)
+    for row in rows:
+        if row["alpha"] and slope is not None:
+            row["optimal_gamma_with_verify_cost"] = theory.optimal_gamma(
+                row["alpha"], row["cost_coefficient"] + slope)[0]
+    categories = sorted({r["category"] for r in records})
+    by_cat = []
+    for cat in categories:
+        entry = {"category": cat, "prompts": len({r["prompt_id"] for r in records if r["category"] == cat})}
+        for s in settings:
+            ev = _events(events, "ours", s.name, cat)
+            entry[s.name] = {"speedup": _speedup(records, "ours", s.name, cat),
+                             "alpha": metrics.alpha_estimate(ev),
+                             "tokens_per_forward": metrics.mean_accepted_length(ev)}
+        by_cat.append(entry)
+    return {"meta": meta, "autoregressive": {"tokens_per_second": ar_tps, "target_forwards": ar_fwd,
+                                             "step_seconds": ar_step},
+            "verify_slope": slope, "settings": rows, "categories": by_cat, "runs": records}
+
+
+def _verify_slope(rows) -> float | None:
+    """Least-squares slope s of verification cost v(γ) ≈ v0 + sγ over constant settings
+    (in autoregressive steps per drafted token); None with fewer than two lengths."""
+    pts = [(r["mean_draft_len"], r["verify_cost"]) for r in rows
+           if r["schedule"] == "constant" and r["verify_cost"]]
+    if len({round(x, 6) for x, _ in pts}) < 2:
+        return None
+    mx = sum(x for x, _ in pts) / len(pts)
+    my = sum(y for _, y in pts) / len(pts)
+    sxx = sum((x - mx) ** 2 for x, _ in pts)
+    return max(0.0, sum((x - mx) * (y - my) for x, y in pts) / sxx)
+
+
+def _f(x, fmt="{:.2f}", none="–"):
+    return none if x is None else fmt.format(x)
+
+
+COLUMNS = [
+    ("setting", "setting", "{}"), ("tok/s", "tokens_per_second", "{:.1f}"),
+    ("speedup", "speedup", "×{:.2f}"), ("decode", "decode_speedup", "×{:.2f}"),
+    ("ref speedup", "reference_speedup", "×{:.2f}"),
+    ("overhead vs ref", "overhead_vs_reference", "{:.3f}"),
+    ("(cpu)", "overhead_vs_reference_cpu", "{:.3f}"),
+    ("fwd (ref)", None, None), ("accept", "acceptance_rate", "{:.1%}"), ("α", "alpha", "{:.3f}"),
+    ("τ (pred)", None, None), ("c", "cost_coefficient", "{:.3f}"),
+    ("v", "verify_cost", "{:.2f}"), ("predicted", "predicted_speedup", "×{:.2f}"),
+    ("meas/pred", "measured_over_predicted", "{:.2f}"),
+    ("pred with v", "predicted_speedup_with_verify_cost", "×{:.2f}"), ("γ*", "optimal_gamma", "{}"),
+    ("parity", None, None),
+]
+
+
+def _cells(row) -> list[str]:
+    out = []
+    for title, key, fmt in COLUMNS:
+        if title == "fwd (ref)":
+            out.append(f"{row['target_forwards']} ({_f(row['reference_target_forwards'], '{}')})")
+        elif title == "τ (pred)":
+            out.append(f"{_f(row.get('decode_tokens_per_forward'))} "
+                       f"({_f(row['predicted_tokens_per_forward'])})")
+        elif title == "parity":
+            out.append("–" if row["parity"] is None else
+                       ("ok" if row["parity"] else f"FAIL ×{row['parity_failures']}"))
+        else:
+            out.append(_f(row.get(key), fmt))
+    return out
+
+
+def markdown(result) -> str:
+    m, ar = result["meta"], result["autoregressive"]
+    lines = [
+        f"## mtp-viz bench: {m['target']}" + (f" + {m['drafter']}" if m.get("drafter") else ""),
+        "",
+        f"{m['prompts']} prompts, {m['max_new_tokens']} new tokens, {m['repeats']} repeat(s), "
+        f"temperature {m['temperature']}, stale_kv={m['stale_kv']}; torch {m['torch']}, "
+        f"transformers {m['transformers']}, {m['cpus']} CPUs ({m['torch_threads']} threads)"
+        + (f", {m['cuda']}" if m.get("cuda") else "") + ".",
+        f"Autoregressive: {_f(ar['tokens_per_second'], '{:.1f}')} tok/s, "
+        f"{ar['target_forwards']} target forwards, {_f(ar['step_seconds'] * 1e3, '{:.2f}')} ms per step.",
+        "",
+        "| " + " | ".join(t for t, _, _ in COLUMNS) + " |",
+        "|" + "---|" * len(COLUMNS),
+    ]
+    lines += ["| " + " | ".join(_cells(r)) + " |" for r in result["settings"]]
+    lines += ["", "speedup: tokens/s over autoregressive, end to end (median of repeats); decode: the "
+              "same without the prefill forward, which costs the same in every mode and is not part of "
+              "the theory; overhead: our wall time ÷ "
+              "transformers' (median of repeats; cpu: the same in process CPU time); fwd: target forwards; τ: tokens per "
+              "target forward after the prefill; "
+              "α: per-token acceptance (MLE); c: drafter step ÷ target step; v: one verification ÷ one "
+              "autoregressive step; predicted: (1−α^(γ+1))/((1−α)(γc+1)) (Leviathan et al.); meas/pred: decode "
+              "speedup ÷ predicted; pred with v: "
+              "the same with the measured verification cost, τ/(γc+v); γ*: best draft length for α, c."]
+    if result.get("verify_slope") is not None:
+        lines.append(f"Verification cost grows by {result['verify_slope']:.3f} autoregressive steps per "
+                     "drafted token here (Leviathan et al. assume 0).")
+    depth = max((len(r["per_position_conditional"]) for r in result["settings"]), default=0)
+    if depth:
+        lines += ["", "### Acceptance by draft position (conditional / unconditional)", "",
+                  "| setting | " + " | ".join(str(k + 1) for k in range(depth)) + " |",
+                  "|---|" + "---|" * depth]
+        for r in result["settings"]:
+            cond, unc = r["per_position_conditional"], r["per_position_unconditional"]
+            lines.append(f"| {r['setting']} | " + " | ".join(
+                f"{_f(cond[k], '{:.2f}')} / {_f(unc[k], '{:.2f}')}" if k < len(cond) else ""
+                for k in range(depth)) + " |")
+    names = [r["setting"] for r in result["settings"]]
+    lines += ["", "### By category (speedup / α)", "",
+              "| category | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for c in result["categories"]:
+        lines.append(f"| {c['category']} | " + " | ".join(
+            f"{_f(c[n]['speedup'], '×{:.2f}')} / {_f(c[n]['alpha'], '{:.2f}')}" for n in names) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write(result, out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "bench.json", out / "bench.md", out / "bench.html"]
+    paths[0].write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    paths[1].write_text(markdown(result), encoding="utf-8")
+    paths[2].write_text(html_report(result), encoding="utf-8")
+    return paths
+
+
+def figures(result) -> list:
+    """Plotly figures: speedup vs γ (measured and predicted), acceptance by position,
+    speedup by category, overhead against transformers."""
+    import plotly.graph_objects as go
+    rows, figs = result["settings"], []
+    const = sorted((r for r in rows if r["schedule"] == "constant"), key=lambda r: r["gamma"])
+    if const:
+        f = go.Figure()
+        xs = [r["gamma"] for r in const]
+        f.add_scatter(x=xs, y=[r["speedup"] for r in const], name="ours (measured, end to end)",
+                      mode="lines+markers")
+        f.add_scatter(x=xs, y=[r["decode_speedup"] for r in const], name="ours (measured, decode)",
+                      mode="lines+markers")
+        f.add_scatter(x=xs, y=[r["reference_speedup"] for r in const], name="transformers (measured)",
+                      mode="lines+markers")
+        f.add_scatter(x=xs, y=[r["predicted_speedup"] for r in const], name="Leviathan et al. (predicted)",
+                      mode="lines+markers", line={"dash": "dash"})
+        f.add_scatter(x=xs, y=[r["predicted_speedup_with_verify_cost"] for r in const],
+                      name="predicted, measured verify cost", mode="lines+markers", line={"dash": "dot"})
+        for r in rows:
+            if r["schedule"] != "constant":
+                f.add_scatter(x=[r["mean_draft_len"]], y=[r["speedup"]], mode="markers",
+                              marker={"size": 12, "symbol": "star"}, name=f"{r['setting']} (mean γ)")
+        f.add_hline(y=1.0, line={"color": "grey", "width": 1})
+        f.update_layout(title="Speedup over autoregressive vs draft length", xaxis_title="draft length γ",
+                        yaxis_title="speedup")
+        figs.append(f)
+    f = go.Figure()
+    for r in rows:
+        cond = r["per_position_conditional"]
+        if cond:
+            f.add_scatter(x=list(range(1, len(cond) + 1)), y=cond, mode="lines+markers",
+                          name=f"{r['setting']} conditional")
+            f.add_scatter(x=list(range(1, len(cond) + 1)), y=r["per_position_unconditional"],
+                          mode="lines+markers", line={"dash": "dot"}, name=f"{r['setting']} unconditional")
+    f.update_layout(title="Acceptance by draft position", xaxis_title="position in draft",
+                    yaxis_title="acceptance", yaxis_range=[0, 1.02])
+    figs.append(f)
+    f = go.Figure()
+    cats = [c["category"] for c in result["categories"]]
+    for r in rows:
+        f.add_bar(x=cats, y=[c[r["setting"]]["speedup"] for c in result["categories"]], name=r["setting"])
+    f.add_hline(y=1.0, line={"color": "grey", "width": 1})
+    f.update_layout(title="When does MTP help? Speedup by task category", barmode="group",
+                    yaxis_title="speedup")
+    figs.append(f)
+    with_ref = [r for r in rows if r["overhead_vs_reference"] is not None]
+    if with_ref:
+        f = go.Figure()
+        f.add_bar(x=[r["setting"] for r in with_ref], y=[r["overhead_vs_reference"] for r in with_ref])
+        f.add_hline(y=1.0, line={"color": "grey", "width": 1})
+        f.update_layout(title="Our wall time ÷ transformers' (same drafts, same tokens)",
+                        yaxis_title="ratio (lower is faster)")
+        figs.append(f)
+    return figs
+
+
+def html_report(result) -> str:
+    """One self-contained page: plotly.js inline, so it opens offline."""
+    parts = []
+    for i, fig in enumerate(figures(result)):
+        parts.append(fig.to_html(full_html=False, include_plotlyjs=(i == 0)))
+    md = markdown(result)
+    table = _md_table_html(md)
+    warn = ""
+    if result["meta"].get("parity_failures"):
+        warn = (f'<p style="color:#b00;font-weight:bold">PARITY FAILURE: '
+                f'{result["meta"]["parity_failures"]} greedy run(s) differ from transformers.</p>')
+    return ("<!doctype html><html><head><meta charset='utf-8'><title>mtp-viz bench</title>"
+            "<style>body{font-family:sans-serif;margin:2em;max-width:1200px}"
+            "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px;"
+            "font-size:13px}</style></head><body>" + warn + table + "".join(parts) + "</body></html>")
+
+
+def _md_table_html(md: str) -> str:
+    """Render the markdown summary (headings, paragraphs, pipe tables) as escaped HTML."""
+    out, rows = [], []
+
+    def flush():
+        if rows:
+            head, *body = [r for r in rows if not set(r.replace("|", "")) <= {"-"}]
+            cell = lambda tag, r: "".join(f"<{tag}>{html.escape(c.strip())}</{tag}>"
+                                          for c in r.strip().strip("|").split("|"))
+            out.append("<table><tr>" + cell("th", head) + "</tr>"
+                       + "".join("<tr>" + cell("td", r) + "</tr>" for r in body) + "</table>")
+            rows.clear()
+    for line in md.splitlines():
+        if line.startswith("|"):
+            rows.append(line)
+            continue
+        flush()
+        if line.startswith("### "):
+            out.append(f"<h3>{html.escape(line[4:])}</h3>")
+        elif line.startswith("## "):
+            out.append(f"<h2>{html.escape(line[3:])}</h2>")
+        elif line.strip():
+            out.append(f"<p>{html.escape(line)}</p>")
+    flush()
+    return "".join(out)

@@ -1,0 +1,134 @@
+"""`mtp-viz generate`: run one prompt and show how each token was decided.
+
+Default output streams the text with tokens styled by kind (accepted drafts, the
+target's own tokens, rejected drafts struck through), then one summary line.
+``--jsonl`` prints exactly one JSON object per event per line and nothing else.
+``--server URL`` streams from a vLLM server instead (see :mod:`mtp_viz.sources.vllm.stream`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from mtp_viz.errors import UserError
+from mtp_viz.engine.events import Accepted, Bonus, Done, Error, Rejected, Token
+
+STYLE = {  # ANSI SGR codes; kinds stay distinguishable without color (bold, underline, strike)
+    "accepted": "32",            # green
+    "correction": "1;4;33",      # bold underlined yellow: the target corrected a draft
+    "extension": "1;36",         # bold cyan: the target's extra token after full acceptance
+    "token": "0",
+    "rejected": "2;9;31",        # dim struck-through red
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", default="tiny",
+                   help="preset (tiny, e2b, e4b, 31b, 26b-a4b), hub id or local folder (default: tiny)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--drafter", help="drafter hub id or folder (default: the target's MTP assistant)")
+    g.add_argument("--prompt-lookup", action="store_true", help="draft by n-gram lookup, no second model")
+    p.add_argument("--prompt", required=True, help="the prompt text")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--draft-tokens", type=int, default=None,
+                   help="initial draft length (default: the drafter's num_assistant_tokens)")
+    p.add_argument("--schedule", default="constant",
+                   help="constant, heuristic, heuristic_transient, confidence or optimal")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 means greedy (default)")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--autoregressive", action="store_true", help="plain decoding, no drafter")
+    p.add_argument("--no-chat-template", action="store_true", help="feed the prompt as raw text")
+    p.add_argument("--jsonl", action="store_true", help="one JSON event per line on stdout")
+    p.add_argument("--device", default=None, help="cpu, cuda, mps (default: best available)")
+    p.add_argument("--dtype", default=None, help="bfloat16, float16 or float32")
+    p.add_argument("--color", choices=["auto", "always", "never"], default="auto")
+    p.add_argument("--server", metavar="URL",
+                   help="stream from a vLLM server (OpenAI-compatible) instead of the local engine")
+    p.add_argument("--model", help="with --server: the served model's name (default: its first)")
+    p.add_argument("--stale-kv", action="store_true", help=argparse.SUPPRESS)
+
+
+def run(args: argparse.Namespace) -> int:
+    events = server_events(args) if args.server else local_events(args)
+    color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty()
+                                       and not os.environ.get("NO_COLOR"))
+    try:
+        if args.jsonl:
+            for e in events:
+                print(json.dumps(e.to_dict(), ensure_ascii=False), flush=True)
+        else:
+            print_styled(events, color)
+    except UserError as e:  # e.g. out of memory mid-run: the stream ends with an error event
+        if args.jsonl:
+            print(json.dumps(Error(str(e)).to_dict()), flush=True)
+        raise
+    return 0
+
+
+def local_events(args: argparse.Namespace):
+    from mtp_viz.sources.models import load_pair
+    if args.model:
+        raise UserError("--model names a model served by --server; use --target for a local model.")
+    if not sys.stderr.isatty():  # keep stderr to one line per error when piped
+        from transformers.utils import logging as hf_logging
+        hf_logging.disable_progress_bar()
+    kind = "lookup" if args.prompt_lookup else "auto"
+    pair = load_pair(args.target, args.drafter, drafter_kind="lookup" if args.prompt_lookup or
+                     args.autoregressive else "auto", device=args.device, dtype=args.dtype)
+    return pair.generate(
+        args.prompt, mode="autoregressive" if args.autoregressive else "speculative", drafter=kind,
+        max_new_tokens=args.max_new_tokens, draft_tokens=args.draft_tokens, schedule=args.schedule,
+        temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed,
+        chat=not args.no_chat_template, stale_kv=args.stale_kv)
+
+
+def server_events(args: argparse.Namespace):
+    """A vLLM server's stream; its drafter and draft length were fixed when it started."""
+    from mtp_viz.sources.vllm.stream import events
+    local = [flag for flag, on in (("--drafter", args.drafter), ("--prompt-lookup", args.prompt_lookup),
+                                   ("--draft-tokens", args.draft_tokens is not None),
+                                   ("--schedule", args.schedule != "constant"),
+                                   ("--device", args.device), ("--dtype", args.dtype)) if on]
+    if local:
+        raise UserError(f"{local[0]} applies to the local engine; a vLLM server's drafter and "
+                        "draft length are set when the server starts.")
+    return events(args.server, args.prompt, model=args.model,
+                  mode="autoregressive" if args.autoregressive else "speculative",
+                  chat=not args.no_chat_template, max_new_tokens=args.max_new_tokens,
+                  temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
+
+
+def print_styled(events, color: bool, out=None) -> Done | None:
+    out = out or sys.stdout
+    def paint(text: str, style: str) -> str:
+        return f"\x1b[{STYLE[style]}m{text}\x1b[0m" if color and text else text
+
+    done = None
+    for e in events:
+        if isinstance(e, Accepted):
+            out.write(paint(e.text, "accepted"))
+        elif isinstance(e, Rejected) and color:  # without color a struck-through token is unreadable
+            out.write(paint(e.text, "rejected"))
+        elif isinstance(e, Bonus):
+            out.write(paint(e.text, e.kind))
+        elif isinstance(e, Token):
+            out.write(e.text)
+        elif isinstance(e, Done):
+            done = e
+        out.flush()
+    if done is not None:
+        out.write("\n" + summary_line(done) + "\n")
+    return done
+
+
+def summary_line(d: Done) -> str:
+    parts = [f"{d.new_tokens} new tokens", f"{d.target_forwards} target forwards",
+             f"{d.mean_accepted_length:.2f} tokens/forward"]
+    if d.drafted:
+        parts.append(f"acceptance {d.acceptance_rate:.0%} ({d.accepted}/{d.drafted})")
+    parts.append(f"{d.tokens_per_second:.1f} tokens/s")
+    return " · ".join(parts)

@@ -1,0 +1,228 @@
+"""Typed events: the one contract between the engine and every consumer.
+
+The engine yields these; the CLI, the metrics, the trace recorder and the UI only
+read them. Every event is a frozen dataclass that round-trips exactly through JSON:
+``Event.from_dict(json.loads(json.dumps(e.to_dict()))) == e``.
+
+Invariants (docs/events.md has the whole contract): the generated sequence is exactly the ``accepted`` and
+``bonus`` events (speculative mode) or the ``token`` events (autoregressive mode), in
+stream order. Within a step all ``drafted`` come first, then ``accepted`` (indices
+0..n-1), then ``rejected``, then at most one ``bonus``, then the ``step`` summary.
+
+Probabilities: ``q`` is the drafter's probability of the token under its processed
+(temperature/top-k/top-p) distribution, the one the draft was drawn from; ``p`` is the
+target's probability of the token under its processed distribution. Under greedy
+decoding both are the softmax of the raw logits (temperature 1), which is what a
+viewer wants to see.
+
+Top candidates (optional, recorded only when the engine is asked with ``top=k``; see
+:mod:`mtp_viz.engine.topk`): ``p_top_ids``/``p_top``/``p_top_text`` are the target's k most
+probable tokens at a token's position under its processed distribution, best first,
+with their probabilities and text pieces; ``q_top_*`` the drafter's, on ``drafted``;
+``residual_top_*`` on a correction drawn under sampling, the top of
+norm(max(0, p − q)) it was drawn from. They are empty when not recorded and then left
+out of ``to_dict``, so a run without them serializes exactly as before and older
+traces read unchanged.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+__all__ = [
+    "Event", "Start", "Drafted", "Accepted", "Rejected", "Bonus", "Token", "Step", "Done",
+    "Error", "event_from_dict", "EVENT_TYPES",
+]
+
+
+@dataclass(frozen=True)
+class Event:
+    type: ClassVar[str] = "event"
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"type": self.type}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.metadata.get("optional") and not v:
+                continue  # an optional field left empty is not written
+            d[f.name] = _plain(v)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Event":
+        if cls is Event:
+            return event_from_dict(d)
+        names = {f.name: f for f in dataclasses.fields(cls)}
+        kwargs = {k: _frozen(v) for k, v in d.items() if k in names}
+        return cls(**kwargs)
+
+
+def _optional(default: Any = ()) -> Any:
+    """A field recorded only on request (top candidates): omitted from JSON when empty."""
+    return field(default=default, metadata={"optional": True})
+
+
+def _plain(v: Any) -> Any:
+    """Tuples (kept for immutability) become lists in JSON; mappings stay dicts."""
+    if isinstance(v, tuple):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    return v
+
+
+def _frozen(v: Any) -> Any:
+    if isinstance(v, list):
+        return tuple(_frozen(x) for x in v)
+    if isinstance(v, dict):
+        return {k: _frozen(x) for k, x in v.items()}
+    return v
+
+
+@dataclass(frozen=True)
+class Start(Event):
+    """First event of every generation."""
+    type: ClassVar[str] = "start"
+    mode: str                      # "speculative" or "autoregressive"
+    prompt_tokens: int
+    prompt_ids: tuple[int, ...] = ()
+    settings: dict[str, Any] = field(default_factory=dict)  # drafter, schedule, sampling, limits
+
+
+@dataclass(frozen=True)
+class Drafted(Event):
+    type: ClassVar[str] = "drafted"
+    step: int                      # verification step, from 1
+    index: int                     # 0-based position in this step's draft
+    token_id: int
+    text: str = ""
+    q: float = 1.0                 # drafter's probability of this token
+    q_top_ids: tuple[int, ...] = _optional()     # drafter's top-k tokens here, best first
+    q_top: tuple[float, ...] = _optional()       # their probabilities under q
+    q_top_text: tuple[str, ...] = _optional()
+    clusters: tuple[int, ...] = _optional()      # clustered head: the clusters it scored, best first
+
+
+@dataclass(frozen=True)
+class Accepted(Event):
+    type: ClassVar[str] = "accepted"
+    step: int
+    index: int
+    token_id: int
+    text: str = ""
+    p: float = 1.0                 # target's probability of this token
+    q: float = 1.0
+    p_top_ids: tuple[int, ...] = _optional()    # target's top-k tokens here, best first
+    p_top: tuple[float, ...] = _optional()       # their probabilities under p
+    p_top_text: tuple[str, ...] = _optional()    # and their text pieces
+
+
+@dataclass(frozen=True)
+class Rejected(Event):
+    """A draft the target did not keep. Index >= the first rejection are all rejected
+    (they were drafted after a token that is no longer in the sequence)."""
+    type: ClassVar[str] = "rejected"
+    step: int
+    index: int
+    token_id: int
+    text: str = ""
+    p: float = 0.0
+    q: float = 1.0
+    p_top_ids: tuple[int, ...] = _optional()    # target's top-k tokens here, best first
+    p_top: tuple[float, ...] = _optional()       # their probabilities under p
+    p_top_text: tuple[str, ...] = _optional()    # and their text pieces
+    # clustered head: "yes"/"no", whether the target's most probable token here was in
+    # the clusters the drafter scored ("" without a clustered head or not recorded)
+    target_in_clusters: str = _optional("")
+
+
+@dataclass(frozen=True)
+class Bonus(Event):
+    """The target's own token closing a verification step.
+
+    kind: "correction" when it replaces a rejected draft, "extension" when every draft
+    was accepted (or none was drafted) and the target adds one more."""
+    type: ClassVar[str] = "bonus"
+    step: int
+    token_id: int
+    text: str = ""
+    p: float = 1.0
+    index: int = 0                 # its position within the step (= accepted count)
+    kind: str = "extension"
+    p_top_ids: tuple[int, ...] = _optional()    # target's top-k tokens here, best first
+    p_top: tuple[float, ...] = _optional()       # their probabilities under p
+    p_top_text: tuple[str, ...] = _optional()    # and their text pieces
+    residual_top_ids: tuple[int, ...] = _optional()  # a correction under sampling: the top of
+    residual_top: tuple[float, ...] = _optional()     # norm(max(0, p - q)) it was drawn from
+    residual_top_text: tuple[str, ...] = _optional()
+
+
+@dataclass(frozen=True)
+class Token(Event):
+    """Autoregressive mode: one token per target forward."""
+    type: ClassVar[str] = "token"
+    step: int
+    token_id: int
+    text: str = ""
+    p: float = 1.0
+    t: float = 0.0                 # seconds since the start of generation
+    p_top_ids: tuple[int, ...] = _optional()    # target's top-k tokens here, best first
+    p_top: tuple[float, ...] = _optional()       # their probabilities under p
+    p_top_text: tuple[str, ...] = _optional()    # and their text pieces
+
+
+@dataclass(frozen=True)
+class Step(Event):
+    """Summary closing each verification step (speculative) or each forward (autoregressive)."""
+    type: ClassVar[str] = "step"
+    step: int
+    draft_len: int                 # tokens drafted this step
+    accepted: int                  # drafts kept this step: the number of its Accepted events
+    new_tokens: int = 0            # tokens appended this step (accepted + bonus, after any cut)
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    next_draft_len: int = 0        # what the schedule chose for the next step
+    reason: str = ""               # why the schedule chose it
+    cut: str = ""                  # "eos" when tokens after an end-of-sequence were dropped
+    t: float = 0.0                 # seconds since the start of generation, at the step's end
+    agreed: int = 0                # drafts the target agreed with, before any EOS cut (>= accepted)
+
+
+@dataclass(frozen=True)
+class Done(Event):
+    type: ClassVar[str] = "done"
+    new_tokens: int
+    target_forwards: int
+    seconds: float
+    text: str = ""
+    drafter_forwards: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    acceptance_rate: float = 0.0   # accepted / drafted
+    mean_accepted_length: float = 0.0  # new tokens per target forward (bonus included)
+    tokens_per_second: float = 0.0
+    stop_reason: str = ""          # "eos", "max_new_tokens" or "stopped"
+    generated_ids: tuple[int, ...] = ()
+    # A server source's own per-request metrics, as it sent them (lists as tuples);
+    # vLLM: its response's "metrics" object, with "speculative_decoding". Empty locally.
+    server_metrics: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Error(Event):
+    type: ClassVar[str] = "error"
+    message: str
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    c.type: c for c in (Start, Drafted, Accepted, Rejected, Bonus, Token, Step, Done, Error)
+}
+
+
+def event_from_dict(d: dict[str, Any]) -> Event:
+    try:
+        cls = EVENT_TYPES[d["type"]]
+    except KeyError as e:
+        raise ValueError(f"Unknown event type: {d.get('type')!r}") from e
+    return cls.from_dict(d)

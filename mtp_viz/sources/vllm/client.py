@@ -1,0 +1,177 @@
+"""HTTP to a vLLM server, with the standard library only: JSON GETs, a streamed POST
+(server-sent events) and the ``/metrics`` scrape.
+
+Only the address the user gave is contacted: proxies from the environment are not
+used (a server on 127.0.0.1 must not be sent through one), nor are redirects followed.
+Every failure becomes one ``UserError`` sentence that names the URL as the user typed
+it and never repeats what the server answered, so a stranger's server cannot put text
+in our messages.
+"""
+from __future__ import annotations
+
+import json
+import socket
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any, Iterable, Iterator
+
+from mtp_viz.errors import UserError
+from .prometheus import SpecDecodeCounters, parse, spec_decode
+
+__all__ = ["base_url", "get_json", "post_stream", "sse_chunks", "served_models", "scrape", "ServerModel"]
+
+CONNECT_TIMEOUT = 10.0   # seconds for GETs (models, metrics)
+READ_TIMEOUT = 600.0     # seconds the stream may stay silent (a long prefill on a busy server)
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is answered as the HTTP error it is, never followed: only the address
+    the user gave (and the app's guard let through) is contacted."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect)
+
+
+def base_url(url: str) -> str:
+    """``http://host:port`` from what the user typed (a trailing ``/`` or ``/v1`` is fine)."""
+    text = (url or "").strip()
+    parts = urllib.parse.urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UserError(f"{text or 'The server URL'} is not a server address; "
+                        "give one like http://127.0.0.1:8000.")
+    path = parts.path.rstrip("/")
+    if path.endswith("/v1"):
+        path = path[:-3]
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+def _explain(url: str, err: BaseException, timeout: float) -> UserError:
+    """A transport failure as one sentence about ``url``."""
+    reason = getattr(err, "reason", err)
+    if isinstance(reason, (ConnectionRefusedError, ConnectionResetError)):
+        return UserError(f"No server answers at {url}; start vLLM there or check the address.")
+    if isinstance(reason, (socket.timeout, TimeoutError)):
+        return UserError(f"The server at {url} did not answer within {timeout:.0f} seconds.")
+    if isinstance(reason, socket.gaierror):
+        return UserError(f"The host name in {url} cannot be resolved.")
+    return UserError(f"Cannot reach the server at {url} ({type(reason).__name__}).")
+
+
+def _open(url: str, path: str, body: dict | None, timeout: float):
+    req = urllib.request.Request(base_url(url) + path, method="POST" if body is not None else "GET",
+                                 data=json.dumps(body).encode() if body is not None else None,
+                                 headers={"Content-Type": "application/json",
+                                          "Accept": "application/json, text/event-stream"})
+    try:
+        return _OPENER.open(req, timeout=timeout)
+    except urllib.error.HTTPError as e:
+        e.close()  # the body is the server's; it is not shown
+        raise
+    except (urllib.error.URLError, OSError) as e:
+        raise _explain(url, e, timeout) from None
+
+
+def get_text(url: str, path: str, timeout: float = CONNECT_TIMEOUT) -> str:
+    """GET ``path``; a 404 says the server is not what the user thought it was."""
+    try:
+        with _open(url, path, None, timeout) as r:
+            return r.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as e:
+        raise UserError(f"{url} is not a vLLM server: it answers {path} with HTTP {e.code}.") from None
+    except (socket.timeout, TimeoutError) as e:
+        raise _explain(url, e, timeout) from None
+
+
+def get_json(url: str, path: str, timeout: float = CONNECT_TIMEOUT) -> Any:
+    try:
+        return json.loads(get_text(url, path, timeout))
+    except ValueError:
+        raise UserError(f"{url} is not a vLLM server: its {path} is not JSON.") from None
+
+
+class ServerModel(dict):
+    """One entry of ``/v1/models``: ``id``, ``owned_by``, ``max_model_len``."""
+
+
+def served_models(url: str) -> list[ServerModel]:
+    """The models a vLLM server serves; one sentence if it is not a vLLM server."""
+    data = get_json(url, "/v1/models")
+    models = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(models, list) or not all(isinstance(m, dict) and "id" in m for m in models):
+        raise UserError(f"{url} is not a vLLM server: its /v1/models lists no models.")
+    if not models:
+        raise UserError(f"The server at {url} serves no model.")
+    if not any(m.get("owned_by") == "vllm" for m in models):
+        raise UserError(f"{url} is an OpenAI-compatible server but not vLLM; mtp-viz needs "
+                        "vLLM's per-request speculative decoding metrics.")
+    return [ServerModel(m) for m in models]
+
+
+def scrape(url: str, model: str | None = None, timeout: float = CONNECT_TIMEOUT) -> SpecDecodeCounters:
+    """The server's cumulative spec-decode counters (``enabled=False`` without speculation)."""
+    text = get_text(url, "/metrics", timeout)
+    try:
+        return spec_decode(parse(text), model)
+    except ValueError:
+        raise UserError(f"{url} is not a vLLM server: its /metrics is not a Prometheus page.") from None
+
+
+def post_stream(url: str, path: str, body: dict, *, timeout: float = READ_TIMEOUT,
+                stop=None) -> Iterator[tuple[float, dict]]:
+    """POST a streaming request; yield ``(arrival time, chunk)`` for every server-sent event.
+
+    Arrival times are ``time.perf_counter()`` values taken as each event's line is read.
+    Ends at ``data: [DONE]``, at the end of the body, or when ``stop`` is set (the
+    connection is closed, which makes vLLM abort the request)."""
+    try:
+        resp = _open(url, path, body, timeout)
+    except urllib.error.HTTPError as e:
+        raise _http_error(url, path, e.code, body) from None
+    with resp:
+        try:
+            for chunk in sse_chunks(resp, url):
+                if stop is not None and stop.is_set():
+                    return
+                yield time.perf_counter(), chunk
+        except (socket.timeout, TimeoutError) as e:
+            raise _explain(url, e, timeout) from None
+        except (ConnectionError, urllib.error.URLError) as e:
+            raise UserError(f"The server at {url} closed the connection while generating.") from e
+
+
+def sse_chunks(lines: Iterable[bytes | str], url: str = "the server") -> Iterator[dict]:
+    """Server-sent events (``data: {json}`` lines, blank separators) → parsed chunks,
+    up to ``data: [DONE]``. A chunk that is not a JSON object, or an error event, ends
+    the stream with one sentence."""
+    for raw in lines:
+        line = (raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw).strip()
+        if not line.startswith("data:"):
+            continue  # blank separators and SSE comments
+        data = line[5:].strip()
+        if data == "[DONE]":
+            return
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            chunk = None
+        if not isinstance(chunk, dict):
+            raise UserError(f"The server at {url} sent a stream mtp-viz cannot read.")
+        if "error" in chunk:
+            raise UserError(f"The server at {url} reported an error while generating.")
+        yield chunk
+
+
+def _http_error(url: str, path: str, code: int, body: dict) -> UserError:
+    if code == 404:
+        return UserError(f"{url} is not a vLLM server: it has no {path}.")
+    if code == 400:
+        hint = ("or its model has no chat template (send the raw prompt: --no-chat-template)"
+                if path.endswith("chat/completions") else "or a setting is out of range")
+        return UserError(f"The server at {url} rejected the request (HTTP 400): the prompt plus "
+                         f"{body.get('max_tokens')} new tokens may not fit its context, {hint}.")
+    return UserError(f"The server at {url} answered HTTP {code} to {path}.")

@@ -1,0 +1,142 @@
+"""vLLM's server-wide speculative decoding counters, from its Prometheus ``/metrics`` text.
+
+Pure functions: text in, numbers out (fetching the text is
+:func:`mtp_viz.sources.vllm.stream.scrape`'s job). vLLM exports, per engine and model, since
+the server started (``_total`` counters)::
+
+    vllm:spec_decode_num_drafts_total                  verify steps that carried drafts
+    vllm:spec_decode_num_draft_tokens_total            tokens drafted
+    vllm:spec_decode_num_accepted_tokens_total         drafts accepted
+    vllm:spec_decode_num_accepted_tokens_per_pos_total{position="k"}
+                                                       steps whose draft k was accepted
+
+Acceptance at position k can only happen when drafts 0..k-1 were accepted too, so
+``per_pos[k] / drafts`` is the share of steps that kept at least k+1 drafts (the
+*unconditional* acceptance of a draft-k slot) and ``per_pos[k] / per_pos[k-1]`` is the
+*conditional* one, P(draft k accepted | drafts 0..k-1 accepted), the same two figures
+:mod:`mtp_viz.analysis.metrics` computes from events. The mean acceptance length (bonus token
+included) is ``τ = 1 + accepted / drafts``. A server started without speculation exports
+none of these families.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["Sample", "SpecDecodeCounters", "parse", "spec_decode", "delta"]
+
+PREFIX = "vllm:spec_decode_num_"
+# name{labels} value [timestamp]; the labels are parsed separately (values may hold '}').
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)(?:\s+\S+)?\s*$")
+_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
+_UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+
+
+@dataclass(frozen=True)
+class Sample:
+    name: str
+    labels: tuple[tuple[str, str], ...]
+    value: float
+
+    def label(self, key: str, default: str = "") -> str:
+        return dict(self.labels).get(key, default)
+
+
+def _labels(text: str) -> tuple[tuple[str, str], ...]:
+    out, pos, body = [], 0, text[1:-1]
+    while pos < len(body):
+        m = _LABEL.match(body, pos)
+        if not m:
+            raise ValueError(f"bad label set {text[:80]!r}")
+        out.append((m.group(1), re.sub(r"\\[\\\"n]", lambda e: _UNESCAPE[e.group(0)], m.group(2))))
+        pos = m.end()
+    return tuple(out)
+
+
+def parse(text: str) -> list[Sample]:
+    """Every sample of a Prometheus text exposition; comments and blank lines skipped.
+
+    Raises ValueError on a line that is not a sample (the caller says "not a metrics page")."""
+    samples = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        if not m:
+            raise ValueError(f"not a Prometheus sample: {line[:80]!r}")
+        labels = _labels(m.group(2)) if m.group(2) else ()
+        samples.append(Sample(m.group(1), labels, float(m.group(3))))  # float() reads NaN, +Inf
+    return samples
+
+
+@dataclass(frozen=True)
+class SpecDecodeCounters:
+    """vLLM's cumulative speculative decoding counters, summed over engines."""
+    enabled: bool                      # the server exports spec-decode counters at all
+    drafts: float = 0.0                # verify steps with drafts
+    draft_tokens: float = 0.0
+    accepted_tokens: float = 0.0
+    accepted_per_pos: tuple[float, ...] = ()   # index k: steps that accepted draft k
+    generation_tokens: float = 0.0     # vllm:generation_tokens_total (all output tokens)
+    models: tuple[str, ...] = ()       # model_name labels seen
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """accepted ÷ drafted."""
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        """τ = 1 + accepted ÷ verify steps (the target's own token included)."""
+        return 1 + self.accepted_tokens / self.drafts if self.drafts else None
+
+    def per_position(self, conditional: bool = False) -> list[float | None]:
+        """Acceptance per draft position: unconditional per_pos[k] ÷ drafts, or
+        conditional per_pos[k] ÷ per_pos[k-1] (given the earlier drafts were accepted)."""
+        out = []
+        for k, a in enumerate(self.accepted_per_pos):
+            reached = self.drafts if k == 0 or not conditional else self.accepted_per_pos[k - 1]
+            out.append(a / reached if reached else None)
+        return out
+
+
+def spec_decode(samples: list[Sample], model: str | None = None) -> SpecDecodeCounters:
+    """Reduce the samples to the spec-decode counters (one model's, when given)."""
+    sums = {"drafts": 0.0, "draft_tokens": 0.0, "accepted_tokens": 0.0}
+    per_pos: dict[int, float] = {}
+    generated, enabled, models = 0.0, False, []
+    for s in samples:
+        name = s.label("model_name")
+        if name and name not in models:
+            models.append(name)
+        if model is not None and name and name != model:
+            continue
+        if s.name == "vllm:generation_tokens_total":
+            generated += s.value
+        if not (s.name.startswith(PREFIX) and s.name.endswith("_total")):
+            continue
+        enabled = True
+        kind = s.name[len(PREFIX):-len("_total")]
+        if kind == "accepted_tokens_per_pos":
+            k = int(s.label("position", "0"))
+            per_pos[k] = per_pos.get(k, 0.0) + s.value
+        elif kind in ("drafts", "draft_tokens", "accepted_tokens"):
+            sums[kind] += s.value
+    pos = tuple(per_pos.get(k, 0.0) for k in range(max(per_pos) + 1)) if per_pos else ()
+    return SpecDecodeCounters(enabled, sums["drafts"], sums["draft_tokens"],
+                              sums["accepted_tokens"], pos, generated, tuple(models))
+
+
+def delta(after: SpecDecodeCounters, before: SpecDecodeCounters) -> SpecDecodeCounters:
+    """The traffic between two scrapes (counters only grow; a restart resets them, and
+    then ``after`` alone is the traffic since the restart)."""
+    if after.drafts < before.drafts or after.draft_tokens < before.draft_tokens:
+        return after
+    n = max(len(after.accepted_per_pos), len(before.accepted_per_pos))
+    pad = lambda t: tuple(t) + (0.0,) * (n - len(t))  # noqa: E731
+    return SpecDecodeCounters(
+        after.enabled, after.drafts - before.drafts, after.draft_tokens - before.draft_tokens,
+        after.accepted_tokens - before.accepted_tokens,
+        tuple(a - b for a, b in zip(pad(after.accepted_per_pos), pad(before.accepted_per_pos))),
+        after.generation_tokens - before.generation_tokens, after.models)

@@ -1,0 +1,275 @@
+"""A vLLM server as a source of events: the same stream the local engine yields.
+
+vLLM (started with ``--speculative-config`` and ``--per-request-spec-decode-metrics
+detailed``) reports, at the end of each response, two arrays: for verify step i the
+drafts it proposed (``per_step_drafted[i]``) and how many the target kept
+(``per_step_accepted[i]``). Its tokens split exactly along them: the prefill step
+writes one token, then verify step i writes ``accepted[i] + 1`` (the kept drafts and
+the target's own token), the last step possibly cut short by EOS or the token limit.
+Laying the arrays over the tokens gives, for each step, ``accepted`` events for the
+kept drafts, one ``bonus`` (a correction when fewer were kept than drafted, else an
+extension) and a ``step`` whose ``draft_len``/``accepted`` are the server's numbers.
+The server does not say which tokens it rejected, nor the drafter's probabilities: a
+vLLM stream has no ``drafted``/``rejected`` events, ``q`` stays 1.0, and a view shows
+``step.draft_len - step.accepted`` as a count of rejected drafts. ``start.settings``
+says ``backend: "vllm"``.
+
+Requests go to ``/v1/completions`` with the raw prompt (the server's tokenizer adds
+BOS as the local engine does), or to ``/v1/chat/completions`` with ``chat=True``, where
+the server applies its model's chat template. They stream, with ``return_token_ids``
+(the ids), ``logprobs`` (the target's probability of each token, ``p``, and its text
+piece, as the server's own tokenizer renders it) and ``include_usage`` (the final
+chunk carries the arrays). Timing belongs to the source: each step's ``t`` is when its
+last token arrived, counted from the request; the step events themselves can only be
+built once the arrays arrive, with the final chunk.
+
+A server without speculation serves as the baseline: ``mode="autoregressive"`` yields
+``token`` events as the tokens arrive. Use :func:`generate` (errors become one
+``Error`` event) in views and :func:`events` (errors raise ``UserError``) in the CLI.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Sequence
+
+from . import client as vllm_client
+from mtp_viz.errors import UserError
+from mtp_viz.engine.events import Accepted, Bonus, Done, Error, Event, Start, Step, Token
+
+__all__ = ["generate", "events", "assemble", "Received", "step_events", "pieces"]
+
+FINISH = {"length": "max_new_tokens", "stop": "eos", "abort": "stopped"}
+
+
+@dataclass(frozen=True)
+class Received:
+    """One generated token as it arrived."""
+    token_id: int
+    text: str          # its piece of the text (the pieces concatenate to the server's text)
+    p: float           # the target's probability of it (exp of the reported logprob)
+    t: float           # seconds from sending the request to its arrival
+
+
+def pieces(text: str, tokens: Sequence[str]) -> list[str]:
+    """Split a chunk's ``text`` over its tokens, using the server's token strings.
+
+    A token string is used where the text continues with it; one that does not
+    (a special token the server left out of the text, a byte fragment shown as
+    ``bytes:…``) gets ``""``, and whatever text is left goes to the last token, so the
+    pieces always concatenate to exactly ``text``."""
+    out, at = [], 0
+    for s in tokens:
+        ok = bool(s) and text.startswith(s, at)
+        out.append(s if ok else "")
+        at += len(s) if ok else 0
+    if out and at < len(text):
+        out[-1] += text[at:]
+    return out
+
+
+def step_events(tokens: Sequence[Received], accepted: Sequence[int], drafted: Sequence[int],
+                finish: str) -> Iterator[Event]:
+    """The server's per-step arrays laid over its tokens (step 1 is the prefill).
+
+    ``finish`` is the engine-style stop reason, naming the cut of a last step that
+    wrote fewer than ``accepted + 1`` tokens. Raises ValueError when the arrays and the
+    tokens do not add up (a server that is not what it claims)."""
+    if len(accepted) != len(drafted) or any(not 0 <= a <= d for a, d in zip(accepted, drafted)):
+        raise ValueError("per-step arrays are inconsistent")
+    if not tokens:
+        return
+    first = tokens[0]
+    yield Bonus(1, first.token_id, first.text, first.p, 0, "extension")
+    yield Step(1, 0, 0, 1, next_draft_len=drafted[0] if drafted else 0, reason="server",
+               t=first.t)
+    at = 1
+    for i, (n, d) in enumerate(zip(accepted, drafted)):
+        new = tokens[at:at + n + 1]
+        if not new:
+            raise ValueError("more steps than tokens")
+        at += len(new)
+        step = i + 2
+        for k, tok in enumerate(new[:n]):
+            yield Accepted(step, k, tok.token_id, tok.text, tok.p)
+        if len(new) > n:
+            tok = new[n]
+            yield Bonus(step, tok.token_id, tok.text, tok.p, n, "correction" if n < d else "extension")
+        cut = "" if len(new) == n + 1 else (finish if finish in ("eos", "max_new_tokens") else "eos")
+        yield Step(step, d, n, len(new), next_draft_len=drafted[i + 1] if i + 1 < len(drafted) else 0,
+                   reason="server", cut=cut, t=new[-1].t)
+    if at != len(tokens):
+        raise ValueError("more tokens than steps")
+
+
+def _freeze(v: Any) -> Any:
+    """JSON values as events hold them (lists become tuples), so events round-trip."""
+    if isinstance(v, list):
+        return tuple(_freeze(x) for x in v)
+    if isinstance(v, dict):
+        return {k: _freeze(x) for k, x in v.items()}
+    return v
+
+
+def _request(model: str, prompt: str, chat: bool, max_new_tokens: int, temperature: float,
+             top_p: float, top_k: int, seed: int | None) -> tuple[str, dict]:
+    body: dict[str, Any] = {
+        "model": model, "max_tokens": max_new_tokens, "temperature": temperature,
+        "top_p": top_p, "top_k": top_k if top_k > 0 else -1, "stream": True,
+        "stream_options": {"include_usage": True}, "return_token_ids": True}
+    if seed is not None:
+        body["seed"] = seed
+    if chat:
+        body.update(messages=[{"role": "user", "content": prompt}], logprobs=True, top_logprobs=1)
+        return "/v1/chat/completions", body
+    body.update(prompt=prompt, logprobs=1)
+    return "/v1/completions", body
+
+
+def _received(choice: dict, arrived: float) -> list[Received]:
+    """The tokens of one streamed choice: ids, text pieces and the target's probabilities."""
+    ids = choice.get("token_ids") or []
+    lp = choice.get("logprobs") or {}
+    text = choice.get("text") if "text" in choice else (choice.get("delta") or {}).get("content")
+    text = text or ""
+    if text and not ids:
+        raise ValueError("text without token ids")
+    if "content" in lp:  # chat: a list of {token, logprob}
+        strings = [c.get("token", "") for c in lp.get("content") or []]
+        logps = [c.get("logprob") for c in lp.get("content") or []]
+    else:                # completions: parallel lists
+        strings, logps = lp.get("tokens") or [], lp.get("token_logprobs") or []
+    if len(strings) != len(ids):
+        strings = [""] * len(ids)
+    texts = pieces(text, strings)
+    probs = [math.exp(x) if isinstance(x, (int, float)) else 1.0 for x in logps] + [1.0] * len(ids)
+    return [Received(int(i), s, p, arrived) for i, s, p in zip(ids, texts, probs)]
+
+
+def _pick_model(url: str, model: str | None, max_new_tokens: int) -> str:
+    served = vllm_client.served_models(url)
+    if model:
+        match = [m for m in served if m["id"] == model]
+        if not match:
+            raise UserError(f"The server at {url} does not serve a model named {model!r}; "
+                            f"{url.rstrip('/')}/v1/models lists the ones it does.")
+        entry = match[0]
+    else:
+        entry = served[0]
+    limit = entry.get("max_model_len")
+    if isinstance(limit, int) and max_new_tokens >= limit:
+        raise UserError(f"{max_new_tokens} new tokens do not fit the server's context of {limit} tokens.")
+    return entry["id"]
+
+
+def events(url: str, prompt: str, *, model: str | None = None, mode: str = "speculative",
+           chat: bool = False, max_new_tokens: int = 128, temperature: float = 0.0,
+           top_p: float = 1.0, top_k: int = 0, seed: int | None = None,
+           stop=None) -> Iterator[Event]:
+    """Stream one prompt from the server as events; a mistake raises a one-sentence UserError.
+
+    mode: "speculative" (the server must speculate and report per-step arrays) or
+    "autoregressive" (any vLLM server, as the baseline). stop: a ``threading.Event``;
+    when set the connection is closed and the stream ends with ``done`` (a stopped
+    speculative stream has no steps: the server sends them only at the end)."""
+    if mode not in ("speculative", "autoregressive"):
+        raise UserError(f"Unknown mode {mode!r}; choose speculative or autoregressive.")
+    if not prompt or not prompt.strip():
+        raise UserError("The prompt is empty.")
+    if max_new_tokens < 1:
+        raise UserError("Max new tokens must be at least 1.")
+    if temperature < 0 or not 0 < top_p <= 1 or top_k < 0:
+        raise UserError("Temperature must be 0 or more, top-p in (0, 1] and top-k 0 or more.")
+    name = _pick_model(url, model, max_new_tokens)
+    counters = vllm_client.scrape(url, name)
+    if mode == "speculative" and not counters.enabled:
+        raise UserError(f"The server at {url} does not speculate; start it with "
+                        "--speculative-config, or use it as the baseline.")
+    path, body = _request(name, prompt, chat, max_new_tokens, temperature, top_p, top_k, seed)
+    settings = {"backend": "vllm", "server": url, "model": name,
+                "api": "chat" if chat else "completions", "max_new_tokens": max_new_tokens,
+                "temperature": temperature, "top_p": top_p, "top_k": top_k, "seed": seed,
+                "draft_tokens": len(counters.accepted_per_pos), "server_speculates": counters.enabled}
+    t0 = time.perf_counter()
+    chunks = vllm_client.post_stream(url, path, body, stop=stop)
+    yield from assemble(chunks, t0, mode, settings, stopped=lambda: stop is not None and stop.is_set())
+
+
+def assemble(chunks: Iterable[tuple[float, dict]], t0: float, mode: str, settings: dict,
+             stopped=lambda: False) -> Iterator[Event]:
+    """Streamed chunks ``(arrival time, parsed JSON)`` → events; no I/O of its own.
+
+    ``t0`` is when the request was sent (arrival times are on the same clock);
+    ``settings["server"]`` names the server in error sentences."""
+    url = settings.get("server", "the server")
+    tokens: list[Received] = []
+    finish, metrics, started, last = "", None, False, t0
+    for arrived, chunk in chunks:
+        last = arrived
+        prompt_ids = chunk.get("prompt_token_ids")
+        for choice in chunk.get("choices") or []:
+            prompt_ids = prompt_ids or choice.get("prompt_token_ids")
+            if not started:
+                ids = tuple(int(i) for i in prompt_ids or ())
+                yield Start(mode, len(ids), ids, dict(settings))
+                started = True
+            try:
+                new = _received(choice, arrived - t0)
+            except ValueError:
+                raise UserError(f"The server at {url} does not return token ids; mtp-viz needs a "
+                                "vLLM that supports return_token_ids.") from None
+            for tok in new:
+                if mode == "autoregressive":
+                    n = len(tokens) + 1
+                    yield Token(n, tok.token_id, tok.text, tok.p, tok.t)
+                    yield Step(n, 0, 0, 1, t=tok.t)
+                tokens.append(tok)
+            finish = FINISH.get(choice.get("finish_reason") or "", finish)
+        if chunk.get("metrics") is not None or chunk.get("usage") is not None:
+            metrics = chunk.get("metrics") or {}
+    stopped = stopped()
+    if not started:
+        if stopped:
+            return
+        raise UserError(f"The server at {url} sent no tokens.")
+    if stopped:
+        finish = "stopped"
+    spec = (metrics or {}).get("speculative_decoding") or {}
+    steps = (len(tokens), 0, 0)
+    if mode == "speculative" and not stopped:
+        acc, dr = spec.get("per_step_accepted"), spec.get("per_step_drafted")
+        if spec and not spec.get("num_spec_steps"):
+            acc, dr = acc or [], dr or []  # vLLM leaves the arrays out when no step verified drafts
+        if acc is None or dr is None:
+            if metrics is None:
+                raise UserError(f"The server at {url} ended the stream without its final usage chunk.")
+            raise UserError(f"The server at {url} does not report per-step acceptance; start it "
+                            "with --per-request-spec-decode-metrics detailed.")
+        try:
+            built = list(step_events(tokens, acc, dr, finish))
+        except ValueError:
+            raise UserError(f"The server at {url} reported steps that do not match its tokens.") from None
+        yield from built
+        steps = (1 + len(acc), sum(dr), sum(min(e.accepted, e.new_tokens) for e in built
+                                           if isinstance(e, Step)))
+    elif mode == "speculative":
+        steps = (0, 0, 0)
+    yield _done(tokens, steps, last - t0, finish, metrics)
+
+
+def _done(tokens, steps, seconds, finish, metrics) -> Done:
+    forwards, drafted, accepted = steps
+    n = len(tokens)
+    return Done(n, forwards, seconds, "".join(t.text for t in tokens), 0, drafted, accepted,
+                accepted / drafted if drafted else 0.0, n / forwards if forwards else 0.0,
+                n / seconds if seconds > 0 else 0.0, finish or "eos",
+                tuple(t.token_id for t in tokens), server_metrics=_freeze(metrics or {}))
+
+
+def generate(url: str, prompt: str, **kwargs) -> Iterator[Event]:
+    """:func:`events` for views: a mistake ends the stream with one ``Error`` event."""
+    try:
+        yield from events(url, prompt, **kwargs)
+    except UserError as e:
+        yield Error(str(e))
