@@ -1,5 +1,40 @@
 """mtp-viz: see speculative decoding with Gemma 4 MTP drafters happen, and measure it.
 
-Nothing is imported eagerly: ``import mtp_viz`` loads no model and no torch.
+One event stream, many sources, many views::
+
+    from mtp_viz import load_pair, LocalSource, RunSettings
+    pair = load_pair("tiny")                          # a preset, a hub id or a folder
+    for e in pair.generate("def main():", max_new_tokens=32, chat=False):
+        print(e.type, getattr(e, "text", ""))
+    for mode, e in LocalSource(pair).runs(RunSettings("def main():", chat=False)):
+        ...                                           # both modes, taking turns
+
+Nothing is imported eagerly: ``import mtp_viz`` loads no model and no torch; each name
+below is imported from its layer on first use.
 """
 __version__ = "0.1.0"
+
+# public name -> the module that defines it
+_PUBLIC = {
+    "load_pair": "mtp_viz.sources.models",
+    "ModelPair": "mtp_viz.sources.pair",
+    "RunSettings": "mtp_viz.sources.settings",
+    "Source": "mtp_viz.sources.base",
+    "LocalSource": "mtp_viz.sources.local",
+    "VllmSource": "mtp_viz.sources.vllm.source",
+    "Servers": "mtp_viz.sources.vllm.source",
+    "TraceSource": "mtp_viz.sources.recorded",
+    "open_source": "mtp_viz.sources",
+    "Sampling": "mtp_viz.engine.decoding",
+    "UserError": "mtp_viz.errors",
+    **{name: "mtp_viz.engine.events" for name in (
+        "Event", "Start", "Drafted", "Accepted", "Rejected", "Bonus", "Token", "Step", "Done", "Error")},
+}
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str):
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'mtp_viz' has no attribute {name!r}")
+    import importlib
+    return getattr(importlib.import_module(_PUBLIC[name]), name)

@@ -7,7 +7,7 @@ from transformers import (
     LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast,
 )
 
-from mtp_viz.engine.drafters import DraftContext, Proposal
+from mtp_viz.engine.drafters.base import DraftContext, Proposal
 
 
 def gemma_target(V=512, window=16, seed=0, sharpen=1.0, layers=4):

@@ -11,30 +11,39 @@ import pytest
 from factories import gemma_assistant, gemma_target
 from mtp_viz.app.handlers import local
 from mtp_viz.app.runtime import measure, runs, service
+from mtp_viz.analysis import stream
 from mtp_viz.app.views import tokens as view
 from mtp_viz.errors import UserError
 from mtp_viz.engine.events import Done, Error
+from mtp_viz.sources.base import Source
+from mtp_viz.sources.local import LocalSource
+from mtp_viz.sources.settings import RunSettings
 from test_view import ar_run, spec_run
 
 
-class FakePair:
-    """Replays hand-built streams; records the settings it was asked for."""
+class FakePair(Source):
+    """Replays hand-built streams; records the settings it was asked for. It is a
+    source of its own, and what the handlers load (they reach it through fake_call)."""
+    pausable = True
 
     def __init__(self, fail=None, chat_template=None):
         self.calls, self.fail, self.chat_template = [], fail, chat_template
 
-    def own_time(self):
-        return time.perf_counter, "wall"
+    def runs(self, s, stop=None, pause=None):
+        for mode in s.modes:
+            self.calls.append((mode, s))
+            if self.fail:
+                raise self.fail
+            yield from ((mode, e) for e in (spec_run() if mode == "speculative" else ar_run()))
 
-    def generate(self, prompt, *, mode, stop=None, clock=None, **settings):
-        self.calls.append((mode, settings))
-        if self.fail:
-            raise self.fail
-        return iter(spec_run() if mode == "speculative" else ar_run())
+
+def fake_call(pair, s, stop=None, pause=None, schedules=None):
+    """The handlers' model work (local.runs on a real pair) on a FakePair."""
+    return pair.runs(s, stop, pause)
 
 
 def settings(**kw):
-    return runs.RunSettings(**{"prompt": "hi", "target": "tiny", "draft_tokens": 3, **kw})
+    return RunSettings(**{"prompt": "hi", "draft_tokens": 3, **kw})
 
 
 def test_compare_frames_runs_both_modes_in_turns():
@@ -72,14 +81,14 @@ def test_fast_steps_share_frames_but_the_last_frame_is_complete():
 def test_live_charts_only_with_speculative_news():
     """The live charts plot only the speculative run: once it is done they are not
     redrawn (on the machine the baseline is still timed on)."""
-    def source(pair, prompt, kwargs):
-        yield from (("spec", e) for e in spec_run())
-        for e in ar_run():
-            time.sleep(0.01)  # the consumer catches up: the baseline's events come alone
-            yield "ar", e
+    class Source(FakePair):
+        def runs(self, s, stop=None, pause=None):
+            yield from (("speculative", e) for e in spec_run())
+            for e in ar_run():
+                time.sleep(0.01)  # the consumer catches up: the baseline's events come alone
+                yield "autoregressive", e
     sess = runs.Session()
-    frames = list(runs.compare_frames(FakePair(), settings(), sess, frame_interval=0, chart_interval=0,
-                                      source=source))
+    frames = list(runs.compare_frames(Source(), settings(), sess, frame_interval=0, chart_interval=0))
     *live, last, final = [f for f in frames if "spec" in f or "ar" in f or "compare" in f]
     assert any("spec" in f for f in live) and any("spec" not in f for f in live)
     assert all(("figures" in f) == ("spec" in f) for f in live)
@@ -89,7 +98,7 @@ def test_live_charts_only_with_speculative_news():
 @pytest.fixture(scope="module")
 def real_pair():
     """A random Gemma 4 pair behind the ModelPair interface (no tokenizer needed)."""
-    from mtp_viz.sources.models import ModelPair
+    from mtp_viz.sources.pair import ModelPair
     from factories import word_tokenizer
     return ModelPair(gemma_target(layers=4), gemma_assistant(), word_tokenizer(), "random", "random", "cpu")
 
@@ -135,18 +144,16 @@ def test_closing_the_frames_stops_the_worker(real_pair):
     """A closed tab ends the handler's generator: the worker must stop within a step."""
     produced = []
 
-    class Recording:  # the real pair; every event the engine makes is recorded
-        own_time = real_pair.own_time
-
-        def generate(self, prompt, **kw):
-            for e in real_pair.generate(prompt, **kw):
+    class Recording(LocalSource):  # the real pair; every event the engine makes is recorded
+        def runs(self, s, stop=None, pause=None):
+            for mode, e in super().runs(s, stop, pause):
                 produced.append(e)
-                yield e
+                yield mode, e
 
     sess = runs.Session()
-    s = runs.RunSettings(prompt=" ".join(f"w{i}" for i in range(10, 30)), target="random",
-                         max_new_tokens=400, chat=False, baseline=False)
-    frames = runs.compare_frames(Recording(), s, sess, frame_interval=0)
+    s = RunSettings(prompt=" ".join(f"w{i}" for i in range(10, 30)), max_new_tokens=400, chat=False,
+                    modes=("speculative",))
+    frames = runs.compare_frames(Recording(real_pair), s, sess, frame_interval=0)
     next(frames), next(frames)  # the status line, then the first frame of tokens
     frames.close()
     assert sess.stop.is_set()
@@ -156,8 +163,8 @@ def test_closing_the_frames_stops_the_worker(real_pair):
 
 
 def test_measure_reports_bench_ratios(real_pair):
-    s = runs.RunSettings(prompt=" ".join(f"w{i}" for i in range(10, 30)), target="random",
-                         max_new_tokens=16, chat=False, drafter_kind="mtp")
+    s = RunSettings(prompt=" ".join(f"w{i}" for i in range(10, 30)), max_new_tokens=16, chat=False,
+                    drafter="mtp")
     m = measure.measure(real_pair, s, 3, threading.Event(), threads=1)
     assert m.repeats == 3 and all(r > 0 for r in m.ratios) and m.threads == 1
     assert min(m.ratios) <= m.median <= max(m.ratios)
@@ -172,7 +179,9 @@ def _values(**kw):
 
 def _handlers(load, allow=""):
     loader = service.PairLoader(load, allow=service.AllowList(allow))
-    return local.Handlers(loader, service.presets(loader.allow), ("tiny", None), cap=16, prompt_cap=64)
+    h = local.Handlers(loader, service.presets(loader.allow), ("tiny", None), cap=16, prompt_cap=64)
+    h.runs = fake_call
+    return h
 
 
 def _status(frames):
@@ -202,7 +211,7 @@ def test_handlers_run_streams_both_panes_and_keeps_the_session():
     pair = FakePair()
     h = _handlers(lambda t, d: pair)
     frames = list(h.run(_values(max_new_tokens=8), None))
-    assert pair.calls[0][1]["max_new_tokens"] == 8
+    assert pair.calls[0][1].max_new_tokens == 8
     sess = frames[0][len(local.SLOTS)]
     assert isinstance(sess, runs.Session) and sess.spec and sess.ar
     spec_i, ar_i = local.SLOTS.index("spec"), local.SLOTS.index("ar")
@@ -248,8 +257,8 @@ def test_scrub_shows_the_run_after_a_step_and_the_baseline_at_that_moment():
     assert local.Handlers.scrub_range(sess)["maximum"] == 3
     f = local.Handlers.scrub(sess, 2.0)
     spec_i, ar_i = local.SLOTS.index("spec"), local.SLOTS.index("ar")
-    assert f[spec_i] == view.tokens_html(view.events_through_step(spec_run(), 2))
-    assert f[ar_i] == view.tokens_html(view.events_until(ar_run(), 0.02)[0])   # step 2 ended at t=0.02
+    assert f[spec_i] == view.tokens_html(stream.events_through_step(spec_run(), 2))
+    assert f[ar_i] == view.tokens_html(stream.events_until(ar_run(), 0.02)[0])   # step 2 ended at t=0.02
     assert "After step 2" in f[0]
     assert "mv-msg-warn" in local.Handlers.scrub(None, 1)[0]
     assert local.Handlers.scrub_range(None)["interactive"] is False
@@ -268,11 +277,10 @@ def test_load_errors_clear_the_waiting_pane():
 
 def test_session_schedule_carries_across_runs():
     sess = runs.Session()
-    s = settings(schedule="heuristic", draft_tokens=4)
-    a = sess.schedule(s, "mtp")
+    a = sess.schedules.get("heuristic", "mtp", 4, 16)
     a.start()
     a.update(drafted=4, accepted=4)  # all accepted: +2
-    b = sess.schedule(s, "mtp")
+    b = sess.schedules.get("heuristic", "mtp", 4, 16)
     assert b is a and b.start() == 6
 
 
@@ -404,5 +412,5 @@ def test_a_loaded_pair_is_warmed_through_the_whole_app_path():
     recorded, every frame and chart built), so no first call lands in a timed run."""
     pair = FakePair()
     runs.warm_up(pair, top=5)
-    assert [(m, kw["top"], kw["max_new_tokens"]) for m, kw in pair.calls] == [
+    assert [(m, s.top, s.max_new_tokens) for m, s in pair.calls] == [
         ("speculative", 5, 8), ("autoregressive", 5, 8)]

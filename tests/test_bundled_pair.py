@@ -86,7 +86,7 @@ def test_acceptance_floor_on_held_out_code(pair, held_out_ids):
 @torch.inference_mode()
 def test_project_engine_with_bundled_pair(pair, prompt_ids):
     engine = pytest.importorskip("mtp_viz.engine.loop")
-    from mtp_viz.engine.drafters import MTPDrafter
+    from mtp_viz.engine.drafters.mtp import MTPDrafter
     from mtp_viz.engine.events import Done
     from mtp_viz.engine.sampling import Sampling
 

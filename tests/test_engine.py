@@ -6,7 +6,9 @@ import torch
 
 from factories import (ScriptDrafter, gemma_assistant, gemma_small_lm, gemma_target,
                        greedy_reference, llama)
-from mtp_viz.engine.drafters import MTPDrafter, ModelDrafter, PromptLookupDrafter
+from mtp_viz.engine.drafters.mtp import MTPDrafter
+from mtp_viz.engine.drafters.model import ModelDrafter
+from mtp_viz.engine.drafters.lookup import PromptLookupDrafter
 from mtp_viz.engine.loop import autoregressive, speculative
 from mtp_viz.engine.events import Accepted, Bonus, Done, Drafted, Event, Rejected, Start, Step, Token, event_from_dict
 from mtp_viz.engine.schedules import make_schedule
@@ -233,7 +235,8 @@ def test_initial_length_defaults_to_drafter_generation_config(target, prompt):
 
 
 def test_prompt_lookup_prefers_a_full_continuation():
-    from mtp_viz.engine.drafters import DraftContext, PromptLookupDrafter
+    from mtp_viz.engine.drafters.base import DraftContext
+    from mtp_viz.engine.drafters.lookup import PromptLookupDrafter
     d = PromptLookupDrafter(max_ngram=2)
     # in a run of repeats the latest match sits right before the tail; an earlier one
     # still has 4 tokens after it

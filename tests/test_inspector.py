@@ -96,7 +96,7 @@ def test_clustered_head_verdicts():
 def test_anatomy_of_a_clustered_drafter_has_the_modules_numbers():
     from factories import gemma_assistant, gemma_target, word_tokenizer
     from mtp_viz.analysis.anatomy import anatomy
-    from mtp_viz.sources.models import ModelPair
+    from mtp_viz.sources.pair import ModelPair
     target, drafter = gemma_target(512, 16, layers=5), gemma_assistant(512, 16, ordered=True)
     pair = ModelPair(target, drafter, word_tokenizer(512), "my-target", "/srv/secret/drafter", "cpu")
     a = anatomy(pair)

@@ -107,7 +107,7 @@ def test_an_error_in_one_source_ends_all():
 
 @pytest.fixture(scope="module")
 def pair():
-    from mtp_viz.sources.models import ModelPair
+    from mtp_viz.sources.pair import ModelPair
     return ModelPair(gemma_target(layers=4), gemma_assistant(), word_tokenizer(), "random", "random", "cpu")
 
 
@@ -136,18 +136,19 @@ def test_on_a_cpu_with_one_thread_a_run_is_charged_its_threads_cpu_time(pair):
     import torch
 
     from mtp_viz.app.views import stats
-    from mtp_viz.app.runtime import zerogpu
+    from mtp_viz.sources.interleave import own_clock
+    from mtp_viz.sources.local import LocalSource
+    from mtp_viz.sources.settings import RunSettings
     before = torch.get_num_threads()
-    kw = dict(max_new_tokens=6, draft_tokens=2, chat=False)
+    s = RunSettings("w10 w11 w12", max_new_tokens=6, draft_tokens=2, chat=False)
     try:
         for threads, now, basis in ((1, time.thread_time, "cpu"), (2, time.perf_counter, "wall")):
             torch.set_num_threads(threads)
-            assert pair.own_time() == (now, basis)
-            events = list(zerogpu.runs(pair, "w10 w11 w12", {"spec": dict(mode="speculative", **kw),
-                                                           "ar": dict(mode="autoregressive", **kw)}))
+            assert own_clock(pair.device) == (now, basis)
+            events = list(LocalSource(pair).runs(s))
             assert {k: e.settings["clock"] for k, e in events if isinstance(e, Start)} == \
-                {"spec": basis, "ar": basis}
-            spec, ar = ([e for k, e in events if k == name] for name in ("spec", "ar"))
+                {"speculative": basis, "autoregressive": basis}
+            spec, ar = ([e for k, e in events if k == name] for name in ("speculative", "autoregressive"))
             h = stats.compare_html(stats.run_stats(spec), stats.run_stats(ar), greedy=True)
             assert f'data-clock="{basis}"' in h and ("tokens/s of engine CPU time" in h) == (basis == "cpu")
             assert ("of engine CPU time" in stats.stats_html(stats.run_stats(spec))) == (basis == "cpu")

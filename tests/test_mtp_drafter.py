@@ -4,7 +4,7 @@ import torch
 from transformers.generation import candidate_generator as cg
 
 from factories import gemma_assistant, gemma_target
-from mtp_viz.engine.drafters import MTPDrafter
+from mtp_viz.engine.drafters.mtp import MTPDrafter
 from mtp_viz.engine.loop import speculative
 from mtp_viz.engine.events import Drafted
 

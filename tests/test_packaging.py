@@ -110,7 +110,8 @@ def test_spaces_installed_changes_nothing_off_zerogpu():
     from mtp_viz.app.page import layout as ui
     from mtp_viz.app.runtime import zerogpu
     assert importlib.util.find_spec("spaces") is not None  # the test extra installs it
-    assert not zerogpu.zero_gpu() and zerogpu.on_gpu() is zerogpu.runs
+    from mtp_viz.sources import local
+    assert not zerogpu.zero_gpu() and zerogpu.on_gpu() is local.runs
     assert zerogpu.duration(64) < zerogpu.duration(512) <= zerogpu.MAX_SECONDS
     demo = ui.build_demo(target="tiny")
-    assert demo.mtp_handlers.runs is zerogpu.runs
+    assert demo.mtp_handlers.runs is local.runs

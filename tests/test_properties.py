@@ -14,7 +14,9 @@ from transformers import (Gemma4AssistantConfig, Gemma4AssistantForCausalLM, Gem
 
 from factories import greedy_reference
 from mtp_viz.engine.decoding import MAX_SEED, Sampling
-from mtp_viz.engine.drafters import MTPDrafter, ModelDrafter, PromptLookupDrafter
+from mtp_viz.engine.drafters.mtp import MTPDrafter
+from mtp_viz.engine.drafters.model import ModelDrafter
+from mtp_viz.engine.drafters.lookup import PromptLookupDrafter
 from mtp_viz.engine.loop import autoregressive, speculative
 from mtp_viz.engine.sampling import Sampler
 from mtp_viz.engine.schedules import SCHEDULES
@@ -67,7 +69,7 @@ def pairs(draw):
 
 
 @SLOW
-@given(pair=pairs(), gamma=st.integers(1, 6), schedule=st.sampled_from(SCHEDULES),
+@given(pair=pairs(), gamma=st.integers(1, 6), schedule=st.sampled_from(list(SCHEDULES)),
        n=st.integers(1, 24))
 def test_greedy_parity_and_invariants_for_any_small_pair(pair, gamma, schedule, n):
     target, drafter, prompt = pair

@@ -12,7 +12,8 @@ from scipy.stats import chisquare
 
 from mtp_viz.engine import loop as engine
 from factories import gemma_assistant, gemma_target
-from mtp_viz.engine.drafters import MTPDrafter, PromptLookupDrafter
+from mtp_viz.engine.drafters.mtp import MTPDrafter
+from mtp_viz.engine.drafters.lookup import PromptLookupDrafter
 from mtp_viz.engine.sampling import Sampling
 
 V = 8

@@ -13,6 +13,8 @@ import pytest
 from factories import gemma_assistant, gemma_target, word_tokenizer
 from mtp_viz.app.views import captions, export, tokens as view
 from mtp_viz.app.runtime import runs
+from mtp_viz.sources.local import LocalSource
+from mtp_viz.sources.settings import RunSettings
 from mtp_viz.engine.events import Bonus, Done, Drafted, Rejected, Start, Step
 from test_view import EVIL, spec_run, ar_run
 
@@ -22,7 +24,7 @@ KW = dict(mode="speculative", max_new_tokens=24, draft_tokens=4, chat=False)
 
 @pytest.fixture(scope="module")
 def pair():
-    from mtp_viz.sources.models import ModelPair
+    from mtp_viz.sources.pair import ModelPair
     return ModelPair(gemma_target(layers=4), gemma_assistant(), word_tokenizer(), "random", "random", "cpu")
 
 
@@ -88,11 +90,11 @@ def test_gate_stops_a_run_left_waiting():
 def test_a_run_in_step_mode_waits_and_next_advances(pair):
     sess = runs.Session()
     sess.new_run(step_mode=True)
-    s = runs.RunSettings(prompt=PROMPT, target="random", max_new_tokens=400, chat=False, baseline=True)
+    s = RunSettings(prompt=PROMPT, max_new_tokens=400, chat=False)
     frames: list[dict] = []
 
     def consume():
-        for f in runs.compare_frames(pair, s, sess, frame_interval=0.01):
+        for f in runs.compare_frames(LocalSource(pair), s, sess, frame_interval=0.01):
             frames.append(f)
     th = threading.Thread(target=consume)
     th.start()

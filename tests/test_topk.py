@@ -8,7 +8,8 @@ import torch
 from factories import ScriptDrafter, gemma_assistant, gemma_target, greedy_reference
 from mtp_viz.sources import trace
 from mtp_viz.engine.decoding import Sampling
-from mtp_viz.engine.drafters import MTPDrafter, PromptLookupDrafter
+from mtp_viz.engine.drafters.mtp import MTPDrafter
+from mtp_viz.engine.drafters.lookup import PromptLookupDrafter
 from mtp_viz.engine.loop import autoregressive, speculative
 from mtp_viz.errors import UserError
 from mtp_viz.engine.events import Accepted, Bonus, Drafted, Rejected, Token, event_from_dict
@@ -179,7 +180,7 @@ def test_old_traces_still_read_and_a_mistyped_top_field_is_one_sentence():
 
 
 def test_pair_generate_checks_top():
-    from mtp_viz.sources.models import ModelPair
+    from mtp_viz.sources.pair import ModelPair
     from factories import word_tokenizer
     pair = ModelPair(gemma_target(V, WINDOW), None, word_tokenizer(V), "t", None, "cpu")
     for bad in (-1, 51, 2.5, True):

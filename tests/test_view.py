@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from mtp_viz.analysis import stream
 from mtp_viz.app.views import charts, stats, tokens as view
 from mtp_viz.engine.events import Accepted, Bonus, Done, Drafted, Rejected, Start, Step, Token
 
@@ -157,22 +158,22 @@ def test_message_html_escapes():
 
 def test_events_until_replays_on_recorded_times():
     ev = spec_run()
-    shown, done = view.events_until(ev, 0.015)
+    shown, done = stream.events_until(ev, 0.015)
     assert not done and sum(isinstance(e, Step) for e in shown) == 1
     assert not any(getattr(e, "step", 0) == 2 for e in shown)
-    shown, done = view.events_until(ev, 1.0)
+    shown, done = stream.events_until(ev, 1.0)
     assert done and shown == ev
-    shown, _ = view.events_until(ar_run(), 0.035)
+    shown, _ = stream.events_until(ar_run(), 0.035)
     assert sum(isinstance(e, Token) for e in shown) == 3
 
 
 def test_events_through_step_is_the_run_after_that_step():
     ev = spec_run()
-    after_2 = view.events_through_step(ev, 2)
+    after_2 = stream.events_through_step(ev, 2)
     assert isinstance(after_2[-1], Step) and after_2[-1].step == 2
     assert max(e.step for e in after_2 if hasattr(e, "step")) == 2 and not isinstance(after_2[-1], Done)
-    assert view.events_through_step(ev, 3) == ev and view.events_through_step(ev, 0) == ev[:1]
-    assert sum(isinstance(e, Token) for e in view.events_through_step(ar_run(), 4)) == 4
+    assert stream.events_through_step(ev, 3) == ev and stream.events_through_step(ev, 0) == ev[:1]
+    assert sum(isinstance(e, Token) for e in stream.events_through_step(ar_run(), 4)) == 4
 
 
 def test_figures_from_events():

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mtp_viz.sources.presets import is_local
 
 __all__ = ["Anatomy", "DrafterLayer", "ClusteredHead", "anatomy"]
 
@@ -89,9 +88,7 @@ def anatomy(pair) -> Anatomy:
     target, drafter = pair.target, pair.drafter_model
     t_text = _text(target.config)
     emb = target.get_input_embeddings().weight
-    # names as the user gave them; a folder the app resolved itself is not shown
-    drafter_name = "" if not pair.drafter_name or is_local(pair.drafter_name) else pair.drafter_name
-    base = dict(target=pair.name, drafter=drafter_name, target_layers=int(t_text.num_hidden_layers),
+    base = dict(target=pair.name, drafter=pair.drafter_id, target_layers=int(t_text.num_hidden_layers),
                 target_width=int(emb.shape[1]), vocab=int(emb.shape[0]), target_params=_params(target))
     if drafter is None:
         return Anatomy(kind="none", **base)

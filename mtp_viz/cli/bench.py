@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .main import UserError
+from mtp_viz.engine.schedules import ScheduleCache
+from mtp_viz.errors import UserError
 from mtp_viz.prompts import load_prompts
 QUICK = dict(max_new_tokens=24, repeats=1, draft_tokens=(2, 4), per_category=1)
 
@@ -109,7 +110,7 @@ class Runner:
         self.eos = tuple(pair.eos_token_ids or ())
         self.forwards = 0
         self._hook = self.target.register_forward_pre_hook(self._count)
-        self.schedules: dict[Setting, Any] = {}  # one per setting, carried across runs
+        self.schedules = ScheduleCache()  # one per setting, carried across runs
 
     def close(self) -> None:
         self._hook.remove()
@@ -124,11 +125,8 @@ class Runner:
 
     def ours(self, ids: list[int], setting: Setting, n: int | None = None):
         from mtp_viz.engine.loop import speculative
-        from mtp_viz.engine.schedules import make_schedule
-        cap = max(self.cap, setting.gamma)
-        if setting not in self.schedules:
-            self.schedules[setting] = make_schedule(setting.schedule, initial=setting.gamma, cap=cap)
-        schedule = self.schedules[setting]
+        schedule = self.schedules.get(setting.schedule, self.drafter.kind, setting.gamma,
+                                      max(self.cap, setting.gamma))
         return self._consume(speculative(
             self.target, self.drafter, ids, max_new_tokens=n or self.n, sampling=self.sampling,
             schedule=schedule, max_draft_tokens=max(self.cap, setting.gamma),

@@ -3,16 +3,20 @@
 Default output streams the text with tokens styled by kind (accepted drafts, the
 target's own tokens, rejected drafts struck through), then one summary line.
 ``--jsonl`` prints exactly one JSON object per event per line and nothing else.
-``--server URL`` streams from a vLLM server instead (see :mod:`mtp_viz.sources.vllm.stream`).
+``--server URL`` streams from a vLLM server instead: both are sources
+(:mod:`mtp_viz.sources.base`), and the rest of this module never asks which.
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
 
+from mtp_viz.engine.decoding import Sampling
 from mtp_viz.errors import UserError
+from mtp_viz.sources.settings import RunSettings
 from mtp_viz.engine.events import Accepted, Bonus, Done, Error, Rejected, Token
 
 STYLE = {  # ANSI SGR codes; kinds stay distinguishable without color (bold, underline, strike)
@@ -53,7 +57,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    events = server_events(args) if args.server else local_events(args)
+    source, s = open_source(args), settings(args)
+    events = source.events(s.validate())
+    first = next(events, None)  # the run's own checks (prompt, context) fail before any output
+    events = itertools.chain([first] if first else [], events)
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty()
                                        and not os.environ.get("NO_COLOR"))
     try:
@@ -69,37 +76,35 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def local_events(args: argparse.Namespace):
-    from mtp_viz.sources.models import load_pair
+def settings(args: argparse.Namespace) -> RunSettings:
+    return RunSettings(
+        args.prompt, modes=("autoregressive" if args.autoregressive else "speculative",),
+        drafter="lookup" if args.prompt_lookup else "auto", max_new_tokens=args.max_new_tokens,
+        draft_tokens=args.draft_tokens, schedule=args.schedule,
+        sampling=Sampling(args.temperature, args.top_k, args.top_p, args.seed),
+        chat=not args.no_chat_template, stale_kv=args.stale_kv)
+
+
+def open_source(args: argparse.Namespace):
+    """The local engine on ``--target``, or the vLLM server at ``--server`` (whose
+    drafter and draft length were fixed when it started)."""
+    from mtp_viz import sources
+    if args.server:
+        local = [flag for flag, on in (("--drafter", args.drafter), ("--prompt-lookup", args.prompt_lookup),
+                                       ("--draft-tokens", args.draft_tokens is not None),
+                                       ("--schedule", args.schedule != "constant"),
+                                       ("--device", args.device), ("--dtype", args.dtype)) if on]
+        if local:
+            raise UserError(f"{local[0]} applies to the local engine; a vLLM server's drafter and "
+                            "draft length are set when the server starts.")
+        return sources.open_source(server=args.server, model=args.model)
     if args.model:
         raise UserError("--model names a model served by --server; use --target for a local model.")
     if not sys.stderr.isatty():  # keep stderr to one line per error when piped
         from transformers.utils import logging as hf_logging
         hf_logging.disable_progress_bar()
-    kind = "lookup" if args.prompt_lookup else "auto"
-    pair = load_pair(args.target, args.drafter, drafter_kind="lookup" if args.prompt_lookup or
-                     args.autoregressive else "auto", device=args.device, dtype=args.dtype)
-    return pair.generate(
-        args.prompt, mode="autoregressive" if args.autoregressive else "speculative", drafter=kind,
-        max_new_tokens=args.max_new_tokens, draft_tokens=args.draft_tokens, schedule=args.schedule,
-        temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed,
-        chat=not args.no_chat_template, stale_kv=args.stale_kv)
-
-
-def server_events(args: argparse.Namespace):
-    """A vLLM server's stream; its drafter and draft length were fixed when it started."""
-    from mtp_viz.sources.vllm.stream import events
-    local = [flag for flag, on in (("--drafter", args.drafter), ("--prompt-lookup", args.prompt_lookup),
-                                   ("--draft-tokens", args.draft_tokens is not None),
-                                   ("--schedule", args.schedule != "constant"),
-                                   ("--device", args.device), ("--dtype", args.dtype)) if on]
-    if local:
-        raise UserError(f"{local[0]} applies to the local engine; a vLLM server's drafter and "
-                        "draft length are set when the server starts.")
-    return events(args.server, args.prompt, model=args.model,
-                  mode="autoregressive" if args.autoregressive else "speculative",
-                  chat=not args.no_chat_template, max_new_tokens=args.max_new_tokens,
-                  temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
+    return sources.open_source(args.target, args.drafter, device=args.device, dtype=args.dtype,
+                               drafter_kind="lookup" if args.prompt_lookup or args.autoregressive else "auto")
 
 
 def print_styled(events, color: bool, out=None) -> Done | None:

@@ -2,20 +2,21 @@
 
 Each run of the trace (speculative, then the baseline when it ran) plays from its own
 start: a speculative step's tokens appear at the step's ``t``, an autoregressive token
-at its own ``t`` (:func:`mtp_viz.app.views.tokens.events_until`, the app's Race replay rule),
+at its own ``t`` (:func:`mtp_viz.analysis.stream.events_until`, the app's Race replay rule),
 styled as ``mtp-viz generate`` styles them, then the run's summary line.
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import os
 import sys
 import time
 from typing import Callable, Iterator, Sequence
 
-from mtp_viz.sources import trace
-from mtp_viz.app.views.tokens import events_until
+from mtp_viz.sources.recorded import TraceSource
+from mtp_viz.analysis.stream import events_until
 from .generate import print_styled
 from mtp_viz.errors import UserError
 from mtp_viz.engine.events import Event
@@ -45,10 +46,10 @@ def played(run: Sequence[Event], speed: float, clock: Callable[[], float] = time
 def run(args: argparse.Namespace) -> int:
     if not (math.isfinite(args.speed) and args.speed > 0):
         raise UserError("--speed must be a positive number.")
-    runs = trace.split_runs(trace.read(args.trace))
+    source = TraceSource.read(args.trace)
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty()
                                        and not os.environ.get("NO_COLOR"))
-    for i, r in enumerate(runs):
-        print(("\n" if i else "") + f"[{r[0].mode}]", flush=True)
-        print_styled(played(r, args.speed), color)
+    for i, (mode, items) in enumerate(itertools.groupby(source.runs(), key=lambda item: item[0])):
+        print(("\n" if i else "") + f"[{mode}]", flush=True)
+        print_styled(played([e for _, e in items], args.speed), color)
     return 0

@@ -28,11 +28,20 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 from transformers import DynamicCache
 
-from .drafters import DraftContext, Drafter, Proposal
+from .drafters.base import DraftContext, Drafter, Proposal
 from .events import Accepted, Bonus, Done, Drafted, Event, Rejected, Start, Step, Token
 from .sampling import Sampler, Sampling, accept
 from .schedules import Schedule, make_schedule
 from .topk import TopK, no_fields
+
+
+@dataclass
+class Tally:
+    """A run's counts, summed step by step into its ``done`` event."""
+    forwards: int = 0            # target forwards, the prefill included
+    drafter_forwards: int = 0
+    drafted: int = 0
+    accepted: int = 0            # drafts emitted (an EOS or the token limit may cut a step)
 
 
 @dataclass
@@ -116,7 +125,7 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
     # Step 1 is the prefill: no drafts, the target's first token closes it.
     fwd = target_forward(target, cache, ids, want_state, keep=1)
     cache.crop(0)
-    proposal, stats = Proposal([]), {"forwards": 1, "drafter": 0, "drafted": 0, "accepted": 0}
+    proposal, tally = Proposal([]), Tally(forwards=1)
     step, draft_s, pick = 1, 0.0, _picker(sampler)
     tops = TopK(top, sampler, drafter, detok) if top else None
     pick = tops.wrap(pick) if tops else pick
@@ -135,8 +144,8 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
         extra = tops.verdict(ids, fwd.logits, p, drafts, proposal.q, n) if tops else no_fields
         yield from _verdict_events(step, ids, proposal, p_tok, n, new, text, extra)
         ids.extend(new)
-        stats["drafted"] += len(drafts)
-        stats["accepted"] += kept
+        tally.drafted += len(drafts)
+        tally.accepted += kept
         # The forward appended 1 + len(drafts) KV entries; the first 1 + n are verified.
         rejected_kv = len(drafts) - n
         cache.crop(-rejected_kv)
@@ -162,7 +171,7 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
         t = clock()
         proposal = drafter.propose(ctx, min(next_k, budget), pick, schedule.keep_drafting)
         draft_s = clock() - t
-        stats["drafter"] += proposal.forwards
+        tally.drafter_forwards += proposal.forwards
         q_top = tops.drafted(ids, proposal.tokens) if tops else [{}] * len(proposal.tokens)
         for i, tok in enumerate(proposal.tokens):
             yield Drafted(step, i, tok, text.piece(ids + proposal.tokens[:i], tok), _q(proposal, i),
@@ -175,9 +184,9 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
         fwd = target_forward(target, cache, [ids[-1]] + proposal.tokens, want_state,
                              keep=len(proposal.tokens) + 1)
         verify_s = clock() - t
-        stats["forwards"] += 1
+        tally.forwards += 1
 
-    yield _done(ids, prompt_ids, stats, clock() - t0, stop_reason, text)
+    yield _done(ids, prompt_ids, tally, clock() - t0, stop_reason, text)
 
 
 def clock_basis(clock: Callable[[], float]) -> str:
@@ -258,12 +267,12 @@ def _verdict_events(step, ids, proposal, p_tok, n, new, text, extra=no_fields) -
         yield Bonus(step, tok, text.piece(ctx, tok), p_tok[-1], n, kind, **extra("bonus", n))
 
 
-def _done(ids, prompt_ids, stats, seconds, stop_reason, text) -> Done:
+def _done(ids, prompt_ids, tally: Tally, seconds, stop_reason, text) -> Done:
     gen = ids[len(prompt_ids):]
-    drafted, accepted = stats["drafted"], stats["accepted"]
-    return Done(len(gen), stats["forwards"], seconds, text.decode(gen), stats["drafter"],
+    drafted, accepted, forwards = tally.drafted, tally.accepted, tally.forwards
+    return Done(len(gen), forwards, seconds, text.decode(gen), tally.drafter_forwards,
                 drafted, accepted, accepted / drafted if drafted else 0.0,
-                len(gen) / stats["forwards"] if stats["forwards"] else 0.0,
+                len(gen) / forwards if forwards else 0.0,
                 len(gen) / seconds if seconds > 0 else 0.0, stop_reason, tuple(gen))
 
 
@@ -301,5 +310,4 @@ def autoregressive(target, prompt_ids: Sequence[int], *, max_new_tokens: int = 6
             stop_reason = "stopped"
         yield Step(step, 0, 0, 1, 0.0, verify_s, 0, "", "", clock() - t0)
         feed = [tok]
-    stats = {"forwards": step, "drafter": 0, "drafted": 0, "accepted": 0}
-    yield _done(ids, prompt_ids, stats, clock() - t0, stop_reason, text)
+    yield _done(ids, prompt_ids, Tally(forwards=step), clock() - t0, stop_reason, text)

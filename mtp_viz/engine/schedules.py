@@ -110,11 +110,9 @@ class OptimalSchedule(Schedule):
 
     Until timings arrive (e.g. a test feeding zeros) c falls back to ``prior_c``.
 
-    ``decay`` = 0.93 remembers about the last 1/(1 − 0.93) ≈ 14 steps. In
-    benchmarks/schedule_sim.py it stays within 2% of the best constant draft length on
-    stationary acceptance and follows a switch between code-like and chat-like text
-    better than the heuristic; slower forgetting (0.97–0.99) gains under 1% on
-    stationary text and loses 4–5% on the switching one.
+    ``decay`` = 0.93 remembers about the last 1/(1 − 0.93) ≈ 14 steps; how it compares
+    with the best constant length and with slower forgetting is measured by
+    benchmarks/schedule_sim.py (benchmarks/results/schedule_sim.md).
     """
     name: str = "optimal"
     prior_accept: float = 1.0
@@ -205,19 +203,35 @@ class OptimalSchedule(Schedule):
                               + f": γ*={self.current} (×{speedup:.2f} predicted)")
 
 
-SCHEDULES = ("constant", "heuristic", "heuristic_transient", "confidence", "optimal")
+# name -> class: the one table the engine, the CLI, links and the UI read. A new
+# schedule is a subclass above and one entry here.
+SCHEDULES: dict[str, type[Schedule]] = {
+    "constant": Schedule,
+    "heuristic": HeuristicSchedule,
+    "heuristic_transient": TransientHeuristicSchedule,
+    "confidence": ConfidenceSchedule,
+    "optimal": OptimalSchedule,
+}
 
 
 def make_schedule(name: str, initial: int = 4, cap: int = 16, **kwargs) -> Schedule:
     """Build a schedule by name; ``kwargs`` go to its constructor (e.g. ``threshold``)."""
-    if name == "constant":
-        return Schedule(initial=initial, cap=cap, **kwargs)
-    if name == "heuristic":
-        return HeuristicSchedule(initial=initial, cap=cap, **kwargs)
-    if name == "heuristic_transient":
-        return TransientHeuristicSchedule(initial=initial, cap=cap, **kwargs)
-    if name == "confidence":
-        return ConfidenceSchedule(initial=initial, cap=cap, **kwargs)
-    if name == "optimal":
-        return OptimalSchedule(initial=initial, cap=cap, **kwargs)
-    raise ValueError(f"Unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)}.")
+    if name not in SCHEDULES:
+        raise ValueError(f"Unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)}.")
+    return SCHEDULES[name](initial=initial, cap=cap, **kwargs)
+
+
+class ScheduleCache:
+    """Schedules created once per (name, drafter kind, first length, cap) and then
+    reused, so an adaptive schedule carries what it learned into the next generation (as
+    transformers keeps the heuristic's length in the assistant's config). Whoever owns
+    that memory holds one: a model pair, a browser session, a benchmark."""
+
+    def __init__(self) -> None:
+        self._made: dict[tuple[str, str, int, int], Schedule] = {}
+
+    def get(self, name: str, kind: str, initial: int, cap: int) -> Schedule:
+        key = (name, kind, initial, cap)
+        if key not in self._made:
+            self._made[key] = make_schedule(name, initial=initial, cap=cap)
+        return self._made[key]

@@ -1,2 +1,23 @@
-"""Sources: everything that turns a run's settings into an event stream (a local model
-pair, a vLLM server, a recorded trace)."""
+"""Sources: everything that turns a run's settings into an event stream.
+
+:class:`~mtp_viz.sources.base.Source` is the protocol; :func:`open_source` builds the
+source a command line or a script names (a local model pair, or a vLLM server), so no
+front end has to switch on the kind. The app builds its sources from the page's picker.
+Nothing is imported eagerly: importing this package loads no torch.
+"""
+from __future__ import annotations
+
+
+def open_source(target: str | None = "tiny", drafter: str | None = None, *, server: str | None = None,
+                baseline_server: str | None = None, model: str | None = None,
+                baseline_model: str | None = None, drafter_kind: str = "auto",
+                device: str | None = None, dtype: str | None = None):
+    """A vLLM server's source when ``server`` is given (its baseline, for the
+    autoregressive run, is ``baseline_server`` or the same server), else the local
+    engine on the pair :func:`mtp_viz.sources.models.load_pair` loads."""
+    if server:
+        from .vllm.source import Servers, VllmSource
+        return VllmSource(Servers(server, baseline_server or server, model, baseline_model or model))
+    from .local import LocalSource
+    from .models import load_pair
+    return LocalSource(load_pair(target, drafter, drafter_kind=drafter_kind, device=device, dtype=dtype))

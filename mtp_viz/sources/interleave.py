@@ -1,30 +1,26 @@
 """Several sources on one thread, taking turns, each timed by a clock of its own.
 
 Timing two decoding modes one after the other on a shared machine compares two
-machines: whatever else runs during the first second slows one mode and not the other,
-and on a 2-core host that alone moved a single run's speedup by ×1.5. Here the sources
-take turns on the calling thread, and each is timed by a clock that runs only while
-that source runs, so no source is charged for another's work.
+machines: whatever else runs during the first second slows one mode and not the other.
+Here the sources take turns on the calling thread, and each is timed by a clock that
+runs only while that source runs, so no source is charged for another's work.
 
 The source that has produced the smallest share of its token budget
 (``Start.settings["max_new_tokens"]``) goes next, so the turns are about one step
 long and both modes work through their outputs together, to the end: whatever the
 machine does meanwhile meets both. Turns by own time instead (the one whose clock is
 behind goes next, a live race) let the faster mode finish first, and whatever slowed
-the machine after that slowed the other alone: in the app the five-run spread of the
-speedup was at most 1.15 in 16 of 22 invocations that way, and in 12 of 12 this way
-(``benchmarks/results/app/app_speedup.md``). The race itself is Race replay, on the
-recorded clocks.
+the machine after that slowed the other alone. The race itself is Race replay, on the
+recorded clocks. How much each rule scatters the app's speedup is measured in
+``benchmarks/results/app/app_speedup.md``.
 
-What "own time" means is the caller's choice (``now``, named by ``basis``). The app
-passes the worker thread's CPU clock when the engine computes on that thread alone (a
-CPU and one torch thread; see :meth:`mtp_viz.sources.models.ModelPair.own_time`): then the
-time a run waits for a core (the browser drawing beside it) or for the interpreter lock
-(the server rendering frames in the same process) is not charged to it either. On this
-project's 2-core machine a busy thread in the same process moved a wall-clock speedup
-from ×2.12 to ×2.73: a run waits for the lock around its forward passes, and plain
-decoding makes about four times as many per token. The thread's CPU time gave ×2.10 and
-×2.08 (``benchmarks/own_clock.py``).
+What "own time" means is the caller's choice (``now``, named by ``basis``; the local
+source's is :func:`own_clock`). The worker thread's CPU clock, where the engine computes
+on that thread alone, leaves out the time a run waits for a core (the browser drawing
+beside it) or for the interpreter lock (the server rendering frames in the same
+process): a run waits for the lock around its forward passes, and plain decoding makes
+several times as many per token, so wall time biases the speedup
+(``benchmarks/own_clock.py``, ``benchmarks/results/app/own_clock.md``).
 
 A step-mode pause blocks the thread, so neither source moves while one waits for Next.
 """
@@ -75,6 +71,18 @@ class Share:
         return self.tokens / self.budget if self.budget else 0.0
 
 
+def own_clock(device: str) -> tuple[Callable[[], float], str]:
+    """The clock a local run is charged by, and its basis' name. On a CPU with one torch
+    thread every operation runs on the generating thread, so that thread's CPU time is
+    the run's whole work (equal to wall time, to the millisecond, on an idle machine) and
+    leaves out time spent waiting for a core or for the interpreter lock. Anywhere else
+    (a GPU, torch's thread pool) work happens off the thread: wall time."""
+    import torch
+    if device == "cpu" and torch.get_num_threads() == 1:
+        return time.thread_time, "cpu"
+    return time.perf_counter, "wall"
+
+
 def interleave(sources: dict[str, Callable[[Callable[[], float]], Iterable[Event]]],
                now: Callable[[], float] = time.perf_counter,
                basis: str = "wall") -> Iterator[tuple[str, Event]]:
@@ -106,4 +114,4 @@ def interleave(sources: dict[str, Callable[[Callable[[], float]], Iterable[Event
         yield name, e
 
 
-__all__ = ["OwnClock", "Share", "interleave"]
+__all__ = ["OwnClock", "Share", "interleave", "own_clock"]

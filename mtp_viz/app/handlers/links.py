@@ -27,7 +27,7 @@ class Limits:
     """What the page's controls accept."""
     models: tuple[str, ...]          # preset keys of the model picker
     max_new_tokens: int              # the deployment's cap
-    prompt_chars: int                # a cheap bound on the prompt (see runs.check_prompt)
+    prompt_chars: int                # a cheap bound on the prompt (see form.check_prompt)
     draft_tokens: int = 16
 
 

@@ -12,11 +12,13 @@ from typing import Any, Iterator
 
 import gradio as gr
 
-from mtp_viz.engine.decoding import Sampling
 from mtp_viz.errors import UserError
+from mtp_viz.sources.local import LocalSource
+from mtp_viz.sources.settings import RunSettings
 from mtp_viz.engine.events import Error
 from mtp_viz.app.views import charts, export, inspector, stats, tokens as view
 from mtp_viz.app.runtime import measure, runs, service, zerogpu
+from . import form
 from .recorded import PLOTS, SLOTS, Recorded, frame
 
 CUSTOM = "custom"
@@ -95,28 +97,13 @@ class Handlers(Recorded):
 
     # ------------------------------------------------------------ runs
 
-    def settings(self, v: dict[str, Any], pair: tuple[str, str | None] | None = None) -> runs.RunSettings:
-        """The form's values as run settings, every field checked (one sentence each);
-        ``pair`` in place of the picker's (a vLLM source passes its server)."""
-        prompt = runs.check_prompt(v["prompt"], self.prompt_cap)
-        target, drafter = pair or self.pick(v["model"], v["custom_target"], v["custom_drafter"])
-        greedy = v["decoding"] == "greedy"
-        max_new = runs.whole(v["max_new_tokens"], "Max new tokens")
-        if not 1 <= max_new <= self.cap:
-            raise UserError(f"Max new tokens must be between 1 and {self.cap}.")
-        seed = None if greedy or v["seed"] in (None, "") else runs.whole(v["seed"], "The seed")
-        s = runs.RunSettings(
-            prompt=prompt, target=target, drafter=drafter, drafter_kind=v["drafter_kind"],
-            max_new_tokens=max_new, draft_tokens=runs.whole(v["draft_tokens"], "Draft tokens"),
-            schedule=v["schedule"], temperature=0.0 if greedy else runs.number(v["temperature"], "Temperature"),
-            top_p=1.0 if greedy else runs.number(v["top_p"], "Top-p"),
-            top_k=0 if greedy else runs.whole(v["top_k"], "Top-k"), seed=seed, chat=bool(v["chat"]),
-            baseline=bool(v["baseline"]), max_prompt_tokens=self.prompt_cap)
-        try:
-            Sampling(s.temperature, s.top_k, s.top_p, s.seed).validate()
-        except ValueError as e:
-            raise UserError(str(e)) from None
-        return s
+    def settings(self, v: dict[str, Any]) -> RunSettings:
+        """The form's values as run settings, every field checked (one sentence each)."""
+        return form.form_settings(v, self.cap, self.prompt_cap)
+
+    def source(self, pair: Any, sess: runs.Session) -> LocalSource:
+        """The local engine on ``pair``, its schedules remembered by the visitor's session."""
+        return LocalSource(pair, sess.schedules, call=self.runs)
 
     def run(self, values: dict[str, Any], sess: runs.Session | None):
         """The speculative run and the baseline, taking turns, streamed as frames for the outputs."""
@@ -132,9 +119,10 @@ class Handlers(Recorded):
                  "theory": "", "figures": self.empty_figures}
         try:
             s = replace(self.settings(values), top=inspector.TOP)  # the inspector's candidates
-            yield frame({**reset, "status": self.model_line(s.target, s.drafter)}, sess,
+            target, drafter = self.pick(values["model"], values["custom_target"], values["custom_drafter"])
+            yield frame({**reset, "status": self.model_line(target, drafter)}, sess,
                         gr.update(interactive=False))
-            for item in self._ready_pair(s.target, s.drafter, sess):
+            for item in self._ready_pair(target, drafter, sess):
                 if isinstance(item, str):
                     yield frame({"status": item})
                 else:
@@ -144,7 +132,7 @@ class Handlers(Recorded):
                          "spec": view.placeholder_html("No run: " + str(e))}, sess,
                         gr.update(interactive=False))
             return
-        for f in runs.compare_frames(pair, s, sess, threads=service.threads(), source=self.runs,
+        for f in runs.compare_frames(self.source(pair, sess), s, sess, threads=service.threads(),
                                      frame_interval=service.env_frame_interval()):
             yield frame(f)
         yield frame({}, replay=gr.update(interactive=bool(sess.spec and sess.ar)))
@@ -155,11 +143,12 @@ class Handlers(Recorded):
         sess.stop.clear()
         try:
             s = self.settings(values)
-            n = runs.whole(repeats, "Repeats")
+            target, drafter = self.pick(values["model"], values["custom_target"], values["custom_drafter"])
+            n = form.whole(repeats, "Repeats")
             if not 2 <= n <= 15:
                 raise UserError("Measure takes between 2 and 15 repeats.")
             pair = None
-            for item in self._ready_pair(s.target, s.drafter, sess):
+            for item in self._ready_pair(target, drafter, sess):
                 if isinstance(item, str):
                     yield frame({"status": item}, sess)
                 else:
@@ -221,25 +210,19 @@ class Handlers(Recorded):
         events: list[dict] = []
         sess = runs.Session()
         try:
-            if mode not in ("speculative", "autoregressive"):
-                raise UserError(f"Unknown mode {mode!r}; choose speculative or autoregressive.")
-            target, drafter_spec = (model.strip(), None) if (model or "").strip() else self.default
+            model = form.text(model, "The model")
+            target, drafter_spec = (model.strip(), None) if model.strip() else self.default
             self.loader.allow.check(target, drafter_spec)
-            values = dict(prompt=prompt, model=CUSTOM, custom_target=target, custom_drafter=drafter_spec,
-                          decoding="greedy" if runs.number(temperature, "Temperature") == 0 else "sampling",
-                          max_new_tokens=max_new_tokens, draft_tokens=draft_tokens, schedule=schedule,
-                          temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
-                          drafter_kind=drafter, chat=chat, baseline=False)
-            s = self.settings(values)
+            s = form.api_settings(prompt, mode, drafter, max_new_tokens, draft_tokens, schedule, temperature,
+                                  top_p, top_k, seed, chat, self.cap, self.prompt_cap)
             pair = None
-            for item in self._ready_pair(s.target, s.drafter, sess):
+            for item in self._ready_pair(target, drafter_spec, sess):
                 pair = None if isinstance(item, str) else item
-            kw = {"stop": sess.stop, **s.engine_kwargs(mode)}
-            source = lambda: (e for _, e in self.runs(pair, s.prompt, {mode: kw}))  # noqa: E731
+            source = self.source(pair, sess)
         except UserError as e:
             yield [Error(message=str(e)).to_dict()]
             return
-        worker = runs.Worker(source, sess.stop)
+        worker = runs.Worker(lambda: source.events(s, sess.stop), sess.stop)
         last = 0.0
         try:
             for batch in worker.batches(API_FRAME_SECONDS):

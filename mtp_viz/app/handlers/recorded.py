@@ -14,8 +14,10 @@ import gradio as gr
 
 from mtp_viz.sources import trace
 from mtp_viz.errors import UserError
+from mtp_viz.analysis import stream
 from mtp_viz.app.views import captions, charts, export, stats as stats_view, tokens as view
 from mtp_viz.app.runtime import runs, service
+from . import form
 
 PLOTS = ("acceptance-plot", "draft-length-plot", "tokens-per-forward-plot", "position-plot", "timing-plot")
 SLOTS = ("status", "caption", "spec", "spec_stats", "ar", "ar_stats", "compare", "theory") + PLOTS
@@ -43,7 +45,7 @@ class Recorded:
         while True:
             now = time.monotonic()
             t = (now - t0) * speed
-            (s, s_done), (a, a_done) = view.events_until(sess.spec, t), view.events_until(sess.ar, t)
+            (s, s_done), (a, a_done) = stream.events_until(sess.spec, t), stream.events_until(sess.ar, t)
             status = {"status": view.message_html(f"Race replay at {speed:g}× speed · t = {t:.2f} s")}
             if (len(s), len(a)) != shown:  # tokens only when some arrived; the clock 4× a second
                 shown, clock = (len(s), len(a)), now
@@ -77,11 +79,11 @@ class Recorded:
         it stood at that moment of the speculative run's recorded clock."""
         if sess is None or not (sess.spec or sess.ar):
             return frame({"status": view.message_html("Run a prompt or replay a trace first.", level="warn")})
-        s = runs.whole(step, "The step")
+        s = form.whole(step, "The step")
         main, other = (sess.spec, sess.ar) if sess.spec else (sess.ar, [])
-        shown = view.events_through_step(main, s)
+        shown = stream.events_through_step(main, s)
         t = max((e.t for e in shown if e.type == "step"), default=0.0)
-        beside = view.events_until(other, t)[0]
+        beside = stream.events_until(other, t)[0]
         spec, ar = (shown, beside) if sess.spec else ([], shown)
         return frame({"spec": view.tokens_html(spec), "ar": view.tokens_html(ar),
                       "spec_stats": stats_view.stats_html(stats_view.run_stats(spec, now=t)),

@@ -5,8 +5,9 @@
 speculate and report per-step metrics) and then, with "Then run autoregressive" on and a
 baseline URL given, to the baseline server (the same model without speculation). Both
 stream through the local engine's panes, charts, compare and Race replay:
-:func:`runs.compare_frames` runs them with :class:`Servers` where it takes a model pair
-and :func:`server_runs` where it takes the engine (one run after the other). vLLM reports how many drafts it
+:func:`runs.compare_frames` takes the servers' source
+(:class:`mtp_viz.sources.vllm.source.VllmSource`) as it takes the local engine's; its runs go
+one after the other. vLLM reports how many drafts it
 rejected at each step but not their tokens, so a pane shows that count after the step
 (``span.mv-rejcount``, see :func:`.view.rejected_count_html`); it sends a response's
 steps with its last chunk, so they appear when the server finishes.
@@ -19,17 +20,17 @@ Every URL goes through :class:`.vllm_guard.ServerPolicy` first.
 """
 from __future__ import annotations
 
-import dataclasses
 import html
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import gradio as gr
 
-from mtp_viz.sources.vllm import client as vllm_client, stream as vllm_source
+from mtp_viz.sources.vllm import client as vllm_client
+from mtp_viz.sources.vllm.source import Servers, VllmSource
 from mtp_viz.errors import UserError
-from mtp_viz.engine.events import Error, Event, Step
+from mtp_viz.engine.events import Step
 from mtp_viz.sources.vllm.prometheus import SpecDecodeCounters
 from mtp_viz.app.views import dashboard, stats, tokens as view
 from mtp_viz.app.runtime import runs, service
@@ -43,39 +44,6 @@ HINT = ("A vLLM server with Gemma 4 MTP fills the speculative pane, one without 
         "baseline pane. vLLM reports how many drafts it rejected at each step (✗N after the step), "
         "not which tokens; it sends a response's steps with its last chunk. The vLLM dashboard tab "
         "charts the server's counters over all its traffic.")
-
-
-@dataclass(frozen=True)
-class Servers:
-    """The source's servers, standing where :func:`runs.compare_frames` takes a model pair."""
-    spec: str                     # speculates, with --per-request-spec-decode-metrics detailed
-    baseline: str | None = None   # the same model without speculation
-
-
-def server_events(servers: Servers, prompt: str, kw: dict[str, Any]) -> Iterable[Event]:
-    """One run on a server: the run's mode picks the server; drafter, draft length and
-    schedule are the server's own (fixed when it started)."""
-    mode = kw["mode"]
-    return vllm_source.generate(servers.spec if mode == "speculative" else servers.baseline, prompt,
-                                mode=mode, chat=kw["chat"], max_new_tokens=kw["max_new_tokens"],
-                                temperature=kw["temperature"], top_p=kw["top_p"], top_k=kw["top_k"],
-                                seed=kw["seed"], stop=kw["stop"])
-
-
-def server_runs(servers: Servers, prompt: str, runs_kw: dict[str, dict]) -> Iterable[tuple[str, Event]]:
-    """:func:`runs.compare_frames`' ``source`` for servers: ``(pane, event)`` of each run,
-    one after the other (unlike the local engine's turns: a server's timings are the
-    arrival times of its own stream, which must be read as it comes). The baseline
-    starts only if the speculating run neither failed nor was stopped."""
-    for pane, kw in runs_kw.items():
-        if kw["stop"].is_set():
-            return
-        failed = False
-        for e in server_events(servers, prompt, kw):
-            failed = failed or isinstance(e, Error)
-            yield pane, e
-        if failed:
-            return
 
 
 def choices(policy: ServerPolicy) -> list[tuple[str, str]]:
@@ -124,8 +92,9 @@ class VllmHandlers:
         sess.new_run()
         try:
             servers = self.servers(values["vllm_url"], values["vllm_baseline_url"])
-            s = self.h.settings(values, pair=(servers.spec, None))
-            s = dataclasses.replace(s, baseline=s.baseline and servers.baseline is not None)
+            s = self.h.settings(values)
+            if servers.baseline is None:
+                s = s.only("speculative")
         except UserError as e:
             yield frame({"status": view.message_html(str(e), level="error"),
                          "spec": view.placeholder_html("No run: " + str(e))}, sess, gr.update(interactive=False))
@@ -142,8 +111,7 @@ class VllmHandlers:
                    "caption": view.message_html(step_note, level="warn")}
         status = view.message_html(f"Sending the prompt to the vLLM server at {servers.spec}…")
         yield frame({**cleared, "status": status}, sess, gr.update(interactive=False))
-        for f in runs.compare_frames(servers, s, sess, source=server_runs,
-                                     frame_interval=service.env_frame_interval()):
+        for f in runs.compare_frames(VllmSource(servers), s, sess, frame_interval=service.env_frame_interval()):
             if "theory" in f and "status" in f and not sess.stop.is_set():  # the last frame of a run
                 f["status"] = view.message_html(self.done_line(sess))
             yield frame(f)

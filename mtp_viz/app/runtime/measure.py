@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mtp_viz.errors import UserError
-from .runs import RunSettings
+from mtp_viz.sources.settings import MAX_DRAFT_TOKENS, RunSettings
 
 
 @dataclass(frozen=True)
@@ -47,15 +47,14 @@ def measure(pair: Any, s: RunSettings, repeats: int, stop: threading.Event, thre
     own runner and reduction (:mod:`mtp_viz.cli.bench`, :mod:`mtp_viz.cli.bench_report`)."""
     from mtp_viz.cli.bench import Runner, Setting
     from mtp_viz.cli.bench_report import speedup_ratios
-    from mtp_viz.engine.decoding import Sampling
+    from mtp_viz.sources.local import run_mode
 
-    pair.generate(s.prompt, **s.engine_kwargs("speculative")).close()  # every check, no compute
+    run_mode(pair, s, "speculative").close()  # every check of the prompt, no compute
     ids = pair.encode(s.prompt, s.chat)
-    drafter = pair.make_drafter(s.drafter_kind)
-    setting = Setting(s.schedule, s.draft_tokens)
-    sampling = Sampling(s.temperature, s.top_k, s.top_p, s.seed)
-    runner = Runner(pair, drafter, s.max_new_tokens, sampling, stale_kv=False,
-                    max_draft_tokens=max(16, s.draft_tokens))
+    drafter = pair.make_drafter(s.drafter)
+    setting = Setting(s.schedule, s.draft_tokens or drafter.default_draft_tokens)
+    runner = Runner(pair, drafter, s.max_new_tokens, s.sampling, stale_kv=False,
+                    max_draft_tokens=max(MAX_DRAFT_TOKENS, setting.gamma))
     records = []
     try:
         runner.autoregressive(ids, 4), runner.ours(ids, setting, 4)  # untimed warm-up

@@ -1,26 +1,26 @@
-"""One run in the app: its settings, the worker thread its source runs on, and the
-frames a view renders from it (the off-screen Measure is in :mod:`.measure`).
+"""One run in the app: the worker thread its source runs on, the session it is recorded
+into, and the frames a view renders from it (the off-screen Measure is in :mod:`.measure`).
 
-Timing belongs to the source. The engine runs on a worker thread and hands its events
+Timing belongs to the source. The source runs on a worker thread and hands its events
 to the renderer through a queue, so the time a browser or the server spends rendering
-and sending frames never enters the engine's clock. A comparison's two modes take
-turns on that one thread, each on its own clock (:mod:`mtp_viz.sources.interleave`). Stop (or
+and sending frames never enters the source's clock (the local engine's modes take
+turns on that one thread, each on its own clock: :mod:`mtp_viz.sources.local`). Stop (or
 the consumer going away: a closed tab ends the handler's generator) sets the run's stop
 switch, which the engine checks after every step.
 """
 from __future__ import annotations
 
-import math
 import queue
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
-from mtp_viz.errors import UserError
 from mtp_viz.engine.events import Error, Event
-from mtp_viz.app.views import captions, charts, theory as panels, stats as stats_view, tokens as view
-from . import service, zerogpu
+from mtp_viz.engine.schedules import ScheduleCache
+from mtp_viz.sources.base import Source
+from mtp_viz.sources.settings import RunSettings
+from mtp_viz.app.views import captions, charts, stats, theory, tokens
+from . import service
 from .service import FRAMES_PER_SECOND, user_message
 
 FRAME_INTERVAL = 1 / FRAMES_PER_SECOND  # see service.FRAMES_PER_SECOND
@@ -29,69 +29,7 @@ CHART_INTERVAL = 2.0      # plotly figures are re-sent whole (and redrawn by the
 HEARTBEAT = 1.0           # an empty frame after this long without news (see _stream)
 STEP_IDLE = 300.0         # step mode stops a run left waiting for Next this long (seconds)
 _END = object()
-
-
-def whole(value: Any, name: str) -> int:
-    """A whole number from a form field (Gradio sends floats), or one sentence."""
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        raise UserError(f"{name} must be a number.") from None
-    if not math.isfinite(f) or f != int(f):
-        raise UserError(f"{name} must be a whole number.")
-    return int(f)
-
-
-def number(value: Any, name: str) -> float:
-    """A finite number from a form field, or one sentence."""
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        raise UserError(f"{name} must be a number.") from None
-    if not math.isfinite(f):
-        raise UserError(f"{name} must be a finite number.")
-    return f
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    """Everything one comparison run needs, as the user chose it."""
-    prompt: str
-    target: str
-    drafter: str | None = None
-    drafter_kind: str = "auto"
-    max_new_tokens: int = 64
-    draft_tokens: int = 4
-    schedule: str = "constant"
-    temperature: float = 0.0      # 0 means greedy
-    top_p: float = 1.0
-    top_k: int = 0
-    seed: int | None = None
-    chat: bool = True
-    baseline: bool = True
-    max_prompt_tokens: int | None = None  # the deployment's cap (MTP_VIZ_MAX_PROMPT_TOKENS)
-    top: int = 0                  # top candidates recorded per position (the token inspector's)
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0.0
-
-    def engine_kwargs(self, mode: str, schedule: Any = None) -> dict[str, Any]:
-        """Keyword arguments for ``ModelPair.generate``."""
-        return dict(mode=mode, drafter=self.drafter_kind, max_new_tokens=self.max_new_tokens,
-                    draft_tokens=self.draft_tokens, schedule=schedule or self.schedule,
-                    temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
-                    seed=self.seed, chat=self.chat, max_prompt_tokens=self.max_prompt_tokens, top=self.top)
-
-
-def check_prompt(prompt: Any, cap_tokens: int) -> str:
-    """The prompt text, or one sentence; a cheap length bound before any tokenizing (no
-    tokenizer makes more tokens than characters plus a few specials)."""
-    if not isinstance(prompt, str) or not prompt.strip():
-        raise UserError("Type a prompt first, or pick one of the examples.")
-    if len(prompt) > 16 * cap_tokens:
-        raise UserError(f"The prompt is too long for this app (at most {cap_tokens} tokens).")
-    return prompt
+PANES = {"speculative": "spec", "autoregressive": "ar"}  # the pane each mode streams into
 
 
 class StepGate:
@@ -140,16 +78,7 @@ class Session:
         self.spec: list[Event] = []
         self.ar: list[Event] = []
         self.greedy = True
-        self.schedules: dict[tuple, Any] = {}
-
-    def schedule(self, s: RunSettings, kind: str) -> Any:
-        from mtp_viz.engine.schedules import SCHEDULES, make_schedule
-        if s.schedule not in SCHEDULES:
-            raise UserError(f"Unknown schedule {s.schedule!r}; choose one of {', '.join(SCHEDULES)}.")
-        key = (s.schedule, kind, s.draft_tokens)
-        if key not in self.schedules:
-            self.schedules[key] = make_schedule(s.schedule, initial=s.draft_tokens)
-        return self.schedules[key]
+        self.schedules = ScheduleCache()
 
     def new_run(self, step_mode: bool = False) -> None:
         self.stop = threading.Event()
@@ -219,17 +148,6 @@ class Worker:
         self.thread.join(timeout)
 
 
-def engine_runs(pair: Any, s: RunSettings, sess: Session) -> dict[str, dict[str, Any]]:
-    """``pair.generate``'s keyword arguments for each pane of a comparison (the baseline
-    only when asked for), with the session's schedule and its stop and step hooks."""
-    kind = s.drafter_kind if s.drafter_kind != "auto" else ""
-    out = {"spec": {"stop": sess.stop, "pause": sess.gate,
-                    **s.engine_kwargs("speculative", sess.schedule(s, kind))}}
-    if s.baseline:
-        out["ar"] = {"stop": sess.stop, **s.engine_kwargs("autoregressive")}
-    return out
-
-
 def _stream(source: Callable[[], Iterable[tuple[str, Event]]], sess: Session, frame_interval: float,
             chart_interval: float) -> Iterator[dict[str, Any]]:
     """Consume one comparison from its worker (``(pane, event)`` items), recording into
@@ -238,8 +156,8 @@ def _stream(source: Callable[[], Iterable[tuple[str, Event]]], sess: Session, fr
     be seen, and at the end. The worker's own Error (a source raised, which ends every
     run) is recorded with the speculative run."""
     outs = {"spec": sess.spec, "ar": sess.ar}
-    panes = {k: view.PaneRenderer() for k in outs}
-    stats = {k: stats_view.RunStats() for k in outs}
+    panes = {k: tokens.PaneRenderer() for k in outs}
+    tallies = {k: stats.RunStats() for k in outs}
     worker = Worker(source, sess.stop)
     last_frame, last_chart = 0.0, time.monotonic()  # live charts once a run is chart_interval old
     dirty: set[str] = set()  # panes with events since the last frame
@@ -251,7 +169,7 @@ def _stream(source: Callable[[], Iterable[tuple[str, Event]]], sess: Session, fr
                 key, e = item if isinstance(item, tuple) else ("spec", item)
                 outs[key].append(e)
                 panes[key].add(e)
-                stats[key].add(e)
+                tallies[key].add(e)
                 dirty.add(key)
                 errors += [e] if isinstance(e, Error) else []
             final = worker.finished
@@ -269,12 +187,12 @@ def _stream(source: Callable[[], Iterable[tuple[str, Event]]], sess: Session, fr
             frame: dict[str, Any] = {}
             chart_news |= "spec" in dirty
             for key in sorted(dirty):
-                frame[key], frame[key + "_stats"] = panes[key].html(), stats_view.stats_html(stats[key])
+                frame[key], frame[key + "_stats"] = panes[key].html(), stats.stats_html(tallies[key])
             dirty = set()
             if sess.gate.on:
                 frame["caption"] = captions.caption_html(sess.spec)
             if errors:
-                frame["status"] = view.message_html(errors[-1].message, level="error")
+                frame["status"] = tokens.message_html(errors[-1].message, level="error")
                 errors = []
             # live charts plot only the speculative run: redrawn only with news of it
             if final or (chart_news and now - last_chart >= chart_interval):
@@ -286,25 +204,24 @@ def _stream(source: Callable[[], Iterable[tuple[str, Event]]], sess: Session, fr
         worker.close()
 
 
-def compare_frames(pair: Any, s: RunSettings, sess: Session, *, frame_interval: float = FRAME_INTERVAL,
-                   chart_interval: float = CHART_INTERVAL, threads: int = 0,
-                   source: Callable = zerogpu.runs) -> Iterator[dict[str, Any]]:
-    """The speculative run and (when asked for) the autoregressive baseline, then every
-    chart, the speedup and the identity check. ``source(pair, prompt, kwargs by pane)``
-    yields ``(pane, event)``: for the local engine the two modes take turns on one
-    worker thread, each on its own clock (:mod:`mtp_viz.sources.interleave`), so both meet the
-    machine in the same state. Yields frames: dicts from display slot to HTML or
-    figures; absent slots are unchanged."""
+def compare_frames(source: Source, s: RunSettings, sess: Session, *, frame_interval: float = FRAME_INTERVAL,
+                   chart_interval: float = CHART_INTERVAL, threads: int = 0) -> Iterator[dict[str, Any]]:
+    """The runs ``s.modes`` asks of ``source`` (the speculative run, and the
+    autoregressive baseline when asked for), then every chart, the speedup and the
+    identity check. How the runs share the machine and their clocks is the source's
+    business (:mod:`mtp_viz.sources.base`); the worker thread keeps rendering off them.
+    Yields frames: dicts from display slot to HTML or figures; absent slots are unchanged."""
     sess.greedy = s.greedy
     both = ("Speculative decoding and the autoregressive baseline take turns, token for token, "
             "each on its own clock…")
-    yield {"status": view.message_html(both if s.baseline else "Speculative decoding: drafting and verifying…")}
-    kwargs = engine_runs(pair, s, sess)
-    yield from _stream(lambda: source(pair, s.prompt, kwargs), sess, frame_interval, chart_interval)
+    yield {"status": tokens.message_html(both if s.baseline else "Speculative decoding: drafting and verifying…")}
+    pause = sess.gate if source.pausable else None
+    yield from _stream(lambda: ((PANES[m], e) for m, e in source.runs(s, sess.stop, pause)), sess,
+                       frame_interval, chart_interval)
     final = final_frame(sess, threads)
     if not any(isinstance(e, Error) for e in sess.spec + sess.ar):
         stopped = sess.stop.is_set()
-        final["status"] = view.message_html(
+        final["status"] = tokens.message_html(
             f"Stopped: step mode waited {sess.gate.idle / 60:g} minutes for Next." if sess.gate.timed_out else
             "Stopped." if stopped else
             "Done. Press Race replay to watch both runs side by side on their recorded timings, "
@@ -313,13 +230,13 @@ def compare_frames(pair: Any, s: RunSettings, sess: Session, *, frame_interval: 
     yield final
 
 
-def warm_up(pair: Any, tokens: int = 8, top: int = 0) -> None:
+def warm_up(source: Source, new_tokens: int = 8, top: int = 0) -> None:
     """An untimed comparison through the app's whole path: both modes in turns, top-k
     recording, panes, stats and every chart. The first call of each pays for lazy
     initialisation (torch's kernels, plotly's validators), which would otherwise land
     inside the first run a user times, on the same CPU."""
-    s = RunSettings(prompt="def main():\n    return", target="", max_new_tokens=tokens, chat=False, top=top)
-    for _ in compare_frames(pair, s, Session(), frame_interval=0, chart_interval=0):
+    s = RunSettings(prompt="def main():\n    return", max_new_tokens=new_tokens, chat=False, top=top)
+    for _ in compare_frames(source, s, Session(), frame_interval=0, chart_interval=0):
         pass
 
 
@@ -327,10 +244,11 @@ def load_and_warm(target: str, drafter: str | None) -> Any:
     """The app's :class:`.service.PairLoader` work: set torch's threads on purpose, load
     the pair, and warm it through the app's path (:func:`warm_up`)."""
     from mtp_viz.sources import models  # imports torch: only here, on first use
+    from mtp_viz.sources.local import LocalSource
     from mtp_viz.app.views import inspector
     models.set_threads(service.threads())
     pair = models.load_pair(target, drafter)
-    warm_up(pair, top=inspector.TOP)
+    warm_up(LocalSource(pair), top=inspector.TOP)
     return pair
 
 
@@ -339,10 +257,9 @@ def final_frame(sess: Session, threads: int = 0) -> dict[str, Any]:
     measured-vs-theory panel (after a live run, a Race replay or a replayed trace)."""
     from mtp_viz.analysis.metrics import theory_check
     return {"figures": charts.all_figures(sess.spec, sess.ar),
-            "compare": stats_view.compare_html(stats_view.run_stats(sess.spec), stats_view.run_stats(sess.ar),
+            "compare": stats.compare_html(stats.run_stats(sess.spec), stats.run_stats(sess.ar),
                                          greedy=sess.greedy, threads=threads),
-            "theory": panels.theory_panel_html(theory_check(sess.spec, sess.ar or None))}
+            "theory": theory.theory_panel_html(theory_check(sess.spec, sess.ar or None))}
 
 
-__all__ = ["RunSettings", "Session", "StepGate", "Worker", "compare_frames", "final_frame", "load_and_warm", "warm_up",
-           "check_prompt", "whole", "number"]
+__all__ = ["PANES", "Session", "StepGate", "Worker", "compare_frames", "final_frame", "load_and_warm", "warm_up"]

@@ -14,6 +14,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, Callable
 
 from mtp_viz.errors import UserError
@@ -141,12 +142,32 @@ def pair_key(target: str, drafter: str | None) -> tuple[str, str | None]:
     return canonical(target_spec), canonical(drafter) if drafter else None
 
 
+class Load(str, Enum):
+    """Where a pair stands in the loader (a str, so it also reads as its plain name)."""
+    IDLE = "idle"            # never asked for, or forgotten
+    QUEUED = "queued"        # waiting for a load slot
+    LOADING = "loading"
+    READY = "ready"
+    ERROR = "error"          # failed; ``message`` says why in one sentence
+    UNLOADED = "unloaded"    # evicted to make room; loads again on its next run
+
+
 @dataclass
 class LoadState:
-    status: str = "idle"           # idle | queued | loading | ready | error | unloaded
+    status: Load = Load.IDLE
     message: str = ""
     started: float = 0.0
     pair: Any = None
+
+    @property
+    def busy(self) -> bool:
+        """Queued or loading: a run must wait."""
+        return self.status in (Load.QUEUED, Load.LOADING)
+
+    @property
+    def ended(self) -> bool:
+        """Failed or unloaded: only a sentence is left."""
+        return self.status in (Load.ERROR, Load.UNLOADED)
 
 
 def threads() -> int:
@@ -179,7 +200,7 @@ class PairLoader:
         key = pair_key(target, drafter)
         with self._lock:
             st = self._states.get(key)
-            if st is not None and st.status == "ready":
+            if st is not None and st.status == Load.READY:
                 self._states.move_to_end(key)  # recently used
             return st or LoadState()
 
@@ -189,9 +210,9 @@ class PairLoader:
         key = pair_key(target, drafter)
         with self._lock:
             st = self._states.get(key)
-            if st and st.status in ("queued", "loading", "ready"):
+            if st and (st.busy or st.status == Load.READY):
                 return st
-            st = self._states[key] = LoadState("queued", "", time.monotonic())
+            st = self._states[key] = LoadState(Load.QUEUED, "", time.monotonic())
             self._done[key] = threading.Event()
         threading.Thread(target=self._work, args=(key, target, drafter), daemon=True,
                          name="mtp-viz-load").start()
@@ -200,11 +221,11 @@ class PairLoader:
     def _work(self, key: tuple, target: str, drafter: str | None) -> None:
         with self._slots:
             with self._lock:
-                self._states[key].status = "loading"
+                self._states[key].status = Load.LOADING
             try:
-                new = LoadState("ready", "", self._states[key].started, self._load(target, drafter))
+                new = LoadState(Load.READY, "", self._states[key].started, self._load(target, drafter))
             except BaseException as e:  # noqa: BLE001 - shown to the user as one sentence
-                new = LoadState("error", user_message(e), self._states[key].started)
+                new = LoadState(Load.ERROR, user_message(e), self._states[key].started)
         with self._lock:
             self._states[key] = new
             self._states.move_to_end(key)
@@ -214,13 +235,13 @@ class PairLoader:
     def _evict(self) -> None:
         """Unload least recently used pairs beyond ``max_pairs`` (a run still using one
         keeps it alive until it ends)."""
-        ready = [k for k, s in self._states.items() if s.status == "ready"]
+        ready = [k for k, s in self._states.items() if s.status == Load.READY]
         for key in ready[:max(0, len(ready) - self.max_pairs)]:
-            self._states[key] = LoadState("unloaded", "This pair was unloaded to make room for "
+            self._states[key] = LoadState(Load.UNLOADED, "This pair was unloaded to make room for "
                                           "another; it loads again when you run it.")
         # Failed and unloaded entries hold only a sentence, but every distinct bad name a
         # visitor sends would add one: keep the newest few (the one just finished is last).
-        ended = [k for k, s in self._states.items() if s.status in ("error", "unloaded")]
+        ended = [k for k, s in self._states.items() if s.ended]
         for key in ended[:max(0, len(ended) - MAX_ENDED)]:
             del self._states[key]
             self._done.pop(key, None)
@@ -234,7 +255,7 @@ class PairLoader:
 
     def loaded(self) -> list[tuple]:
         with self._lock:
-            return [k for k, s in self._states.items() if s.status == "ready"]
+            return [k for k, s in self._states.items() if s.status == Load.READY]
 
 
 def css() -> str:
@@ -242,5 +263,5 @@ def css() -> str:
     return (assets_dir() / "app.css").read_text(encoding="utf-8")
 
 
-__all__ = ["css", "AllowList", "LoadState", "PairLoader", "default_pair", "env_cap", "env_prompt_cap",
+__all__ = ["css", "AllowList", "Load", "LoadState", "PairLoader", "default_pair", "env_cap", "env_prompt_cap",
            "env_frame_interval", "env_sessions", "pair_key", "presets", "threads", "user_message"]

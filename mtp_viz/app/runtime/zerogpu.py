@@ -1,15 +1,16 @@
 """Hugging Face ZeroGPU: model work runs under ``spaces.GPU`` there, and nowhere else.
 
 On ZeroGPU hardware a GPU is attached only while a function decorated with
-``spaces.GPU`` runs. The generator of a comparison's runs is that function: the
-worker thread iterates it as everywhere else. The duration asked for is estimated from the token
+``spaces.GPU`` runs. The generator of a comparison's runs
+(:func:`mtp_viz.sources.local.runs`) is that function: the worker thread iterates it as
+everywhere else. The duration asked for is estimated from the token
 budget of the run. Without the ``spaces`` package, or with it on any other hardware,
 :func:`on_gpu` returns the function unchanged.
 """
 from __future__ import annotations
 
 import importlib.util
-from typing import Any, Callable, Iterable
+from typing import Callable
 
 BASE_SECONDS = 15          # loading onto the GPU and the prefill
 SECONDS_PER_TOKEN = 0.08   # a generous bound for one decoding step of the largest preset
@@ -29,23 +30,13 @@ def duration(max_new_tokens: int) -> int:
     return int(min(MAX_SECONDS, BASE_SECONDS + SECONDS_PER_TOKEN * max(1, max_new_tokens)))
 
 
-def runs(pair: Any, prompt: str, kwargs: dict[str, dict]) -> Iterable[tuple[str, Any]]:
-    """``(name, event)`` of the engine's runs of one prompt, one per entry of ``kwargs``
-    (name -> ``pair.generate``'s keyword arguments), taking turns on this thread, each on
-    its own clock (:mod:`mtp_viz.sources.interleave`; the pair says which: wall or CPU time).
-    The function ZeroGPU runs on its GPU: one call, so a comparison holds one GPU for
-    both of its modes."""
-    from mtp_viz.sources.interleave import interleave
-    now, basis = pair.own_time()
-    yield from interleave({name: (lambda clock, kw=kw: pair.generate(prompt, clock=clock, **kw))
-                           for name, kw in kwargs.items()}, now=now, basis=basis)
-
-
-def on_gpu(fn: Callable = runs) -> Callable:
-    """``fn`` under ``spaces.GPU`` on ZeroGPU, with a duration from the runs' token
-    budget; ``fn`` itself elsewhere."""
+def on_gpu(fn: Callable | None = None) -> Callable:
+    """``fn`` (default: the local source's :func:`mtp_viz.sources.local.runs`) under
+    ``spaces.GPU`` on ZeroGPU, with a duration from the runs' token budget; ``fn``
+    itself elsewhere."""
+    from mtp_viz.sources.local import runs
+    fn = fn or runs
     if not zero_gpu():
         return fn
     import spaces
-    return spaces.GPU(duration=lambda pair, prompt, kwargs: duration(
-        sum(kw.get("max_new_tokens", 64) for kw in kwargs.values())))(fn)
+    return spaces.GPU(duration=lambda pair, s, *rest: duration(len(s.modes) * s.max_new_tokens))(fn)

@@ -1,0 +1,101 @@
+"""The local engine as a source: a model pair in this process.
+
+Its modes take turns on the calling thread, each on its own clock (:mod:`.interleave`):
+the engine thread's CPU time with one torch thread on a CPU, wall time elsewhere
+(:func:`.interleave.own_clock`). Running out of memory becomes one sentence.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Iterator
+
+from mtp_viz.engine.events import Event
+from mtp_viz.engine.schedules import ScheduleCache
+from mtp_viz.engine.text import Detokenizer
+from mtp_viz.errors import UserError
+
+from .base import Pause, Source
+from .interleave import interleave, own_clock
+from .settings import MAX_DRAFT_TOKENS, RunSettings
+
+
+def out_of_memory(err: BaseException) -> bool:
+    """Whether ``err`` means memory ran out. Accelerators raise torch's typed error;
+    the CPU allocator raises a plain RuntimeError, whose message is its only sign."""
+    import torch
+    return isinstance(err, (torch.OutOfMemoryError, MemoryError)) or (
+        isinstance(err, RuntimeError) and "can't allocate memory" in str(err))
+
+
+def guarded(events: Iterator[Event]) -> Iterator[Event]:
+    """The engine's events, with running out of memory turned into one sentence."""
+    try:
+        yield from events
+    except Exception as err:  # noqa: BLE001 - only memory errors are translated
+        if out_of_memory(err):
+            raise UserError("Ran out of memory while generating; try a shorter prompt, "
+                            "fewer new tokens or a smaller model.") from err
+        raise
+
+
+def run_mode(pair: Any, s: RunSettings, mode: str, *, clock: Callable[[], float] | None = None,
+             stop: threading.Event | None = None, pause: Pause | None = None, schedule: Any = None,
+             schedules: ScheduleCache | None = None) -> Iterator[Event]:
+    """The engine's events for one mode of checked settings on ``pair``. The schedule
+    is ``schedule`` if given, else the one of ``schedules`` (default: the pair's) for
+    these settings, which carries what it learned across generations."""
+    from mtp_viz.engine import loop  # imports torch: only once a run starts
+    ids = pair.encode(s.prompt, s.chat)
+    if s.max_prompt_tokens and len(ids) > s.max_prompt_tokens:
+        raise UserError(f"The prompt has {len(ids)} tokens; this deployment takes at most "
+                        f"{s.max_prompt_tokens}.")
+    if pair.context_length and len(ids) + s.max_new_tokens > pair.context_length:
+        raise UserError(f"The prompt ({len(ids)} tokens) plus {s.max_new_tokens} new tokens exceeds "
+                        f"the model's context of {pair.context_length} tokens.")
+    common = dict(max_new_tokens=s.max_new_tokens, sampling=s.sampling, eos_token_ids=pair.eos_token_ids,
+                  detok=Detokenizer(pair.tokenizer), stop=stop, top=s.top, **({"clock": clock} if clock else {}))
+    if mode == "autoregressive":
+        return guarded(loop.autoregressive(pair.target, ids, **common))
+    d = pair.make_drafter(s.drafter)
+    if schedule is None:
+        schedule = (schedules or pair.schedules).get(s.schedule, d.kind, s.draft_tokens or d.default_draft_tokens,
+                                                     MAX_DRAFT_TOKENS)
+    return guarded(loop.speculative(pair.target, d, ids, schedule=schedule, stale_kv=s.stale_kv,
+                                    pause=pause, **common))
+
+
+def runs(pair: Any, s: RunSettings, stop: threading.Event | None = None, pause: Pause | None = None,
+         schedules: ScheduleCache | None = None) -> Iterator[tuple[str, Event]]:
+    """``(mode, event)`` of ``s.modes`` on ``pair``, taking turns on this thread, each on
+    its own clock. On ZeroGPU this is the function that runs on the GPU
+    (:mod:`mtp_viz.app.runtime.zerogpu`): one call, so a comparison holds one GPU for
+    both of its modes."""
+    now, basis = own_clock(pair.device)
+    yield from interleave({mode: (lambda clock, mode=mode: run_mode(
+        pair, s, mode, clock=clock, stop=stop, pause=pause if mode == "speculative" else None,
+        schedules=schedules)) for mode in s.modes}, now=now, basis=basis)
+
+
+class LocalSource(Source):
+    """A model pair in this process. ``schedules``: whose memory adaptive schedules
+    keep (a browser session's; default the pair's); ``call``: what runs the modes
+    (:func:`runs`, or the same under ZeroGPU's decorator)."""
+    pausable = True
+
+    def __init__(self, pair: Any, schedules: ScheduleCache | None = None, call: Callable = runs):
+        self.pair, self.schedules, self._call = pair, schedules, call
+        self.name = pair.name
+
+    def runs(self, s: RunSettings, stop: threading.Event | None = None,
+             pause: Pause | None = None) -> Iterator[tuple[str, Event]]:
+        s.validate()
+        yield from self._call(self.pair, s, stop, pause, self.schedules)
+
+    def warm_up(self, tokens: int = 8, top: int = 0) -> None:
+        """A short untimed run of each mode: the first calls pay for lazy initialisation,
+        which would otherwise land in the first timing a user sees."""
+        for _ in self.runs(RunSettings("def main():\n    return", max_new_tokens=tokens, chat=False, top=top)):
+            pass
+
+
+__all__ = ["LocalSource", "guarded", "out_of_memory", "run_mode", "runs"]

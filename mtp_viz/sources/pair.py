@@ -1,0 +1,150 @@
+"""A loaded target and its drafter: what they are, how prompts become ids, which
+drafters they can build. Running them is the local source's job
+(:mod:`mtp_viz.sources.local`); loading them, :mod:`mtp_viz.sources.models`'.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from mtp_viz.engine.drafters import DRAFTERS, drafter_class
+from mtp_viz.engine.schedules import ScheduleCache
+from mtp_viz.errors import UserError
+
+from .presets import is_local
+from .settings import RunSettings, quote
+
+ASSISTANT_TYPES = ("gemma4_assistant", "gemma4_unified_assistant")
+GEMMA4_TYPES = ("gemma4", "gemma4_text", "gemma4_unified")
+PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
+
+
+def model_path(spec: str) -> str:
+    """What transformers is given: a folder's expanded path, or the hub id."""
+    if is_local(spec):
+        folder = Path(spec).expanduser()
+        if not folder.is_dir():
+            raise UserError(f"There is no loadable model folder at {spec}.")
+        return str(folder)
+    return spec
+
+
+def text_config(config):
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+@dataclass
+class ModelPair:
+    target: Any
+    drafter_model: Any | None
+    tokenizer: Any
+    name: str
+    drafter_name: str | None
+    device: str
+    target_spec: str = ""          # what the target was loaded from (for the processor probe)
+    schedules: ScheduleCache = field(default_factory=ScheduleCache, repr=False)  # across generations
+
+    @property
+    def drafter_id(self) -> str:
+        """The drafter's name as the user gave it, for display; "" for none, and for a
+        folder (the app may have resolved it itself: a server path is never shown)."""
+        return "" if not self.drafter_name or is_local(self.drafter_name) else self.drafter_name
+
+    @property
+    def has_mtp(self) -> bool:
+        return self.drafter_model is not None and \
+            self.drafter_model.config.model_type in ASSISTANT_TYPES
+
+    @property
+    def is_gemma4(self) -> bool:
+        return self.target.config.model_type in GEMMA4_TYPES
+
+    @property
+    def context_length(self) -> int:
+        """The most positions the target can attend to (prompt + generated)."""
+        return int(getattr(text_config(self.target.config), "max_position_embeddings", 0) or 0)
+
+    @property
+    def eos_token_ids(self) -> list[int]:
+        ids = set()
+        for src in (getattr(self.target, "generation_config", None), self.target.config,
+                    self.tokenizer):
+            eos = getattr(src, "eos_token_id", None)
+            ids.update([eos] if isinstance(eos, int) else (eos or []))
+        return sorted(ids)
+
+    @cached_property
+    def chat_template(self) -> str | None:
+        """The tokenizer's chat template; multimodal Gemma 4 checkpoints may keep it with
+        the processor instead, which is probed only here, on first need, and only
+        where one can exist (a hub id, or a folder with processor files)."""
+        template = getattr(self.tokenizer, "chat_template", None)
+        if template or not self.is_gemma4 or not self.target_spec:
+            return template
+        if is_local(self.target_spec) and not any(
+                (Path(self.target_spec).expanduser() / f).exists() for f in PROCESSOR_FILES):
+            return None
+        from transformers import AutoProcessor
+        try:
+            return getattr(AutoProcessor.from_pretrained(model_path(self.target_spec), trust_remote_code=False),
+                           "chat_template", None)
+        except Exception:  # noqa: BLE001 - no processor simply means no chat template
+            return None
+
+    def encode(self, prompt: str | list, chat: bool = True) -> list[int]:
+        """Prompt text (or a chat: a list of messages) → ids; instruction models get
+        their chat template (switchable off for text)."""
+        RunSettings(prompt).validate()   # the prompt's checks, one sentence each
+        messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+        if (chat or isinstance(prompt, list)) and self.chat_template:
+            ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                                     chat_template=self.chat_template)
+            ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
+            return list(ids)
+        text = "\n\n".join(m["content"] for m in messages)
+        return list(self.tokenizer(text)["input_ids"])
+
+    @property
+    def loaded(self) -> str:
+        """What this pair drafts with: "assistant", "model" or "" (see engine.drafters)."""
+        return "assistant" if self.has_mtp else ("model" if self.drafter_model is not None else "")
+
+    def make_drafter(self, kind: str = "auto"):
+        """A drafter of this name (engine.drafters.DRAFTERS), or the one the loaded
+        models suit ("auto"): the MTP assistant, an independent draft model, else lookup."""
+        if kind == "auto":
+            kind = next(name for name, d in DRAFTERS.items() if d.needs == self.loaded)
+        entry = DRAFTERS.get(kind)
+        if entry is None:
+            raise UserError(f"Unknown drafter {quote(kind)}; choose auto, {', '.join(DRAFTERS)}.")
+        if entry.needs and entry.needs != self.loaded:
+            raise UserError(entry.missing.format(target=self.name))
+        return drafter_class(kind).build(self.target, self.drafter_model)
+
+    def generate(self, prompt: str | list, *, mode: str = "speculative", drafter: str = "auto",
+                 max_new_tokens: int = 64, draft_tokens: int | None = None, schedule: Any = "constant",
+                 temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int | None = None,
+                 chat: bool = True, stop=None, stale_kv: bool = False, max_prompt_tokens: int | None = None,
+                 pause=None, top: int = 0, clock=None):
+        """Check every setting (:meth:`RunSettings.validate`), then return the engine's
+        event generator for one prompt in one mode (the Python API; the app and the CLI
+        go through :class:`mtp_viz.sources.local.LocalSource`).
+
+        ``schedule`` is a name (this pair's schedule of that name, carried across
+        generations) or a :class:`mtp_viz.engine.schedules.Schedule` the caller keeps.
+        ``pause`` is step mode's hook (speculative mode only); ``top=k`` records each
+        position's top-k candidates; ``clock`` times the run (default ``time.perf_counter``)."""
+        from mtp_viz.engine.decoding import Sampling
+
+        from .local import run_mode
+        named = isinstance(schedule, str)
+        s = RunSettings(prompt, (mode,), drafter, max_new_tokens, draft_tokens,
+                        schedule if named else "constant", Sampling(temperature, top_k, top_p, seed),
+                        chat, top, stale_kv, max_prompt_tokens).validate()
+        return run_mode(self, s, mode, clock=clock, stop=stop, pause=pause,
+                        schedule=None if named else schedule)
+
+
+__all__ = ["ASSISTANT_TYPES", "GEMMA4_TYPES", "ModelPair", "model_path", "text_config"]

@@ -1,0 +1,62 @@
+"""A vLLM server as a source: the speculating server for the speculative run, a
+baseline server (the same model without speculation) for the autoregressive one.
+
+The runs go one after the other, not in turns: a server's timings are the arrival
+times of its own stream, which must be read as it comes. The baseline starts only if
+the speculating run ended well. The drafter, draft length and schedule are the
+server's own, fixed when it started; a stop closes the connection.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Iterator
+
+from mtp_viz.engine.events import Error, Event
+from mtp_viz.errors import UserError
+
+from ..base import Pause, Source
+from ..settings import RunSettings
+from . import stream
+
+
+@dataclass(frozen=True)
+class Servers:
+    """Where the source's runs go (URLs already checked by whoever built it)."""
+    spec: str                          # speculates, with --per-request-spec-decode-metrics detailed
+    baseline: str | None = None        # the same model without speculation
+    model: str | None = None           # the served model's name (default: the server's first)
+    baseline_model: str | None = None
+
+
+class VllmSource(Source):
+    pausable = False   # a server sends a response's steps with its last chunk
+
+    def __init__(self, servers: Servers):
+        self.servers = servers
+        self.name = f"the vLLM server at {servers.spec}"
+
+    def runs(self, s: RunSettings, stop: threading.Event | None = None,
+             pause: Pause | None = None) -> Iterator[tuple[str, Event]]:
+        s.validate()
+        if not isinstance(s.prompt, str):
+            raise UserError("A vLLM server takes a text prompt.")
+        for mode in s.modes:
+            url, model = ((self.servers.spec, self.servers.model) if mode == "speculative" else
+                          (self.servers.baseline, self.servers.baseline_model))
+            if url is None:
+                raise UserError("The autoregressive baseline needs a baseline server.")
+            if stop is not None and stop.is_set():
+                return
+            failed = False
+            for e in stream.events(url, s.prompt, model=model, mode=mode, chat=s.chat,
+                                   max_new_tokens=s.max_new_tokens, temperature=s.sampling.temperature,
+                                   top_p=s.sampling.top_p, top_k=s.sampling.top_k, seed=s.sampling.seed,
+                                   stop=stop):
+                failed = failed or isinstance(e, Error)
+                yield mode, e
+            if failed:
+                return
+
+
+__all__ = ["Servers", "VllmSource"]
