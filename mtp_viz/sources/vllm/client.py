@@ -5,7 +5,8 @@ Only the address the user gave is contacted: proxies from the environment are no
 used (a server on 127.0.0.1 must not be sent through one), nor are redirects followed.
 Every failure becomes one ``UserError`` sentence that names the URL as the user typed
 it and never repeats what the server answered, so a stranger's server cannot put text
-in our messages.
+in our messages. What a server sends is bounded: a page (``/v1/models``, ``/metrics``)
+at :data:`MAX_PAGE_BYTES`.
 """
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ __all__ = ["base_url", "get_json", "post_stream", "sse_chunks", "served_models",
 
 CONNECT_TIMEOUT = 10.0   # seconds for GETs (models, metrics)
 READ_TIMEOUT = 600.0     # seconds the stream may stay silent (a long prefill on a busy server)
+# A real /metrics page is ~100 kB and /v1/models far less; 4 MiB leaves room for a
+# server with many models and engines, and bounds what a hostile one makes us hold.
+MAX_PAGE_BYTES = 4 * 1024 * 1024
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -76,15 +80,24 @@ def _open(url: str, path: str, body: dict | None, timeout: float):
         raise _explain(url, e, timeout) from None
 
 
+def _size(n: int) -> str:
+    return f"{n // 2**20} MiB" if n % 2**20 == 0 else f"{n} bytes"
+
+
 def get_text(url: str, path: str, timeout: float = CONNECT_TIMEOUT) -> str:
-    """GET ``path``; a 404 says the server is not what the user thought it was."""
+    """GET ``path``, at most :data:`MAX_PAGE_BYTES` of it; a 404 says the server is not
+    what the user thought it was."""
     try:
         with _open(url, path, None, timeout) as r:
-            return r.read().decode("utf-8", "replace")
+            data = r.read(MAX_PAGE_BYTES + 1)  # never more than the cap, whatever it claims
     except urllib.error.HTTPError as e:
         raise UserError(f"{url} is not a vLLM server: it answers {path} with HTTP {e.code}.") from None
     except (socket.timeout, TimeoutError) as e:
         raise _explain(url, e, timeout) from None
+    if len(data) > MAX_PAGE_BYTES:
+        raise UserError(f"The server at {url} sent more than {_size(MAX_PAGE_BYTES)} for {path}, "
+                        "more than mtp-viz reads.")
+    return data.decode("utf-8", "replace")
 
 
 def get_json(url: str, path: str, timeout: float = CONNECT_TIMEOUT) -> Any:
@@ -116,7 +129,7 @@ def scrape(url: str, model: str | None = None, timeout: float = CONNECT_TIMEOUT)
     """The server's cumulative spec-decode counters (``enabled=False`` without speculation)."""
     text = get_text(url, "/metrics", timeout)
     try:
-        return spec_decode(parse(text), model)
+        return spec_decode(parse(text), model, who=url)  # absurd numbers: its own UserError
     except ValueError:
         raise UserError(f"{url} is not a vLLM server: its /metrics is not a Prometheus page.") from None
 
