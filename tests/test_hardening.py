@@ -122,3 +122,90 @@ def test_a_metrics_page_over_the_size_cap_is_refused(serve, monkeypatch):
 
 def test_the_default_page_cap_is_4_mib():
     assert client.MAX_PAGE_BYTES == 4 * 1024 * 1024
+
+
+# ------------------------------------------------------------- 2. stream deadlines
+
+TOKEN_CHUNK = {"prompt_token_ids": [2, 3], "choices": [{
+    "index": 0, "text": "x", "token_ids": [5], "finish_reason": None,
+    "logprobs": {"tokens": ["x"], "token_logprobs": [-0.1]}}]}
+
+
+def _trickle(first: bytes = b"", ping: bytes = b": ping\n\n", every: float = 0.25, most: int = 60):
+    """A completions stream that sends ``first``, then ``ping`` every ``every`` seconds
+    and never a token: at most ``most`` times (15 s), then it ends the body."""
+    def answer(h):
+        h.send_response(200)
+        h.send_header("Content-Type", "text/event-stream")
+        h.send_header("Connection", "close")
+        h.end_headers()
+        try:
+            h.wfile.write(first)
+            h.wfile.flush()
+            for _ in range(most):
+                time.sleep(every)
+                h.wfile.write(ping)
+                h.wfile.flush()
+        except OSError:
+            pass  # the client hung up: what a deadline does
+        h.close_connection = True
+    return answer
+
+
+def _vllm(serve, stream) -> str:
+    return serve({"/v1/models": json.dumps(MODELS), "/metrics": SPEC_METRICS,
+                  "/v1/completions": stream})
+
+
+def _run(url, **kw):
+    from mtp_viz.engine.events import Error
+    from mtp_viz.sources.vllm.stream import generate
+    t0 = time.perf_counter()
+    events = list(generate(url, "def f():", max_new_tokens=8, **kw))
+    assert time.perf_counter() - t0 < 12, "the deadline did not end the run; the server did"
+    assert isinstance(events[-1], Error) and sum(isinstance(e, Error) for e in events) == 1
+    msg = events[-1].message
+    assert "\n" not in msg and SECRET not in msg and msg.endswith(".")
+    return events, msg
+
+
+def test_keep_alive_comments_do_not_hold_a_run_past_the_first_token_deadline(serve):
+    url = _vllm(serve, _trickle())
+    events, msg = _run(url, first_token_deadline=1.5)
+    assert len(events) == 1
+    assert msg == (f"The server at {url} sent no token within 1.5 seconds; "
+                   "MTP_VIZ_VLLM_FIRST_TOKEN_DEADLINE sets how long to wait.")
+
+
+def test_a_silent_server_ends_at_the_first_token_deadline(serve):
+    url = _vllm(serve, _trickle(ping=b"", every=0.25, most=60))  # headers, then nothing
+    _, msg = _run(url, first_token_deadline=1)
+    assert "sent no token within 1 seconds" in msg
+
+
+def test_a_stream_that_stalls_after_a_token_ends_at_the_total_deadline(serve, monkeypatch):
+    monkeypatch.setenv("MTP_VIZ_VLLM_DEADLINE", "2")
+    url = _vllm(serve, _trickle(first=b"data: " + json.dumps(TOKEN_CHUNK).encode() + b"\n\n"))
+    events, msg = _run(url)
+    assert msg == (f"The server at {url} did not finish within 2 seconds; "
+                   "MTP_VIZ_VLLM_DEADLINE sets how long to wait.")
+    assert events[0].type == "start"
+
+
+def test_the_first_token_deadline_comes_from_the_environment(serve, monkeypatch):
+    monkeypatch.setenv("MTP_VIZ_VLLM_FIRST_TOKEN_DEADLINE", "1")
+    monkeypatch.setenv("MTP_VIZ_VLLM_DEADLINE", "not a number")   # falls back to 300
+    _, msg = _run(_vllm(serve, _trickle()))
+    assert "sent no token within 1 seconds" in msg
+
+
+@pytest.mark.parametrize("value, seconds", [
+    (None, 300.0), ("", 300.0), ("abc", 300.0), ("0", 300.0), ("-5", 300.0), ("inf", 300.0),
+    ("nan", 300.0), ("2.5", 2.5), (" 90 ", 90.0)])
+def test_deadline_environment_values(monkeypatch, value, seconds):
+    if value is None:
+        monkeypatch.delenv("MTP_VIZ_VLLM_DEADLINE", raising=False)
+    else:
+        monkeypatch.setenv("MTP_VIZ_VLLM_DEADLINE", value)
+    assert client.env_seconds("MTP_VIZ_VLLM_DEADLINE", client.DEADLINE) == seconds
+    assert client.DEADLINE == 300 and client.FIRST_TOKEN_DEADLINE == 60
