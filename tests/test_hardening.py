@@ -209,3 +209,107 @@ def test_deadline_environment_values(monkeypatch, value, seconds):
         monkeypatch.setenv("MTP_VIZ_VLLM_DEADLINE", value)
     assert client.env_seconds("MTP_VIZ_VLLM_DEADLINE", client.DEADLINE) == seconds
     assert client.DEADLINE == 300 and client.FIRST_TOKEN_DEADLINE == 60
+
+
+# ------------------------------------------------------------- 3, 4. hostile traces
+
+from mtp_viz.engine.events import Bonus, Done, Start, Step  # noqa: E402
+from mtp_viz.sources import trace  # noqa: E402
+
+
+def _run_events(**over):
+    """A tiny valid speculative run; ``over`` replaces fields, as "line.field": value."""
+    lines = [Start("speculative", 2, (5, 6), {"drafter": "mtp", "temperature": 0.0, "top_p": 1.0,
+                                               "top_k": 0, "max_new_tokens": 8, "draft_tokens": 4,
+                                               "clock": "wall", "seed": None}).to_dict(),
+             Bonus(1, 7, "x", 0.5).to_dict(),
+             Step(1, 0, 0, 1, t=0.01).to_dict(),
+             Done(1, 1, 0.01, "x", generated_ids=(7,)).to_dict()]
+    for key, value in over.items():
+        n, field = key.split(".", 1)
+        if field.startswith("settings."):
+            lines[int(n) - 1]["settings"][field[9:]] = value
+        else:
+            lines[int(n) - 1][field] = value
+    return "\n".join(json.dumps(d) for d in lines)
+
+
+def _refused(text) -> str:
+    with pytest.raises(UserError) as e:
+        trace.loads(text)
+    msg = str(e.value)
+    assert "\n" not in msg and "secret" not in msg and msg.endswith(".")
+    return msg
+
+
+def test_a_valid_run_still_reads():
+    assert [e.type for e in trace.loads(_run_events())] == ["start", "bonus", "step", "done"]
+
+
+@pytest.mark.parametrize("over, sentence", [
+    ({"3.t": 1e300}, "Line 3 of the trace has a 't' that is not a time from 0 to 24 hours."),
+    ({"4.seconds": 1e300}, "Line 4 of the trace has a 'seconds' that is not a time from 0 to 24 hours."),
+    ({"4.seconds": -1.0}, "Line 4 of the trace has a 'seconds' that is not a time from 0 to 24 hours."),
+    ({"3.draft_seconds": 90000}, "Line 3 of the trace has a 'draft_seconds' that is not a time from 0 to 24 hours."),
+    ({"3.verify_seconds": -0.5}, "Line 3 of the trace has a 'verify_seconds' that is not a time from 0 to 24 hours."),
+    ({"3.step": -1}, "Line 3 of the trace has a 'step' that is not a count from 0 to a billion."),
+    ({"2.step": -1}, "Line 2 of the trace has a 'step' that is not a count from 0 to a billion."),
+    ({"4.new_tokens": -3}, "Line 4 of the trace has a 'new_tokens' that is not a count from 0 to a billion."),
+    ({"1.prompt_tokens": -2}, "Line 1 of the trace has a 'prompt_tokens' that is not a count from 0 to a billion."),
+    ({"4.generated_ids": [7, -1]}, "Line 4 of the trace has a 'generated_ids' that is not a count from 0 to a billion."),
+    ({"3.draft_len": 10**9, "3.accepted": 0},
+     "Line 3 of the trace has a 'draft_len' that is not a draft length or position from 0 to 256."),
+    ({"2.p": 7.5}, "Line 2 of the trace has a 'p' that is not a probability from 0 to 1."),
+    ({"2.kind": "secret"}, "Line 2 of the trace has a 'kind' that is not one of its known values."),
+    ({"4.stop_reason": "<img src=x onerror=secret>"},
+     "Line 4 of the trace has a 'stop_reason' that is not one of its known values."),
+    ({"3.accepted": 3, "3.draft_len": 1}, "Line 3 of the trace has a step that kept more drafts than it drafted."),
+])
+def test_absurd_times_and_negative_counts_are_one_sentence(over, sentence):
+    assert _refused(_run_events(**over)) == sentence
+
+
+@pytest.mark.parametrize("key, value, words", [
+    ("temperature", {"secret": 1}, "a number from 0 to 100"),
+    ("temperature", -1, "a number from 0 to 100"),
+    ("temperature", True, "a number from 0 to 100"),
+    ("top_p", 2, "a number from 0 to 1"),
+    ("top_p", "0.9", "a number from 0 to 1"),
+    ("top_k", 1.5, "a whole number from 0 to a billion"),
+    ("max_new_tokens", -1, "a whole number from 0 to a billion"),
+    ("draft_tokens", [4], "a whole number from 0 to 256"),
+    ("draft_tokens", 10**6, "a whole number from 0 to 256"),
+    ("seed", "secret", "a whole number or null"),
+    ("clock", "sundial-secret", '"wall" or "cpu"'),
+    ("drafter", {"secret": 1}, "text"),
+    ("server_speculates", 1, "true or false"),
+])
+def test_settings_the_views_read_are_checked(key, value, words):
+    assert _refused(_run_events(**{f"1.settings.{key}": value})) == \
+        f"Line 1 of the trace has a settings {key!r} that is not {words}."
+
+
+def test_the_export_of_a_checked_trace_does_not_crash():
+    """The export's description reads temperature, drafter, schedule and draft_tokens."""
+    from mtp_viz.app.views import export
+    spec = trace.loads(_run_events(**{"1.settings.temperature": 0.7, "1.settings.schedule": "constant"}))
+    assert "sampling at temperature 0.7" in export._describe(spec[0])
+    assert export.steps_csv(spec).count("\n") == 2
+
+
+def test_a_byte_order_mark_is_accepted(tmp_path):
+    text = _run_events()
+    assert trace.loads(b"\xef\xbb\xbf" + text.encode()) == trace.loads(text)
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + trace.dumps(trace.loads(text)).encode())
+    assert trace.read(path) == trace.loads(text)
+    assert _refused("\ufeff\ufeff" + text) == "Line 1 of the trace is not JSON."   # only one, at the start
+
+
+def test_deeply_nested_json_is_one_sentence():
+    assert _refused("[" * 100_000) == "Line 1 of the trace is not JSON."
+
+
+def test_the_shipped_examples_pass_the_checks():
+    for path in sorted(trace.examples_dir().glob("*.jsonl")):
+        assert trace.read(path)
