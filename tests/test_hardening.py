@@ -313,3 +313,36 @@ def test_deeply_nested_json_is_one_sentence():
 def test_the_shipped_examples_pass_the_checks():
     for path in sorted(trace.examples_dir().glob("*.jsonl")):
         assert trace.read(path)
+
+
+# ------------------------------------------------------------- 5. CSV injection
+
+@pytest.mark.parametrize("reason", ["=HYPERLINK(\"http://x\",\"y\")", "+1+cmd", "-2+3", "@SUM(A1)",
+                                    "\t=1", "\r=1"])
+def test_steps_csv_neutralizes_formulas_in_text_cells(reason):
+    import csv
+    import io
+    from mtp_viz.app.views import export
+    spec = trace.loads(_run_events(**{"3.reason": reason}))
+    rows = list(csv.DictReader(io.StringIO(export.steps_csv(spec), newline="")))
+    assert rows[0]["reason"] == "'" + reason.replace("\r", "\n")
+    assert rows[0]["mode"] == "speculative" and rows[0]["cut"] == ""
+    # the numbers the project writes stay numbers
+    assert (rows[0]["step"], rows[0]["draft_len"], rows[0]["t_s"]) == ("1", "0", "0.010000")
+
+
+def test_steps_csv_leaves_plain_text_and_numbers_alone():
+    import csv
+    import io
+    from mtp_viz.app.views import export
+    spec = [Start("speculative", 1, (1,), {}), Step(2, 4, 1, 2, reason="acceptance 25% < 50%: shorter",
+                                                  cut="eos", t=0.5)]
+    row = next(csv.DictReader(io.StringIO(export.steps_csv(spec), newline="")))
+    assert row["reason"] == "acceptance 25% < 50%: shorter" and row["cut"] == "eos"
+    assert row["rejected"] == "3"
+    spec[1:] = [Step(2, 4, 1, 2, reason='x\r=HYPERLINK("http://x")\r\n+1', t=0.5)]
+    rows = list(csv.DictReader(io.StringIO(export.steps_csv(spec), newline="")))
+    assert len(rows) == 1 and rows[0]["reason"] == 'x\n=HYPERLINK("http://x")\n+1'   # one cell, one row
+    bad = [Start("=cmd", 1, (1,), {}), Step(2, 1, 3, 2, cut="-x")]   # events built in code, unchecked
+    row = next(csv.DictReader(io.StringIO(export.steps_csv(bad))))
+    assert row["mode"] == "'=cmd" and row["cut"] == "'-x" and row["rejected"] == "-2"
