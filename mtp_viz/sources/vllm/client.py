@@ -231,7 +231,7 @@ def post_stream(url: str, path: str, body: dict, *, timeout: float = READ_TIMEOU
     connection is closed, which makes vLLM abort the request). ``deadline`` (seconds for
     the whole request) and ``first_token_deadline`` (seconds until a chunk carries a
     token) default to ``MTP_VIZ_VLLM_DEADLINE`` (300) and
-    ``MTP_VIZ_VLLM_FIRST_TOKEN_DEADLINE`` (60); passing one is one sentence, and the
+    ``MTP_VIZ_VLLM_FIRST_TOKEN_DEADLINE`` (60); past either, the run ends with one sentence and the
     connection is closed."""
     deadlines = _Deadlines(
         url, timeout,
