@@ -7,8 +7,10 @@ readers also take a file without it, which is exactly what ``generate --jsonl`` 
 
 A trace may come from anyone (an upload to a public app), so reading it is strict and
 bounded: at most :data:`MAX_BYTES` bytes and :data:`MAX_EVENTS` events, every field of
-the declared type, runs in order. Anything else is one :class:`UserError` sentence
-that names a line number at most, never the file's contents or its path.
+the declared type and within the range the views can show (times from 0 to 24 hours,
+probabilities from 0 to 1, counts not negative, the settings the views read of their
+type), runs in order. Anything else is one :class:`UserError` sentence that names a
+line number and a field name at most, never the file's contents or its path.
 
 ``python -m mtp_viz.sources.trace`` regenerates the example traces shipped in
 ``mtp_viz/assets/traces/`` from the bundled tiny pair (see :func:`main`).
@@ -22,15 +24,53 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from mtp_viz.errors import UserError
-from mtp_viz.engine.events import EVENT_TYPES, Done, Error, Event, Start, event_from_dict
+from mtp_viz.engine.events import EVENT_TYPES, Done, Error, Event, Start, Step, event_from_dict
 
 FORMAT = "mtp-viz-trace"
 VERSION = 1
 MAX_BYTES = 5_000_000   # a 64-token run with its baseline is ~40 kB; this is 100 of them
 MAX_EVENTS = 100_000
 MODES = ("speculative", "autoregressive")
+MAX_SECONDS = 24 * 3600.0   # longer than any run the app records; a replay waits this long
+MAX_DRAFT = 256             # the app drafts at most 16; views loop over every position
+MAX_COUNT = 1_000_000_000   # steps, tokens, token ids: more than any run holds
 
-__all__ = ["FORMAT", "VERSION", "MAX_BYTES", "MAX_EVENTS", "header", "dumps", "write", "loads", "read",
+_TIME = (0.0, MAX_SECONDS, "a time from 0 to 24 hours")
+_PROBABILITY = (0.0, 1.0 + 1e-6, "a probability from 0 to 1")   # float32 rounding may pass 1
+_DRAFT = (0, MAX_DRAFT, f"a draft length or position from 0 to {MAX_DRAFT}")
+_COUNT = (0, MAX_COUNT, "a count from 0 to a billion")
+# The range of an event's field, by name, beyond its type: the views divide by these,
+# loop over them, plot them and wait for them. A number field not named here is a count.
+_RANGES = {"t": _TIME, "seconds": _TIME, "draft_seconds": _TIME, "verify_seconds": _TIME,
+           "p": _PROBABILITY, "q": _PROBABILITY, "acceptance_rate": _PROBABILITY,
+           "p_top": _PROBABILITY, "q_top": _PROBABILITY, "residual_top": _PROBABILITY,
+           "draft_len": _DRAFT, "next_draft_len": _DRAFT, "index": _DRAFT, "agreed": _DRAFT}
+# Fields the views compare with fixed words or write into HTML attributes unescaped.
+_CHOICES = {"kind": ("correction", "extension"), "cut": ("", "eos", "max_new_tokens"),
+            "stop_reason": ("", "eos", "max_new_tokens", "stopped"),
+            "target_in_clusters": ("", "yes", "no")}
+# The start event's settings the views read: (types, a check of the value, its words).
+_NUMBER, _INT, _TEXT, _FLAG = (int, float), (int,), (str,), (bool,)
+
+
+def _between(low: float, high: float):
+    return lambda v: low <= v <= high
+
+
+_SETTINGS = {
+    "temperature": (_NUMBER, _between(0, 100), "a number from 0 to 100"),
+    "top_p": (_NUMBER, _between(0, 1), "a number from 0 to 1"),
+    "top_k": (_INT, _between(0, MAX_COUNT), "a whole number from 0 to a billion"),
+    "max_new_tokens": (_INT, _between(0, MAX_COUNT), "a whole number from 0 to a billion"),
+    "draft_tokens": (_INT, _between(0, MAX_DRAFT), f"a whole number from 0 to {MAX_DRAFT}"),
+    "max_draft_tokens": (_INT, _between(0, MAX_DRAFT), f"a whole number from 0 to {MAX_DRAFT}"),
+    "seed": (_INT + (type(None),), None, "a whole number or null"),
+    "clock": (_TEXT, ("wall", "cpu").__contains__, '"wall" or "cpu"'),
+    **{k: (_TEXT, None, "text") for k in ("drafter", "schedule", "backend", "server", "model", "api")},
+    **{k: (_FLAG, None, "true or false") for k in ("chat", "server_speculates")},
+}
+
+__all__ = ["FORMAT", "VERSION", "MAX_BYTES", "MAX_EVENTS", "MAX_SECONDS", "header", "dumps", "write", "loads", "read",
            "split_runs", "spec_and_ar"]
 
 
@@ -73,7 +113,7 @@ def loads(data: bytes | str) -> list[Event]:
     if len(data) > MAX_BYTES:
         raise UserError(f"The trace is larger than {MAX_BYTES // 1_000_000} MB, the most this app reads.")
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8-sig")  # an editor on Windows may save a byte-order mark
     except UnicodeDecodeError:
         raise UserError("The trace is not UTF-8 text.") from None
     events: list[Event] = []
@@ -82,7 +122,7 @@ def loads(data: bytes | str) -> list[Event]:
             continue
         try:
             d = json.loads(line, parse_constant=_no_constants)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: arrays nested thousands deep
             raise UserError(f"Line {n} of the trace is not JSON.") from None
         if not isinstance(d, dict):
             raise UserError(f"Line {n} of the trace is not a JSON object.")
@@ -113,6 +153,13 @@ def _event(d: dict, n: int) -> Event:
     for name, value in d.items():
         if name in hints and name != "type" and not _fits(value, hints[name]):
             raise UserError(f"Line {n} of the trace has a field of the wrong type.")
+    for name, value in d.items():
+        if name in hints and name != "type":
+            _check_range(name, value, n)
+    if cls is Start and isinstance(d.get("settings"), dict):
+        _check_settings(d["settings"], n)
+    if cls is Step and d.get("accepted", 0) > d.get("draft_len", 0):  # else "rejected -3"
+        raise UserError(f"Line {n} of the trace has a step that kept more drafts than it drafted.")
     try:
         return event_from_dict(d)
     except (TypeError, ValueError):  # a required field is missing
@@ -135,6 +182,33 @@ def _fits(value: Any, hint: Any) -> bool:
     if origin is dict:
         return isinstance(value, dict)
     return True
+
+
+def _check_range(name: str, value: Any, n: int) -> None:
+    """A field of the right type, within what a view can show (see _RANGES, _CHOICES)."""
+    if name in _CHOICES:
+        if value not in _CHOICES[name]:
+            raise UserError(f"Line {n} of the trace has a {name!r} that is not one of its known values.")
+        return
+    numbers = value if isinstance(value, list) else [value]
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in numbers):
+        return  # text, or the settings mapping (checked on its own)
+    low, high, words = _RANGES.get(name, _COUNT)
+    if not all(low <= x <= high for x in numbers):
+        raise UserError(f"Line {n} of the trace has a {name!r} that is not {words}.")
+
+
+def _check_settings(settings: dict, n: int) -> None:
+    """The start event's settings the views read, each of its type and range; other
+    keys ride along unread."""
+    for key, (types, check, words) in _SETTINGS.items():
+        if key not in settings:
+            continue
+        v = settings[key]
+        ok = isinstance(v, types) and (types is _FLAG or not isinstance(v, bool))  # True is an int
+        ok = ok and not (isinstance(v, float) and not math.isfinite(v))
+        if not ok or (check is not None and v is not None and not check(v)):
+            raise UserError(f"Line {n} of the trace has a settings {key!r} that is not {words}.")
 
 
 def split_runs(events: Sequence[Event]) -> list[list[Event]]:

@@ -21,6 +21,18 @@ from . import charts, stats, tokens as view
 
 CSV_COLUMNS = ("mode", "step", "draft_len", "accepted", "rejected", "new_tokens", "draft_ms", "verify_ms",
                "t_s", "next_draft_len", "reason", "cut")
+# A spreadsheet runs a cell that starts with one of these as a formula; a trace's text
+# is anyone's, so its cells get a leading quote (the usual CSV-injection defence).
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\n")
+
+
+def _text_cell(text: str) -> str:
+    """A text cell that a spreadsheet shows as text. Line breaks become ``\n``, which
+    the writer quotes (a bare ``\r`` it leaves unquoted, and a spreadsheet would start a
+    new row there, whose first cell could be a formula). The numeric columns are the
+    project's own numbers and are written as they are (a negative number stays one)."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return "'" + text if text.startswith(_FORMULA_STARTS) else text
 
 
 def steps_csv(spec: Sequence[Event], ar: Sequence[Event] = ()) -> str:
@@ -37,8 +49,9 @@ def steps_csv(spec: Sequence[Event], ar: Sequence[Event] = ()) -> str:
         timed = any(e.draft_seconds or e.verify_seconds for e in steps)
         for e in steps:
             ms = [f"{e.draft_seconds * 1000:.3f}", f"{e.verify_seconds * 1000:.3f}"] if timed else ["", ""]
-            w.writerow([mode, e.step, e.draft_len, e.accepted, e.draft_len - e.accepted, e.new_tokens,
-                        *ms, f"{e.t:.6f}", e.next_draft_len, e.reason, e.cut])
+            w.writerow([_text_cell(mode), e.step, e.draft_len, e.accepted, e.draft_len - e.accepted,
+                        e.new_tokens, *ms, f"{e.t:.6f}", e.next_draft_len, _text_cell(e.reason),
+                        _text_cell(e.cut)])
     return out.getvalue()
 
 

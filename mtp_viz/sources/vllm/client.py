@@ -6,10 +6,18 @@ used (a server on 127.0.0.1 must not be sent through one), nor are redirects fol
 Every failure becomes one ``UserError`` sentence that names the URL as the user typed
 it and never repeats what the server answered, so a stranger's server cannot put text
 in our messages.
+
+Everything a server sends is bounded: a page (``/v1/models``, ``/metrics``) at
+:data:`MAX_PAGE_BYTES`, one line of a stream at :data:`MAX_LINE_BYTES`, and a streamed
+request in time, by a deadline for its first token and one for the whole request
+(:func:`post_stream`; ``MTP_VIZ_VLLM_FIRST_TOKEN_DEADLINE`` and ``MTP_VIZ_VLLM_DEADLINE``).
+A plain read timeout is not enough there: every SSE keep-alive comment restarts it.
 """
 from __future__ import annotations
 
 import json
+import math
+import os
 import socket
 import time
 import urllib.error
@@ -20,10 +28,17 @@ from typing import Any, Iterable, Iterator
 from mtp_viz.errors import UserError
 from .prometheus import SpecDecodeCounters, parse, spec_decode
 
-__all__ = ["base_url", "get_json", "post_stream", "sse_chunks", "served_models", "scrape", "ServerModel"]
+__all__ = ["base_url", "get_json", "post_stream", "sse_chunks", "served_models", "scrape", "ServerModel",
+           "env_seconds"]
 
 CONNECT_TIMEOUT = 10.0   # seconds for GETs (models, metrics)
 READ_TIMEOUT = 600.0     # seconds the stream may stay silent (a long prefill on a busy server)
+DEADLINE = 300.0         # seconds one streamed request may take in all (MTP_VIZ_VLLM_DEADLINE)
+FIRST_TOKEN_DEADLINE = 60.0   # seconds until its first token (MTP_VIZ_VLLM_FIRST_TOKEN_DEADLINE)
+# A real /metrics page is ~100 kB and /v1/models far less; 4 MiB leaves room for a
+# server with many models and engines, and bounds what a hostile one makes us hold.
+MAX_PAGE_BYTES = 4 * 1024 * 1024
+MAX_LINE_BYTES = 4 * 1024 * 1024   # one server-sent event (the last carries the per-step arrays)
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -76,15 +91,24 @@ def _open(url: str, path: str, body: dict | None, timeout: float):
         raise _explain(url, e, timeout) from None
 
 
+def _size(n: int) -> str:
+    return f"{n // 2**20} MiB" if n % 2**20 == 0 else f"{n} bytes"
+
+
 def get_text(url: str, path: str, timeout: float = CONNECT_TIMEOUT) -> str:
-    """GET ``path``; a 404 says the server is not what the user thought it was."""
+    """GET ``path``, at most :data:`MAX_PAGE_BYTES` of it; a 404 says the server is not
+    what the user thought it was."""
     try:
         with _open(url, path, None, timeout) as r:
-            return r.read().decode("utf-8", "replace")
+            data = r.read(MAX_PAGE_BYTES + 1)  # never more than the cap, whatever it claims
     except urllib.error.HTTPError as e:
         raise UserError(f"{url} is not a vLLM server: it answers {path} with HTTP {e.code}.") from None
     except (socket.timeout, TimeoutError) as e:
         raise _explain(url, e, timeout) from None
+    if len(data) > MAX_PAGE_BYTES:
+        raise UserError(f"The server at {url} sent more than {_size(MAX_PAGE_BYTES)} for {path}, "
+                        "more than mtp-viz reads.")
+    return data.decode("utf-8", "replace")
 
 
 def get_json(url: str, path: str, timeout: float = CONNECT_TIMEOUT) -> Any:
@@ -116,30 +140,121 @@ def scrape(url: str, model: str | None = None, timeout: float = CONNECT_TIMEOUT)
     """The server's cumulative spec-decode counters (``enabled=False`` without speculation)."""
     text = get_text(url, "/metrics", timeout)
     try:
-        return spec_decode(parse(text), model)
+        return spec_decode(parse(text), model, who=url)  # absurd numbers: its own UserError
     except ValueError:
         raise UserError(f"{url} is not a vLLM server: its /metrics is not a Prometheus page.") from None
 
 
+def env_seconds(name: str, default: float) -> float:
+    """Seconds from the environment variable ``name``: a positive finite number, or else
+    (unset, not a number, 0, negative, inf) ``default``."""
+    try:
+        value = float(os.environ.get(name, ""))
+    except ValueError:
+        return default
+    return value if math.isfinite(value) and value > 0 else default
+
+
+class _Deadlines:
+    """The time limits of one streamed request, on ``time.perf_counter()``: one for its
+    first token (dropped once a token arrived) and one for all of it. Each read may
+    wait only until the nearer one, so neither a silent server nor one that keeps the
+    connection alive with comments holds a run past them."""
+
+    def __init__(self, url: str, read_timeout: float, total: float, first_token: float):
+        now = time.perf_counter()
+        self.url, self.read_timeout, self.total, self.first_token = url, read_timeout, total, first_token
+        self.end, self.first_end = now + total, now + first_token
+        self.token_seen = False
+        self.bound = "read"   # what limited the last wait: "read", "first" or "total"
+
+    def late(self, which: str) -> UserError:
+        if which == "first":
+            return UserError(f"The server at {self.url} sent no token within {self.first_token:g} "
+                             "seconds; MTP_VIZ_VLLM_FIRST_TOKEN_DEADLINE sets how long to wait.")
+        return UserError(f"The server at {self.url} did not finish within {self.total:g} seconds; "
+                         "MTP_VIZ_VLLM_DEADLINE sets how long to wait.")
+
+    def wait(self) -> float:
+        """Seconds the next read may wait; raises the sentence of a deadline that passed."""
+        now = time.perf_counter()
+        limits = [(self.read_timeout, "read"), (self.end - now, "total")]
+        if not self.token_seen:
+            limits.append((self.first_end - now, "first"))
+        left, self.bound = min(limits)
+        if left <= 0:
+            raise self.late(self.bound)
+        return left
+
+    def timed_out(self, err: BaseException) -> UserError:
+        """The sentence for a read that timed out: a deadline's, or the plain timeout's."""
+        return _explain(self.url, err, self.read_timeout) if self.bound == "read" else self.late(self.bound)
+
+
+def _carries_token(chunk: dict) -> bool:
+    choices = chunk.get("choices")
+    return isinstance(choices, list) and any(
+        isinstance(c, dict) and (c.get("token_ids") or c.get("text")) for c in choices)
+
+
+def _socket_of(resp):
+    """The response's socket, to give each read its own timeout. http.client keeps it
+    only privately (``fp.raw._sock``); without it the deadlines are still checked
+    between lines, which is what stops a server that trickles keep-alive comments."""
+    return getattr(getattr(getattr(resp, "fp", None), "raw", None), "_sock", None)
+
+
+def _lines(resp, url: str, deadlines: _Deadlines, stop=None) -> Iterator[bytes]:
+    """The body's lines, each read within the deadlines, none longer than MAX_LINE_BYTES;
+    ends early when ``stop`` is set (keep-alive comments yield no chunk to check it on)."""
+    sock = _socket_of(resp)
+    while stop is None or not stop.is_set():
+        wait = deadlines.wait()
+        if sock is not None:
+            sock.settimeout(wait)
+        line = resp.readline(MAX_LINE_BYTES + 1)
+        if not line:
+            return
+        if len(line) > MAX_LINE_BYTES:
+            raise UserError(f"The server at {url} sent a stream line over {_size(MAX_LINE_BYTES)}, "
+                            "more than mtp-viz reads.")
+        yield line
+
+
 def post_stream(url: str, path: str, body: dict, *, timeout: float = READ_TIMEOUT,
-                stop=None) -> Iterator[tuple[float, dict]]:
+                stop=None, deadline: float | None = None,
+                first_token_deadline: float | None = None) -> Iterator[tuple[float, dict]]:
     """POST a streaming request; yield ``(arrival time, chunk)`` for every server-sent event.
 
     Arrival times are ``time.perf_counter()`` values taken as each event's line is read.
     Ends at ``data: [DONE]``, at the end of the body, or when ``stop`` is set (the
-    connection is closed, which makes vLLM abort the request)."""
+    connection is closed, which makes vLLM abort the request). ``deadline`` (seconds for
+    the whole request) and ``first_token_deadline`` (seconds until a chunk carries a
+    token) default to ``MTP_VIZ_VLLM_DEADLINE`` (300) and
+    ``MTP_VIZ_VLLM_FIRST_TOKEN_DEADLINE`` (60); past either, the run ends with one sentence and the
+    connection is closed."""
+    deadlines = _Deadlines(
+        url, timeout,
+        deadline if deadline is not None else env_seconds("MTP_VIZ_VLLM_DEADLINE", DEADLINE),
+        first_token_deadline if first_token_deadline is not None
+        else env_seconds("MTP_VIZ_VLLM_FIRST_TOKEN_DEADLINE", FIRST_TOKEN_DEADLINE))
     try:
-        resp = _open(url, path, body, timeout)
+        resp = _open(url, path, body, deadlines.wait())
     except urllib.error.HTTPError as e:
         raise _http_error(url, path, e.code, body) from None
+    except UserError:
+        if deadlines.bound != "read" and time.perf_counter() >= min(deadlines.end, deadlines.first_end):
+            raise deadlines.late(deadlines.bound) from None   # no answer before a deadline
+        raise
     with resp:
         try:
-            for chunk in sse_chunks(resp, url):
+            for chunk in sse_chunks(_lines(resp, url, deadlines, stop), url):
                 if stop is not None and stop.is_set():
                     return
+                deadlines.token_seen = deadlines.token_seen or _carries_token(chunk)
                 yield time.perf_counter(), chunk
         except (socket.timeout, TimeoutError) as e:
-            raise _explain(url, e, timeout) from None
+            raise deadlines.timed_out(e) from None
         except (ConnectionError, urllib.error.URLError) as e:
             raise UserError(f"The server at {url} closed the connection while generating.") from e
 

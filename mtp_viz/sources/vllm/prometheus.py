@@ -1,7 +1,7 @@
 """vLLM's server-wide speculative decoding counters, from its Prometheus ``/metrics`` text.
 
 Pure functions: text in, numbers out (fetching the text is
-:func:`mtp_viz.sources.vllm.stream.scrape`'s job). vLLM exports, per engine and model, since
+:func:`mtp_viz.sources.vllm.client.scrape`'s job). vLLM exports, per engine and model, since
 the server started (``_total`` counters)::
 
     vllm:spec_decode_num_drafts_total                  verify steps that carried drafts
@@ -17,15 +17,28 @@ Acceptance at position k can only happen when drafts 0..k-1 were accepted too, s
 :mod:`mtp_viz.analysis.metrics` computes from events. The mean acceptance length (bonus token
 included) is ``τ = 1 + accepted / drafts``. A server started without speculation exports
 none of these families.
+
+A page may come from any server a visitor names, so :func:`spec_decode` trusts none of
+its numbers: a draft position past :data:`MAX_POSITIONS` or a counter that is not a
+finite number from 0 to :data:`MAX_COUNTER` is one :class:`UserError` sentence that
+quotes nothing of the page.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
-__all__ = ["Sample", "SpecDecodeCounters", "parse", "spec_decode", "delta"]
+from mtp_viz.errors import UserError
+
+__all__ = ["Sample", "SpecDecodeCounters", "parse", "spec_decode", "delta", "MAX_POSITIONS", "MAX_COUNTER"]
 
 PREFIX = "vllm:spec_decode_num_"
+# The app drafts at most 16 tokens and no real server drafts more; the per-position
+# tuple is built densely up to the largest position, so it must be bounded.
+MAX_POSITIONS = 16
+# ~30 years of tokens at a million a second, and below 2**53 (floats count exactly).
+MAX_COUNTER = 1e15
 # name{labels} value [timestamp]; the labels are parsed separately (values may hold '}').
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)(?:\s+\S+)?\s*$")
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
@@ -101,8 +114,29 @@ class SpecDecodeCounters:
         return out
 
 
-def spec_decode(samples: list[Sample], model: str | None = None) -> SpecDecodeCounters:
-    """Reduce the samples to the spec-decode counters (one model's, when given)."""
+def _position(s: Sample, who: str) -> int:
+    """The draft position a per-position sample counts; within 0..MAX_POSITIONS-1."""
+    k = int(s.label("position", "0"))  # not a number: ValueError, "not a Prometheus page"
+    if not 0 <= k < MAX_POSITIONS:
+        raise UserError(f"The /metrics of {who} counts draft positions past {MAX_POSITIONS}, "
+                        "more than any draft mtp-viz reads.")
+    return k
+
+
+def _counter(s: Sample, who: str) -> float:
+    """A counter's value, refused when it cannot be a count (NaN, ±Inf, negative, absurd)."""
+    if not (math.isfinite(s.value) and 0 <= s.value <= MAX_COUNTER):
+        raise UserError(f"The /metrics of {who} holds a speculative decoding value that is "
+                        "not a sensible counter.")
+    return s.value
+
+
+def spec_decode(samples: list[Sample], model: str | None = None,
+                who: str = "the server") -> SpecDecodeCounters:
+    """Reduce the samples to the spec-decode counters (one model's, when given).
+
+    ``who`` names the server in the UserError sentence for a position past
+    :data:`MAX_POSITIONS` or a counter that is not a sensible count."""
     sums = {"drafts": 0.0, "draft_tokens": 0.0, "accepted_tokens": 0.0}
     per_pos: dict[int, float] = {}
     generated, enabled, models = 0.0, False, []
@@ -113,16 +147,16 @@ def spec_decode(samples: list[Sample], model: str | None = None) -> SpecDecodeCo
         if model is not None and name and name != model:
             continue
         if s.name == "vllm:generation_tokens_total":
-            generated += s.value
+            generated += _counter(s, who)
         if not (s.name.startswith(PREFIX) and s.name.endswith("_total")):
             continue
         enabled = True
         kind = s.name[len(PREFIX):-len("_total")]
         if kind == "accepted_tokens_per_pos":
-            k = int(s.label("position", "0"))
-            per_pos[k] = per_pos.get(k, 0.0) + s.value
+            k = _position(s, who)
+            per_pos[k] = per_pos.get(k, 0.0) + _counter(s, who)
         elif kind in ("drafts", "draft_tokens", "accepted_tokens"):
-            sums[kind] += s.value
+            sums[kind] += _counter(s, who)
     pos = tuple(per_pos.get(k, 0.0) for k in range(max(per_pos) + 1)) if per_pos else ()
     return SpecDecodeCounters(enabled, sums["drafts"], sums["draft_tokens"],
                               sums["accepted_tokens"], pos, generated, tuple(models))

@@ -166,13 +166,18 @@ def _pick_model(url: str, model: str | None, max_new_tokens: int) -> str:
 def events(url: str, prompt: str, *, model: str | None = None, mode: str = "speculative",
            chat: bool = False, max_new_tokens: int = 128, temperature: float = 0.0,
            top_p: float = 1.0, top_k: int = 0, seed: int | None = None,
-           stop=None) -> Iterator[Event]:
+           stop=None, deadline: float | None = None,
+           first_token_deadline: float | None = None) -> Iterator[Event]:
     """Stream one prompt from the server as events; a mistake raises a one-sentence UserError.
 
     mode: "speculative" (the server must speculate and report per-step arrays) or
     "autoregressive" (any vLLM server, as the baseline). stop: a ``threading.Event``;
     when set the connection is closed and the stream ends with ``done`` (a stopped
-    speculative stream has no steps: the server sends them only at the end)."""
+    speculative stream has no steps: the server sends them only at the end).
+    deadline, first_token_deadline: seconds the request may take in all and until its
+    first token (defaults: ``MTP_VIZ_VLLM_DEADLINE``, 300, and
+    ``MTP_VIZ_VLLM_FIRST_TOKEN_DEADLINE``, 60); past either the connection is closed
+    and the run ends with one sentence, however many keep-alives the server sends."""
     if mode not in ("speculative", "autoregressive"):
         raise UserError(f"Unknown mode {mode!r}; choose speculative or autoregressive.")
     if not prompt or not prompt.strip():
@@ -192,7 +197,8 @@ def events(url: str, prompt: str, *, model: str | None = None, mode: str = "spec
                 "temperature": temperature, "top_p": top_p, "top_k": top_k, "seed": seed,
                 "draft_tokens": len(counters.accepted_per_pos), "server_speculates": counters.enabled}
     t0 = time.perf_counter()
-    chunks = vllm_client.post_stream(url, path, body, stop=stop)
+    chunks = vllm_client.post_stream(url, path, body, stop=stop, deadline=deadline,
+                                     first_token_deadline=first_token_deadline)
     yield from assemble(chunks, t0, mode, settings, stopped=lambda: stop is not None and stop.is_set())
 
 
