@@ -17,7 +17,7 @@ from mtp_viz.errors import UserError
 from mtp_viz.app.views import captions, charts, export, stats as stats_view, tokens as view
 from mtp_viz.app.runtime import runs, service
 
-PLOTS = ("acceptance-plot", "draft-length-plot", "tokens-per-forward-plot", "position-plot", "timing-plot")
+PLOTS = tuple(c.id for c in charts.CHARTS)
 SLOTS = ("status", "caption", "spec", "spec_stats", "ar", "ar_stats", "compare", "theory") + PLOTS
 
 
