@@ -95,6 +95,59 @@ def test_live_charts_only_with_speculative_news():
     assert "figures" in last and "figures" in final  # the run's last frame, then the summary
 
 
+# What a new chart takes: its entry in charts.CHARTS, patched in before anything else
+# reads the registry, as an edit of charts.py would be (a subprocess, so this one's
+# modules keep the real registry).
+EXTRA_CHART = """
+import json, sys
+from mtp_viz.app.views import charts
+charts.CHARTS += (charts.Chart("extra-plot", "An extra chart", "It counts the steps. It is a test.",
+                               lambda spec, ar: charts.tokens_per_forward_figure(spec), live=True, row=2),)
+from mtp_viz.app.views import explain
+from mtp_viz.app.handlers import local
+from mtp_viz.app.page import layout
+from mtp_viz.app.runtime import runs
+from test_view import ar_run, spec_run
+
+cfg = layout.build_demo(target="tiny").get_config_file()
+ids = {c["id"]: c["props"].get("elem_id") for c in cfg["components"]}
+def rows(node):
+    kids = [ids.get(k["id"]) for k in node.get("children", [])]
+    here = [kids] if kids and all(k and k.endswith("-plot") for k in kids) else []
+    return here + [r for k in node.get("children", []) for r in rows(k)]
+run = next(d for d in cfg["dependencies"] if [ids.get(t[0]) for t in d["targets"]] == ["run"] and d["outputs"])
+sess = runs.Session()
+sess.spec, sess.ar = spec_run(), ar_run()
+json.dump({"figures": sorted(charts.all_figures(spec_run(), ar_run())), "live": sorted(charts.live_figures(spec_run())),
+           "explain": explain.EXPLAIN["extra-plot"], "final": sorted(runs.final_frame(sess)["figures"]),
+           "slots": local.SLOTS[-2:], "rows": rows(cfg["layout"]), "run": [ids[o] for o in run["outputs"]],
+           "frame": len(local.frame({})),
+           "about": any('data-explain="extra-plot"' in str(c["props"].get("value")) for c in cfg["components"])},
+          sys.stdout)
+"""
+
+
+def test_a_chart_is_one_entry_in_the_registry():
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    tests = Path(__file__).parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)])}
+    proc = subprocess.run([sys.executable, "-c", EXTRA_CHART], capture_output=True, text=True, timeout=300,
+                          env=env)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert "extra-plot" in out["figures"] and "extra-plot" in out["final"] and len(out["figures"]) == 6
+    assert out["live"] == ["acceptance-plot", "draft-length-plot", "extra-plot"]  # drawn while a run streams
+    assert out["explain"] == ["An extra chart", "It counts the steps. It is a test."] and out["about"]
+    assert out["slots"] == ["timing-plot", "extra-plot"]
+    assert out["rows"][:3] == [["acceptance-plot", "draft-length-plot"],  # then the dashboard's row
+                               ["tokens-per-forward-plot", "position-plot", "timing-plot"], ["extra-plot"]]
+    assert "extra-plot" in out["run"] and out["frame"] == len(out["run"])  # a run's frames fill it
+
+
 @pytest.fixture(scope="module")
 def real_pair():
     """A random Gemma 4 pair behind the ModelPair interface (no tokenizer needed)."""

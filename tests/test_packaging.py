@@ -114,4 +114,4 @@ def test_spaces_installed_changes_nothing_off_zerogpu():
     assert not zerogpu.zero_gpu() and zerogpu.on_gpu() is local.runs
     assert zerogpu.duration(64) < zerogpu.duration(512) <= zerogpu.MAX_SECONDS
     demo = ui.build_demo(target="tiny")
-    assert demo.mtp_handlers.runs is local.runs
+    assert demo.mtp_app.handlers.runs is local.runs

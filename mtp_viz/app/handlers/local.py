@@ -16,7 +16,7 @@ from mtp_viz.errors import UserError
 from mtp_viz.sources.local import LocalSource
 from mtp_viz.sources.settings import RunSettings
 from mtp_viz.engine.events import Error
-from mtp_viz.app.views import charts, export, inspector, stats, tokens as view
+from mtp_viz.app.views import charts, export, inspector, stats, tokens
 from mtp_viz.app.runtime import measure, runs, service, zerogpu
 from . import form
 from .recorded import PLOTS, SLOTS, Recorded, frame
@@ -58,19 +58,19 @@ class Handlers(Recorded):
         st = self.loader.state(target, drafter)
         name = "the bundled tiny pair" if target == "tiny" else target + (f" + {drafter}" if drafter else "")
         if st.status in ("queued", "loading"):
-            return view.message_html(f"Loading {name}… {time.monotonic() - st.started:.0f} s")
+            return tokens.message_html(f"Loading {name}… {time.monotonic() - st.started:.0f} s")
         if st.status == "ready":
-            return view.message_html(f"Ready: {name}.")
+            return tokens.message_html(f"Ready: {name}.")
         if st.status in ("error", "unloaded"):
-            return view.message_html(st.message, level="error" if st.status == "error" else "warn")
-        return view.message_html(f"{name[:1].upper()}{name[1:]} loads on first run (or press Load).")
+            return tokens.message_html(st.message, level="error" if st.status == "error" else "warn")
+        return tokens.message_html(f"{name[:1].upper()}{name[1:]} loads on first run (or press Load).")
 
     def load(self, key: str, custom_target: str, custom_drafter: str):
         try:
             target, drafter = self.pick(key, custom_target, custom_drafter)
             self.loader.start(target, drafter)
         except UserError as e:
-            return view.message_html(str(e), level="error"), gr.Timer(active=False), gr.skip()
+            return tokens.message_html(str(e), level="error"), gr.Timer(active=False), gr.skip()
         return self.model_line(target, drafter), gr.Timer(active=True), gr.skip()
 
     def tick(self, key: str, custom_target: str, custom_drafter: str):
@@ -111,8 +111,8 @@ class Handlers(Recorded):
         sess.new_run(step_mode=bool(values.get("step_mode")) and self.step_mode_ok)
         off = bool(values.get("step_mode")) and not self.step_mode_ok
         reset = {"caption": "Step mode is off on ZeroGPU hardware: a paused run would hold the shared GPU."
-                 if off else "","spec": view.placeholder_html("Waiting for the model…"),
-                 "ar": view.placeholder_html("The baseline takes turns with the speculative run."
+                 if off else "","spec": tokens.placeholder_html("Waiting for the model…"),
+                 "ar": tokens.placeholder_html("The baseline takes turns with the speculative run."
                                              if values["baseline"] else "Baseline off."),
                  "spec_stats": stats.stats_html(stats.RunStats()), "ar_stats": stats.stats_html(stats.RunStats()),
                  "compare": stats.compare_html(stats.RunStats(), stats.RunStats(), greedy=True),
@@ -128,8 +128,8 @@ class Handlers(Recorded):
                 else:
                     pair = item
         except UserError as e:
-            yield frame({"status": view.message_html(str(e), level="error"),
-                         "spec": view.placeholder_html("No run: " + str(e))}, sess,
+            yield frame({"status": tokens.message_html(str(e), level="error"),
+                         "spec": tokens.placeholder_html("No run: " + str(e))}, sess,
                         gr.update(interactive=False))
             return
         for f in runs.compare_frames(self.source(pair, sess), s, sess, threads=service.threads(),
@@ -153,13 +153,13 @@ class Handlers(Recorded):
                     yield frame({"status": item}, sess)
                 else:
                     pair = item
-            yield frame({"status": view.message_html(
+            yield frame({"status": tokens.message_html(
                 f"Measuring: {n} repeats of both modes, alternating, nothing rendered meanwhile…")}, sess)
             m = measure.measure(pair, s, n, sess.stop, threads=service.threads())
         except UserError as e:
-            yield frame({"status": view.message_html(str(e), level="error")}, sess)
+            yield frame({"status": tokens.message_html(str(e), level="error")}, sess)
             return
-        yield frame({"compare": stats.measurement_html(m), "status": view.message_html(
+        yield frame({"compare": stats.measurement_html(m), "status": tokens.message_html(
             f"Measured {n} repeats of each mode (spread ×{m.spread:.2f} between the fastest and slowest "
             "repeat's speedup).")})
 
@@ -179,7 +179,7 @@ class Handlers(Recorded):
     def next_step(sess: runs.Session | None):
         """``#next``: let a run paused by step mode do its next phase."""
         if sess is None or not sess.gate.advance():
-            return view.message_html("Nothing is waiting: tick Step mode, then Run.", level="warn")
+            return tokens.message_html("Nothing is waiting: tick Step mode, then Run.", level="warn")
         return gr.skip()
 
     # ------------------------------------------------------------ the /generate API

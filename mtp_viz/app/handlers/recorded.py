@@ -15,11 +15,11 @@ import gradio as gr
 from mtp_viz.sources import trace
 from mtp_viz.errors import UserError
 from mtp_viz.analysis import stream
-from mtp_viz.app.views import captions, charts, export, stats as stats_view, tokens as view
+from mtp_viz.app.views import captions, charts, export, stats, tokens
 from mtp_viz.app.runtime import runs, service
 from . import form
 
-PLOTS = ("acceptance-plot", "draft-length-plot", "tokens-per-forward-plot", "position-plot", "timing-plot")
+PLOTS = tuple(c.id for c in charts.CHARTS)
 SLOTS = ("status", "caption", "spec", "spec_stats", "ar", "ar_stats", "compare", "theory") + PLOTS
 
 
@@ -39,28 +39,28 @@ class Recorded:
         """Both recorded runs, side by side, on their recorded timestamps; then the
         charts, the speedup and the theory panel of the whole run."""
         if sess is None or not (sess.spec or sess.ar):
-            yield frame({"status": view.message_html("Run a prompt first.", level="warn")})
+            yield frame({"status": tokens.message_html("Run a prompt first.", level="warn")})
             return
         speed, t0, shown, clock = float(speed or 1.0), time.monotonic(), None, 0.0
         while True:
             now = time.monotonic()
             t = (now - t0) * speed
             (s, s_done), (a, a_done) = stream.events_until(sess.spec, t), stream.events_until(sess.ar, t)
-            status = {"status": view.message_html(f"Race replay at {speed:g}× speed · t = {t:.2f} s")}
+            status = {"status": tokens.message_html(f"Race replay at {speed:g}× speed · t = {t:.2f} s")}
             if (len(s), len(a)) != shown:  # tokens only when some arrived; the clock 4× a second
                 shown, clock = (len(s), len(a)), now
-                yield frame({"spec": view.tokens_html(s), "ar": view.tokens_html(a),
-                             "spec_stats": stats_view.stats_html(stats_view.run_stats(s, now=t)),
-                             "ar_stats": stats_view.stats_html(stats_view.run_stats(a, now=t)), **status})
+                yield frame({"spec": tokens.tokens_html(s), "ar": tokens.tokens_html(a),
+                             "spec_stats": stats.stats_html(stats.run_stats(s, now=t)),
+                             "ar_stats": stats.stats_html(stats.run_stats(a, now=t)), **status})
             elif now - clock >= 0.25:
                 clock = now
                 yield frame(status)
             if s_done and a_done:
                 break
             time.sleep(0.04)
-        yield frame({**runs.final_frame(sess), "status": view.message_html(
-            f"Replay done: speculative finished in {stats_view.run_stats(sess.spec).seconds:.2f} s, "
-            f"autoregressive in {stats_view.run_stats(sess.ar).seconds:.2f} s.")})
+        yield frame({**runs.final_frame(sess), "status": tokens.message_html(
+            f"Replay done: speculative finished in {stats.run_stats(sess.spec).seconds:.2f} s, "
+            f"autoregressive in {stats.run_stats(sess.ar).seconds:.2f} s.")})
 
     # ------------------------------------------------------------ the scrubber
 
@@ -78,18 +78,18 @@ class Recorded:
         """The panes, stats and charts after step ``step`` of the run; the baseline as
         it stood at that moment of the speculative run's recorded clock."""
         if sess is None or not (sess.spec or sess.ar):
-            return frame({"status": view.message_html("Run a prompt or replay a trace first.", level="warn")})
+            return frame({"status": tokens.message_html("Run a prompt or replay a trace first.", level="warn")})
         s = form.whole(step, "The step")
         main, other = (sess.spec, sess.ar) if sess.spec else (sess.ar, [])
         shown = stream.events_through_step(main, s)
         t = max((e.t for e in shown if e.type == "step"), default=0.0)
         beside = stream.events_until(other, t)[0]
         spec, ar = (shown, beside) if sess.spec else ([], shown)
-        return frame({"spec": view.tokens_html(spec), "ar": view.tokens_html(ar),
-                      "spec_stats": stats_view.stats_html(stats_view.run_stats(spec, now=t)),
-                      "ar_stats": stats_view.stats_html(stats_view.run_stats(ar, now=t)),
+        return frame({"spec": tokens.tokens_html(spec), "ar": tokens.tokens_html(ar),
+                      "spec_stats": stats.stats_html(stats.run_stats(spec, now=t)),
+                      "ar_stats": stats.stats_html(stats.run_stats(ar, now=t)),
                       "figures": charts.all_figures(spec, ar), "caption": captions.caption_html(shown),
-                      "status": view.message_html(f"After step {s} (t = {t:.3f} s of the recorded run).")})
+                      "status": tokens.message_html(f"After step {s} (t = {t:.3f} s of the recorded run).")})
 
     # ------------------------------------------------------------ traces
 
@@ -104,7 +104,7 @@ class Recorded:
         if not name:
             return
         if name not in {stem for _, stem in self.example_traces()}:
-            yield frame({"status": view.message_html("Pick an example trace from the list.", level="error")})
+            yield frame({"status": tokens.message_html("Pick an example trace from the list.", level="error")})
             return
         yield from self.replay_trace(str(trace.examples_dir() / f"{name}.jsonl"), sess, speed)
 
@@ -117,16 +117,16 @@ class Recorded:
         try:
             spec, ar = trace.spec_and_ar(trace.read(path))
         except UserError as e:
-            yield frame({"status": view.message_html(str(e), level="error")})
+            yield frame({"status": tokens.message_html(str(e), level="error")})
             return
         sess.new_run()
         sess.spec, sess.ar = spec, ar
         first = (spec or ar)[0]
         sess.greedy = not first.settings.get("temperature")  # CLI traces of AR runs carry none: greedy
-        yield frame({"spec": view.placeholder_html("Replaying the trace…" if spec else "The trace has no "
+        yield frame({"spec": tokens.placeholder_html("Replaying the trace…" if spec else "The trace has no "
                                                    "speculative run."),
-                     "ar": view.placeholder_html("Replaying the trace…" if ar else "The trace has no baseline."),
-                     "compare": stats_view.compare_html(stats_view.RunStats(), stats_view.RunStats(), greedy=True),
+                     "ar": tokens.placeholder_html("Replaying the trace…" if ar else "The trace has no baseline."),
+                     "compare": stats.compare_html(stats.RunStats(), stats.RunStats(), greedy=True),
                      "theory": "", "figures": self.empty_figures}, sess, gr.update(interactive=bool(spec and ar)))
         yield from self.replay(sess, speed)
 

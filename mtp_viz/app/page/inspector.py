@@ -2,9 +2,10 @@
 
 Clicking a token in ``#spec-output`` or ``#ar-output`` sends its ``data-kind``,
 ``data-step`` and ``data-index`` to the server, which renders ``#inspector`` from the
-session's recorded run (:mod:`.inspector`); ``#anatomy`` (:mod:`.anatomy_view`) draws
-the loaded pair's drafter once the pair is ready, and again after each run with what
-its rejections say. No torch here: :mod:`mtp_viz.analysis.anatomy` only reads module shapes.
+session's recorded run (:mod:`mtp_viz.app.views.inspector`); ``#anatomy``
+(:mod:`mtp_viz.app.views.anatomy`) draws the loaded pair's drafter once the pair is
+ready, and again after each run with what its rejections say. No torch here:
+:mod:`mtp_viz.analysis.anatomy` only reads module shapes.
 """
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from typing import Any
 
 import gradio as gr
 
-from mtp_viz.analysis.anatomy import anatomy
+import mtp_viz.analysis.anatomy  # the module, not its anatomy(): that name is the view's
 from mtp_viz.errors import UserError
-from mtp_viz.app.views import anatomy as anatomy_view, inspector
+from mtp_viz.app.views import anatomy, inspector
 
 # One document-level listener (however often the component mounts) that hands the
 # clicked token to the newest mount's trigger; × and Escape close the panel.
@@ -81,7 +82,7 @@ def components() -> tuple[gr.HTML, gr.HTML]:
     """``#inspector`` (a floating panel, empty until a token is clicked) and ``#anatomy``."""
     panel = gr.HTML("", elem_id="inspector", js_on_load=JS, head=STYLE, padding=False)
     gr.Markdown("### Anatomy of the MTP drafter", elem_id="anatomy-title")
-    drawing = gr.HTML(anatomy_view.anatomy_html(None), elem_id="anatomy", padding=False)
+    drawing = gr.HTML(anatomy.anatomy_html(None), elem_id="anatomy", padding=False)
     return panel, drawing
 
 
@@ -105,7 +106,8 @@ def anatomy_for(h, key: str, custom_target: str, custom_drafter: str, sess: Any 
     st = h.loader.state(target, drafter)
     if st.status != "ready":
         return gr.skip()
-    return anatomy_view.anatomy_html(anatomy(st.pair), sess.spec if sess is not None else ())
+    events = sess.spec if sess is not None else ()
+    return anatomy.anatomy_html(mtp_viz.analysis.anatomy.anatomy(st.pair), events)
 
 
 def attach(h, session: gr.State, panel: gr.HTML, drawing: gr.HTML, load_inputs: list, loads: list,

@@ -1,7 +1,8 @@
 """The page's teaching features, wired into gradio: the what-if estimate, the "when does
 MTP help?" panel, the glossary, the first-visit tour, presenter mode, deep links and the
 Copy link button. Layout in :func:`sections`; the rest is events, in :func:`wire`.
-Rendering lives in :mod:`.teach_view`, link parsing in :mod:`.links`.
+Rendering lives in :mod:`mtp_viz.app.views.explain`, link parsing in
+:mod:`mtp_viz.app.handlers.links`.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import gradio as gr
 
 from mtp_viz.prompts import category_suite
 from mtp_viz.app.handlers import links
-from mtp_viz.app.views import explain, tokens as view
+from mtp_viz.app.views import explain, tokens
 
 TOUR_KEY = "mtp-viz-tour-done"   # localStorage: set once the tour is finished or closed
 PRESENTER_CLASS = "mv-presenter"  # on <body> with ?presenter=1
@@ -92,7 +93,7 @@ def wire(demo: gr.Blocks, form: dict, status: gr.HTML, limits: links.Limits) -> 
         params = dict(request.query_params) if request is not None else {}
         link = links.parse(params, limits)
         values = [link.values[n] if n in link.values else gr.skip() for n in names]
-        return values + [view.message_html(link.sentence(), level="warn") if link.problems else gr.skip()]
+        return values + [tokens.message_html(link.sentence(), level="warn") if link.problems else gr.skip()]
 
     def share_query(*vals):
         return links.query(dict(zip(names, vals)), limits)

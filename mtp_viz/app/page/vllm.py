@@ -9,8 +9,8 @@ stream through the local engine's panes, charts, compare and Race replay:
 (:class:`mtp_viz.sources.vllm.source.VllmSource`) as it takes the local engine's; its runs go
 one after the other. vLLM reports how many drafts it
 rejected at each step but not their tokens, so a pane shows that count after the step
-(``span.mv-rejcount``, see :func:`.view.rejected_count_html`); it sends a response's
-steps with its last chunk, so they appear when the server finishes.
+(``span.mv-rejcount``, see :func:`mtp_viz.app.views.tokens.rejected_count_html`); it
+sends a response's steps with its last chunk, so they appear when the server finishes.
 
 **Dashboard.** The "vLLM dashboard" tab scrapes a server's ``/metrics`` every
 ``DASHBOARD_SECONDS`` while watching and charts its spec-decode counters over all the
@@ -32,7 +32,7 @@ from mtp_viz.sources.vllm.source import Servers, VllmSource
 from mtp_viz.errors import UserError
 from mtp_viz.engine.events import Step
 from mtp_viz.sources.vllm.prometheus import SpecDecodeCounters
-from mtp_viz.app.views import dashboard, stats, tokens as view
+from mtp_viz.app.views import dashboard, stats, tokens
 from mtp_viz.app.runtime import runs, service
 from mtp_viz.app.handlers.local import Handlers, frame
 from mtp_viz.app.runtime.guard import ServerPolicy
@@ -96,24 +96,24 @@ class VllmHandlers:
             if servers.baseline is None:
                 s = s.only("speculative")
         except UserError as e:
-            yield frame({"status": view.message_html(str(e), level="error"),
-                         "spec": view.placeholder_html("No run: " + str(e))}, sess, gr.update(interactive=False))
+            yield frame({"status": tokens.message_html(str(e), level="error"),
+                         "spec": tokens.placeholder_html("No run: " + str(e))}, sess, gr.update(interactive=False))
             return
         ar = ("The baseline server runs after the speculating one." if s.baseline else
               "No baseline: give a baseline server's URL and turn on “Then run autoregressive”.")
         step_note = ("Step mode pauses only the local engine: a vLLM server sends its steps when it finishes."
                      if values.get("step_mode") else "")
         empty = stats.stats_html(stats.RunStats())
-        cleared = {"spec": view.placeholder_html("Waiting for the server: its steps come with its last chunk."),
-                   "ar": view.placeholder_html(ar), "spec_stats": empty, "ar_stats": empty,
+        cleared = {"spec": tokens.placeholder_html("Waiting for the server: its steps come with its last chunk."),
+                   "ar": tokens.placeholder_html(ar), "spec_stats": empty, "ar_stats": empty,
                    "compare": stats.compare_html(stats.RunStats(), stats.RunStats(), greedy=True),
                    "theory": "", "figures": self.h.empty_figures,
-                   "caption": view.message_html(step_note, level="warn")}
-        status = view.message_html(f"Sending the prompt to the vLLM server at {servers.spec}…")
+                   "caption": tokens.message_html(step_note, level="warn")}
+        status = tokens.message_html(f"Sending the prompt to the vLLM server at {servers.spec}…")
         yield frame({**cleared, "status": status}, sess, gr.update(interactive=False))
         for f in runs.compare_frames(VllmSource(servers), s, sess, frame_interval=service.env_frame_interval()):
             if "theory" in f and "status" in f and not sess.stop.is_set():  # the last frame of a run
-                f["status"] = view.message_html(self.done_line(sess))
+                f["status"] = tokens.message_html(self.done_line(sess))
             yield frame(f)
         yield frame({}, replay=gr.update(interactive=bool(sess.spec and sess.ar)))
 
@@ -127,7 +127,7 @@ class VllmHandlers:
 
     @staticmethod
     def measure(values: dict[str, Any], repeats: Any, sess: runs.Session | None):
-        yield frame({"status": view.message_html(
+        yield frame({"status": tokens.message_html(
             "Measure repeats the local engine; for vLLM servers run mtp-viz bench --server URL "
             "--baseline-server URL.", level="warn")}, sess)
 
@@ -135,7 +135,7 @@ class VllmHandlers:
         """``#model-status`` when the picker changes: what this source needs, else the
         state of the picked pair."""
         if key == VLLM:
-            return view.message_html("Give the server's URL, then Run (Load checks the servers).")
+            return tokens.message_html("Give the server's URL, then Run (Load checks the servers).")
         try:
             return self.h.model_line(*self.h.pick(key))
         except UserError:   # a custom pair not typed in yet
@@ -161,8 +161,8 @@ class VllmHandlers:
                 parts.append(f"the {role} at {u} " + (speculates if c.enabled else "does not speculate"))
                 level = level if c.enabled == (role == "server") else "warn"
         except UserError as e:
-            return view.message_html(str(e), level="error")
-        return view.message_html("Ready: " + "; ".join(parts) + ".", level=level)
+            return tokens.message_html(str(e), level="error")
+        return tokens.message_html("Ready: " + "; ".join(parts) + ".", level=level)
 
     # ------------------------------------------------------------ the dashboard
 
@@ -171,7 +171,7 @@ class VllmHandlers:
         try:
             w = Watch(self.policy.check(url), time.monotonic())
         except UserError as e:
-            error = view.message_html(str(e), level="error")
+            error = tokens.message_html(str(e), level="error")
             return None, error, gr.skip(), gr.skip(), gr.Timer(active=False)
         return self.poll(w)
 
@@ -183,7 +183,7 @@ class VllmHandlers:
         try:
             counters = vllm_client.scrape(w.url)
         except UserError as e:
-            return w, view.message_html(str(e), level="error"), gr.skip(), gr.skip(), gr.Timer(active=False)
+            return w, tokens.message_html(str(e), level="error"), gr.skip(), gr.skip(), gr.Timer(active=False)
         w.history.append((time.monotonic() - w.started, counters))
         del w.history[:-DASHBOARD_HISTORY]
         return (w, dashboard_summary_html(w), dashboard.position_figure(counters),
@@ -217,7 +217,7 @@ def dashboard_tab(vh: VllmHandlers) -> None:
                              elem_id="dashboard-url", info=_url_info(vh.policy), scale=4)
             watch = gr.Button("Watch", variant="primary", elem_id="dashboard-watch", scale=0, min_width=90)
             stop = gr.Button("Stop", elem_id="dashboard-stop", scale=0, min_width=90)
-        summary = gr.HTML(view.message_html("Enter the server's URL and press Watch."),
+        summary = gr.HTML(tokens.message_html("Enter the server's URL and press Watch."),
                           elem_id="dashboard-summary")
         with gr.Row():
             pos = gr.Plot(dashboard.position_figure(SpecDecodeCounters(True)), elem_id="dashboard-position-plot",

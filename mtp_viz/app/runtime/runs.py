@@ -197,8 +197,7 @@ def _stream(source: Callable[[], Iterable[tuple[str, Event]]], sess: Session, fr
             # live charts plot only the speculative run: redrawn only with news of it
             if final or (chart_news and now - last_chart >= chart_interval):
                 last_chart, chart_news = now, False
-                frame["figures"] = {"acceptance-plot": charts.acceptance_figure(sess.spec),
-                                    "draft-length-plot": charts.draft_length_figure(sess.spec)}
+                frame["figures"] = charts.live_figures(sess.spec)
             yield frame
     finally:
         worker.close()

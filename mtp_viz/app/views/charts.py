@@ -2,11 +2,14 @@
 
 One figure per question a viewer asks: how often were drafts accepted (per step and
 overall), how long were the drafts and why, how many tokens did each target forward
-yield, how far into a draft does acceptance survive, and where did the time go.
+yield, how far into a draft does acceptance survive, and where did the time go. Every
+figure function takes (speculative events, autoregressive events), so :data:`CHARTS`
+calls them all alike; most read only the first.
 """
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence
 
 from mtp_viz.engine.events import Event, Step
 
@@ -45,7 +48,7 @@ def spec_steps(events: Iterable[Event]) -> list[Step]:
     return [e for e in events if isinstance(e, Step)]
 
 
-def acceptance_figure(events: Sequence[Event]):
+def acceptance_figure(events: Sequence[Event], ar_events: Sequence[Event] = ()):
     """Share of drafts accepted per step (bars) and cumulative (line)."""
     steps = [s for s in spec_steps(events) if s.draft_len > 0]
     data = []
@@ -66,7 +69,7 @@ def acceptance_figure(events: Sequence[Event]):
                    ytitle="drafts accepted", yaxis=dict(range=[0, 1.05], tickformat=".0%"))
 
 
-def draft_length_figure(events: Sequence[Event]):
+def draft_length_figure(events: Sequence[Event], ar_events: Sequence[Event] = ()):
     """Draft length per step; hover tells why the schedule changed it."""
     steps = spec_steps(events)
     data = []
@@ -84,7 +87,7 @@ def draft_length_figure(events: Sequence[Event]):
                    yaxis=dict(rangemode="tozero", dtick=1), barmode="overlay")
 
 
-def tokens_per_forward_figure(events: Sequence[Event]):
+def tokens_per_forward_figure(events: Sequence[Event], ar_events: Sequence[Event] = ()):
     """New tokens per target forward; autoregressive decoding is always 1."""
     steps = spec_steps(events)
     data = []
@@ -106,7 +109,7 @@ def tokens_per_forward_figure(events: Sequence[Event]):
                    yaxis=dict(rangemode="tozero"))
 
 
-def position_figure(events: Sequence[Event]):
+def position_figure(events: Sequence[Event], ar_events: Sequence[Event] = ()):
     """Acceptance at each draft position: given it was reached (earlier drafts all
     accepted), and given it was drafted."""
     from mtp_viz.analysis.metrics import per_position_counts  # pure, torch-free
@@ -153,12 +156,57 @@ def timing_figure(events: Sequence[Event], ar_events: Sequence[Event] = ()):
                    empty=untimed if steps else "", barmode="stack")
 
 
+@dataclass(frozen=True)
+class Chart:
+    """One chart of a run. :data:`CHARTS` is the only list of them: the page's plots and
+    their rows, the frames' slots, the ⓘ explanations, the live subset and the exported
+    page all come from it, so adding a chart is one entry there."""
+    id: str                # the element id of its plot, its slot in frames, its key in EXPLAIN
+    title: str             # the ⓘ explanation: a title...
+    explanation: str       # ...and two sentences
+    figure: Callable[[Sequence[Event], Sequence[Event]], Any]  # (speculative, autoregressive) -> figure
+    live: bool = False     # redrawn while a run streams (from the speculative run so far)
+    row: int = 0           # the row of the page it sits in, from the top
+
+
+CHARTS: tuple[Chart, ...] = (
+    Chart("acceptance-plot", "Acceptance rate per step",
+          "For each verification step, the share of that step's drafts the target kept. "
+          "Steps at 100% are where the drafter guessed everything right.",
+          acceptance_figure, live=True, row=0),
+    Chart("draft-length-plot", "Draft length per step",
+          "How many tokens the drafter proposed at each step, as the draft-length schedule "
+          "chose. A constant schedule draws a flat line; adaptive ones rise after full "
+          "acceptance and fall after rejections.",
+          draft_length_figure, live=True, row=0),
+    Chart("tokens-per-forward-plot", "Tokens per target forward",
+          "How many tokens each target forward produced: accepted drafts plus the "
+          "target's own token. Plain decoding is always 1; this number (τ) is where "
+          "any speedup comes from.",
+          tokens_per_forward_figure, row=1),
+    Chart("position-plot", "Acceptance by draft position",
+          "How often the 1st, 2nd, 3rd… draft of a step was accepted. Later drafts build on "
+          "earlier guesses and the drafter sees the target's state only once per step, so "
+          "acceptance usually falls with position.",
+          position_figure, row=1),
+    Chart("timing-plot", "Draft vs verify time per step",
+          "Time spent drafting and verifying in each step, beside one plain decoding step. "
+          "Drafting must stay cheap relative to the target (the cost coefficient c) or the saved "
+          "forwards are spent again.",
+          timing_figure, row=1),
+)
+
+
 def all_figures(spec: Sequence[Event], ar: Sequence[Event] = ()) -> dict:
     """Every chart, by the elem_id it is shown under."""
-    return {
-        "acceptance-plot": acceptance_figure(spec),
-        "draft-length-plot": draft_length_figure(spec),
-        "tokens-per-forward-plot": tokens_per_forward_figure(spec),
-        "position-plot": position_figure(spec),
-        "timing-plot": timing_figure(spec, ar),
-    }
+    return {c.id: c.figure(spec, ar) for c in CHARTS}
+
+
+def live_figures(spec: Sequence[Event], ar: Sequence[Event] = ()) -> dict:
+    """The charts drawn while a run streams (re-sent whole, so only the cheap, telling few)."""
+    return {c.id: c.figure(spec, ar) for c in CHARTS if c.live}
+
+
+def rows() -> list[list[Chart]]:
+    """The charts by row of the page, top first."""
+    return [[c for c in CHARTS if c.row == r] for r in sorted({c.row for c in CHARTS})]

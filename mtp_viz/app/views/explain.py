@@ -8,8 +8,10 @@ import html
 from typing import Any, Iterable, Sequence
 
 from mtp_viz.analysis.whatif import WhatIf
+from . import charts
 
-# Two sentences per panel, shown in a collapsed <details> beside the panel's title.
+# Two sentences per panel, shown in a collapsed <details> beside the panel's title; the
+# charts' own come from their entries in charts.CHARTS.
 EXPLAIN: dict[str, tuple[str, str]] = {
     "compare": ("How to read the speedup",
                 "The badge divides the speculative run's tokens per second by plain decoding's, one run "
@@ -30,25 +32,6 @@ EXPLAIN: dict[str, tuple[str, str]] = {
                "Each token kind has its own shape (underline, box, double underline, strike-through, dotted "
                "frame), so it reads on a washed-out projector and for colour-blind viewers. Presenter mode "
                "(?presenter=1 in the address) switches to larger type and a colour-blind-safe palette."),
-    "acceptance-plot": ("Acceptance rate per step",
-                        "For each verification step, the share of that step's drafts the target kept. "
-                        "Steps at 100% are where the drafter guessed everything right."),
-    "draft-length-plot": ("Draft length per step",
-                          "How many tokens the drafter proposed at each step, as the draft-length schedule "
-                          "chose. A constant schedule draws a flat line; adaptive ones rise after full "
-                          "acceptance and fall after rejections."),
-    "tokens-per-forward-plot": ("Tokens per target forward",
-                                "How many tokens each target forward produced: accepted drafts plus the "
-                                "target's own token. Plain decoding is always 1; this number (τ) is where "
-                                "any speedup comes from."),
-    "position-plot": ("Acceptance by draft position",
-                      "How often the 1st, 2nd, 3rd… draft of a step was accepted. Later drafts build on "
-                      "earlier guesses and the drafter sees the target's state only once per step, so "
-                      "acceptance usually falls with position."),
-    "timing-plot": ("Draft vs verify time per step",
-                    "Time spent drafting and verifying in each step, beside one plain decoding step. "
-                    "Drafting must stay cheap relative to the target (the cost coefficient c) or the saved "
-                    "forwards are spent again."),
     "theory": ("Measured vs theory",
                "The run's own acceptance α, draft length γ and cost c, put into Leviathan et al.'s formula "
                "for the expected tokens per forward and speedup. Where measurement and prediction differ, "
@@ -64,6 +47,7 @@ EXPLAIN: dict[str, tuple[str, str]] = {
                        "guess is much cheaper than a target forward. It loses when drafts are mostly "
                        "rejected, or when verifying several tokens costs much more than producing one."),
 }
+EXPLAIN.update({c.id: (c.title, c.explanation) for c in charts.CHARTS})
 
 GLOSSARY: tuple[tuple[str, str, str], ...] = (
     ("draft", "draft", "A token proposed by the small drafter model before the target has checked it; "

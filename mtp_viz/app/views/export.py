@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Sequence
 
 from mtp_viz.engine.events import Event, Start, Step
-from . import charts, stats, tokens as view
+from . import charts, stats, tokens
 
 CSV_COLUMNS = ("mode", "step", "draft_len", "accepted", "rejected", "new_tokens", "draft_ms", "verify_ms",
                "t_s", "next_draft_len", "reason", "cut")
@@ -65,13 +65,13 @@ def page_html(spec: Sequence[Event], ar: Sequence[Event] = (), *, greedy: bool =
     prompt = next((e for e in (*spec, *ar) if isinstance(e, Start)), None)
     summary = stats.compare_html(stats.run_stats(spec), stats.run_stats(ar), greedy=greedy)
     panes = "".join(
-        f'<section><h2>{name}</h2>{view.tokens_html(events, placeholder="Not run.")}'
+        f'<section><h2>{name}</h2>{tokens.tokens_html(events, placeholder="Not run.")}'
         f'{stats.stats_html(stats.run_stats(events))}</section>'
         for name, events in (("Speculative", spec), ("Autoregressive", ar)) if events)
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
             f'<style>{css}{_PAGE_CSS}</style></head><body class="mv-export">'
             f'<h1>{html.escape(title)}</h1>'
-            f'<p class="mv-export-meta">{_describe(prompt)}</p>{summary}{view.legend_html()}'
+            f'<p class="mv-export-meta">{_describe(prompt)}</p>{summary}{tokens.legend_html()}'
             f'<div class="mv-export-panes">{panes}</div>{plots}</body></html>')
 
 

@@ -1,0 +1,199 @@
+"""The main page's events: which handler each control calls, with which inputs and
+outputs. :mod:`.layout` draws the components and hands them over as a :class:`Page`;
+the sections with events of their own (:mod:`.teach`, :mod:`.inspector`, the
+:mod:`.vllm` dashboard) wire themselves, called from here or from the layout.
+
+:class:`Page` is defined here, not in the layout, because the layout calls :func:`wire`:
+the wiring must not import the layout back.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+
+from mtp_viz.prompts import Prompt, category_suite, code_suite, load_prompts
+from mtp_viz.app.handlers import links
+from mtp_viz.app.handlers.local import CUSTOM, SLOTS, Handlers
+from mtp_viz.app.views import tokens
+from . import inspector, teach, vllm
+
+HIDDEN = dict(api_visibility="private")  # the page's own events; /generate is the one public API
+
+# The run form's fields: each is a Page attribute and the name its value goes by in
+# Handlers.settings and in links (the vLLM source's two URL fields are added in Page.form).
+FORM = ("prompt", "model", "custom_target", "custom_drafter", "max_new_tokens", "draft_tokens", "schedule",
+        "drafter_kind", "decoding", "temperature", "top_p", "top_k", "seed", "chat", "baseline", "step_mode")
+
+
+@dataclass(frozen=True, eq=False)
+class Page:
+    """The components the events connect, by role (``eq=False``: compared, and hashed,
+    as the one page they are)."""
+    # the prompt and its buttons
+    prompt: gr.Textbox
+    run_btn: gr.Button
+    stop_btn: gr.Button
+    measure_btn: gr.Button
+    replay_btn: gr.Button
+    example: gr.Dropdown
+    step_mode: gr.Checkbox
+    next_btn: gr.Button
+    status: gr.HTML
+    caption: gr.HTML
+    # the model pair
+    model: gr.Dropdown
+    load_btn: gr.Button
+    custom_row: gr.Row
+    custom_target: gr.Textbox
+    custom_drafter: gr.Textbox
+    server: vllm.SourceControls
+    model_status: gr.HTML
+    hint: gr.HTML
+    timer: gr.Timer          # ticks while a pair loads
+    # the run's settings
+    max_new_tokens: gr.Slider
+    draft_tokens: gr.Slider
+    schedule: gr.Dropdown
+    drafter_kind: gr.Radio
+    chat: gr.Checkbox
+    baseline: gr.Checkbox
+    decoding: gr.Radio
+    temperature: gr.Slider
+    top_p: gr.Slider
+    top_k: gr.Number
+    seed: gr.Number
+    repeats: gr.Slider
+    speed: gr.Dropdown
+    # what a run shows
+    compare: gr.HTML
+    spec: gr.HTML
+    spec_stats: gr.HTML
+    ar: gr.HTML
+    ar_stats: gr.HTML
+    plots: dict[str, gr.Plot]  # by chart id (charts.CHARTS)
+    theory: gr.HTML
+    what_if: gr.HTML
+    inspector_panel: gr.HTML
+    anatomy_panel: gr.HTML
+    # recorded runs
+    trace_example: gr.Dropdown
+    trace_upload: gr.File
+    trace_download: gr.DownloadButton
+    export_html: gr.DownloadButton
+    export_csv: gr.DownloadButton
+    scrub: gr.Slider
+    session: gr.State
+
+    def form(self) -> dict[Any, str]:
+        """The run's inputs: component -> the name of its value."""
+        return {**{getattr(self, name): name for name in FORM},
+                self.server.url: "vllm_url", self.server.baseline: "vllm_baseline_url"}
+
+    def outputs(self) -> list[Any]:
+        """What a frame fills, in :data:`SLOTS` order, then the session and Race replay."""
+        slots = {"status": self.status, "caption": self.caption, "spec": self.spec, "spec_stats": self.spec_stats,
+                 "ar": self.ar, "ar_stats": self.ar_stats, "compare": self.compare, "theory": self.theory,
+                 **self.plots}
+        return [slots[s] for s in SLOTS] + [self.session, self.replay_btn]
+
+
+# ---------------------------------------------------------------- what the picker shows
+
+def examples_for(key: str) -> list[Prompt]:
+    """Prompts that suit the pair: held-out code for the bundled code model, the
+    category suite (code, JSON, chat, …) for instruction models."""
+    return load_prompts(code_suite(), default_category="code") if key == "tiny" else load_prompts(category_suite())
+
+
+def prompt_choices(prompts: list[Prompt]) -> list[tuple[str, str]]:
+    return [(p.label, p.text) for p in prompts]
+
+
+def hint_html(presets: dict, key: str, note: str = "") -> str:
+    hint = presets.get(key, {}).get(
+        "hint", "A hub id or a local folder; Gemma 4 targets find their -assistant drafter.")
+    return tokens.message_html(hint + (f" {note}" if note else ""))
+
+
+# ---------------------------------------------------------------- events
+
+def wire(demo: gr.Blocks, page: Page, h: Handlers, vh: vllm.VllmHandlers) -> None:
+    """Every event of the main page."""
+    loads = _wire_model(demo, page, h, vh)
+    started = _wire_runs(page, h, vh)
+    for ev in started.values():  # download and scrub what the panes show
+        ev.then(h.download_files, page.session, [page.trace_download, page.export_html, page.export_csv],
+                queue=False, **HIDDEN).then(
+            h.scrub_range, page.session, page.scrub, queue=False, **HIDDEN).then(
+            teach.what_if_update, page.session, page.what_if, queue=False, **HIDDEN)
+    load_inputs = [page.model, page.custom_target, page.custom_drafter]
+    inspector.attach(h, page.session, page.inspector_panel, page.anatomy_panel, load_inputs, loads,
+                     [started["run"]])
+    # a new run or trace: the old token's inspector goes
+    gr.on([page.run_btn.click, page.trace_upload.upload, page.trace_example.change], lambda: "", None,
+          page.inspector_panel, queue=False, **HIDDEN)
+    # input, not change: the range set after a run must not re-render the panes
+    page.scrub.input(h.scrub, [page.session, page.scrub], page.outputs(), trigger_mode="always_last",
+                     show_progress="hidden", concurrency_limit=8, **HIDDEN)
+    page.stop_btn.click(h.stop, page.session, None, queue=False, **HIDDEN,
+                        cancels=[started["replay"], started["upload"], started["example"]])
+    # queue=False: both must reach a run that holds the model's queue slot
+    page.step_mode.change(h.step_mode, [page.session, page.step_mode], None, queue=False, **HIDDEN)
+    page.next_btn.click(h.next_step, page.session, page.status, queue=False, **HIDDEN)
+
+
+def _wire_model(demo: gr.Blocks, page: Page, h: Handlers, vh: vllm.VllmHandlers) -> list:
+    """The picker, Load, the deep link (which loads the pair it names) and the loading
+    timer. Returns the events that report a pair's loading, for what follows them."""
+    def on_model(key: str):
+        prompts, server = examples_for(key), key == vllm.VLLM  # a server's chat template is unknown
+        return (gr.update(visible=key == CUSTOM),
+                tokens.message_html(vllm.HINT) if server else hint_html(h.presets, key),
+                gr.update(choices=prompt_choices(prompts), value=None),
+                gr.skip() if server else gr.update(value=key != "tiny"), gr.update(visible=server),
+                vh.picked(key))
+
+    page.model.change(on_model, page.model, [page.custom_row, page.hint, page.example, page.chat,
+                                             page.server.row, page.model_status], queue=False, **HIDDEN)
+    pair = [page.model, page.custom_target, page.custom_drafter]
+    shown = [page.model_status, page.timer, page.chat]
+    pressed = page.load_btn.click(vh.load, pair + [page.server.url, page.server.baseline], shown, **HIDDEN)
+    limits = links.Limits(tuple(h.presets), h.cap, 16 * h.prompt_cap)
+    restored = teach.wire(demo, page.form(), page.status, limits)  # deep link, Copy link, tour, presenter mode
+    # Three triggers, but not one gr.on: the link's load must follow its restore (a .then
+    # is no trigger gr.on takes), and the timer only reports, it never starts a load.
+    loads = [pressed, restored.then(h.load, pair, shown, **HIDDEN),
+             page.timer.tick(h.tick, pair, shown, show_progress="hidden", **HIDDEN)]
+    page.example.change(lambda p: p or gr.skip(), page.example, page.prompt, queue=False, **HIDDEN)
+    return loads
+
+
+def _wire_runs(page: Page, h: Handlers, vh: vllm.VllmHandlers) -> dict[str, Any]:
+    """Run and Measure (on the picked source), Race replay and the two ways to replay a
+    trace. Returns the events that fill the panes, by name."""
+    form, outputs = page.form(), page.outputs()
+
+    def values(data: dict) -> dict[str, Any]:
+        return {name: data[c] for c, name in form.items()}
+
+    def run(data: dict):
+        v = values(data)
+        yield from (vh if v["model"] == vllm.VLLM else h).run(v, data[page.session])
+
+    def measure(data: dict):
+        v = values(data)
+        yield from (vh if v["model"] == vllm.VLLM else h).measure(v, data[page.repeats], data[page.session])
+
+    model_slot = dict(concurrency_id="model", show_progress="minimal", show_progress_on=page.status, **HIDDEN)
+    run_ev = page.run_btn.click(run, set(form) | {page.session}, outputs, **model_slot)
+    page.measure_btn.click(measure, set(form) | {page.session, page.repeats}, outputs, **model_slot)
+    recorded = dict(concurrency_limit=8, show_progress="hidden", **HIDDEN)  # no model: many at once
+    trace = [page.session, page.speed]
+    replay_ev = page.replay_btn.click(h.replay, trace, outputs, **recorded)
+    upload_ev = page.trace_upload.upload(h.replay_trace, [page.trace_upload, *trace], outputs, **recorded)
+    example_ev = page.trace_example.change(h.replay_example, [page.trace_example, *trace], outputs, **recorded)
+    return {"run": run_ev, "upload": upload_ev, "example": example_ev, "replay": replay_ev}
+
+__all__ = ["FORM", "HIDDEN", "Page", "examples_for", "hint_html", "prompt_choices", "wire"]
