@@ -23,6 +23,7 @@ import gradio as gr
 from mtp_viz.engine.schedules import SCHEDULES
 from mtp_viz.app.views import charts, explain, stats, tokens
 from mtp_viz.app.runtime import runs, service
+from mtp_viz.app.handlers.vllm import VllmHandlers
 from mtp_viz.app.handlers.local import CUSTOM, Handlers
 from mtp_viz.app.runtime.guard import ServerPolicy
 from . import inspector, teach, vllm, wiring
@@ -37,7 +38,7 @@ class AppState:
     """What the page runs on, shared by all its sessions: ``demo.mtp_app``."""
     loader: service.PairLoader      # the process's model pairs
     handlers: Handlers              # the local engine's and the recorded runs' handlers
-    vllm: vllm.VllmHandlers         # the vLLM source's and the dashboard's
+    vllm: VllmHandlers         # the vLLM source's and the dashboard's
 
     @property
     def default(self) -> tuple[str, str | None]:
@@ -237,7 +238,7 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
     choices += vllm.choices(policy)
     h = Handlers(loader, presets, (first.target, first.drafter), service.env_cap(), service.env_prompt_cap(),
                  empty_figures=charts.all_figures([]))
-    app = AppState(loader, h, vllm.VllmHandlers(h, policy))
+    app = AppState(loader, h, VllmHandlers(h, policy))
     # delete_cache: uploads and downloads leave Gradio's cache after an hour (a Space runs for weeks)
     with gr.Blocks(title="mtp-viz: speculative decoding, made visible", delete_cache=(1800, 3600)) as demo:
         wiring.wire(demo, _page(app, first, choices, policy), h, app.vllm)

@@ -14,6 +14,7 @@ from typing import Any
 import gradio as gr
 
 from mtp_viz.prompts import Prompt, category_suite, code_suite, load_prompts
+from mtp_viz.app.handlers.vllm import HINT, VLLM, VllmHandlers
 from mtp_viz.app.handlers import links
 from mtp_viz.app.handlers.local import CUSTOM, SLOTS, Handlers
 from mtp_viz.app.views import tokens
@@ -119,7 +120,7 @@ def hint_html(presets: dict, key: str, note: str = "") -> str:
 
 # ---------------------------------------------------------------- events
 
-def wire(demo: gr.Blocks, page: Page, h: Handlers, vh: vllm.VllmHandlers) -> None:
+def wire(demo: gr.Blocks, page: Page, h: Handlers, vh: VllmHandlers) -> None:
     """Every event of the main page."""
     loads = _wire_model(demo, page, h, vh)
     started = _wire_runs(page, h, vh)
@@ -144,13 +145,13 @@ def wire(demo: gr.Blocks, page: Page, h: Handlers, vh: vllm.VllmHandlers) -> Non
     page.next_btn.click(h.next_step, page.session, page.status, queue=False, **HIDDEN)
 
 
-def _wire_model(demo: gr.Blocks, page: Page, h: Handlers, vh: vllm.VllmHandlers) -> list:
+def _wire_model(demo: gr.Blocks, page: Page, h: Handlers, vh: VllmHandlers) -> list:
     """The picker, Load, the deep link (which loads the pair it names) and the loading
     timer. Returns the events that report a pair's loading, for what follows them."""
     def on_model(key: str):
-        prompts, server = examples_for(key), key == vllm.VLLM  # a server's chat template is unknown
+        prompts, server = examples_for(key), key == VLLM  # a server's chat template is unknown
         return (gr.update(visible=key == CUSTOM),
-                tokens.message_html(vllm.HINT) if server else hint_html(h.presets, key),
+                tokens.message_html(HINT) if server else hint_html(h.presets, key),
                 gr.update(choices=prompt_choices(prompts), value=None),
                 gr.skip() if server else gr.update(value=key != "tiny"), gr.update(visible=server),
                 vh.picked(key))
@@ -170,7 +171,7 @@ def _wire_model(demo: gr.Blocks, page: Page, h: Handlers, vh: vllm.VllmHandlers)
     return loads
 
 
-def _wire_runs(page: Page, h: Handlers, vh: vllm.VllmHandlers) -> dict[str, Any]:
+def _wire_runs(page: Page, h: Handlers, vh: VllmHandlers) -> dict[str, Any]:
     """Run and Measure (on the picked source), Race replay and the two ways to replay a
     trace. Returns the events that fill the panes, by name."""
     form, outputs = page.form(), page.outputs()
@@ -180,11 +181,11 @@ def _wire_runs(page: Page, h: Handlers, vh: vllm.VllmHandlers) -> dict[str, Any]
 
     def run(data: dict):
         v = values(data)
-        yield from (vh if v["model"] == vllm.VLLM else h).run(v, data[page.session])
+        yield from (vh if v["model"] == VLLM else h).run(v, data[page.session])
 
     def measure(data: dict):
         v = values(data)
-        yield from (vh if v["model"] == vllm.VLLM else h).measure(v, data[page.repeats], data[page.session])
+        yield from (vh if v["model"] == VLLM else h).measure(v, data[page.repeats], data[page.session])
 
     model_slot = dict(concurrency_id="model", show_progress="minimal", show_progress_on=page.status, **HIDDEN)
     run_ev = page.run_btn.click(run, set(form) | {page.session}, outputs, **model_slot)

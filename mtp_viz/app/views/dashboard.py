@@ -9,6 +9,8 @@ cumulative, so what happened between two scrapes is their difference:
 """
 from __future__ import annotations
 
+import html
+
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -93,3 +95,12 @@ def summary_line(counters: SpecDecodeCounters) -> str:
     return (f"{counters.drafts:.0f} verify steps · {counters.draft_tokens:.0f} drafted · "
             f"{counters.accepted_tokens:.0f} accepted ({counters.acceptance_rate:.0%}) · "
             f"τ {counters.mean_acceptance_length:.2f} · kept by position {pos}")
+
+
+def summary_html(url: str, history: list, every: float) -> str:
+    """The server's totals (from the last of ``history``'s ``(seconds, counters)``) and
+    how long it has been watched; escaped: text only."""
+    t, counters = history[-1]
+    return (f'<div class="mv-msg mv-msg-info">{html.escape(summary_line(counters))}'
+            f'<br><small>{html.escape(url)} · {len(history)} scrapes over {t:.0f} s, every '
+            f'{every:g} s</small></div>')

@@ -1,0 +1,168 @@
+"""Handlers of the vLLM source and the server dashboard (see docs/vllm.md). No torch here.
+
+**Source.** Run sends the prompt to the server at ``#vllm-url`` (it must speculate and
+report per-step metrics) and then, with "Then run autoregressive" on and a baseline URL
+given, to the baseline server (the same model without speculation), through the same
+comparison as the local engine (:func:`mtp_viz.app.runtime.runs.compare_frames` with a
+:class:`mtp_viz.sources.vllm.source.VllmSource`).
+
+**Dashboard.** Watch scrapes a server's ``/metrics`` every ``DASHBOARD_SECONDS`` and
+charts its spec-decode counters over all the server's traffic
+(:mod:`mtp_viz.app.views.dashboard`).
+
+Every URL goes through :class:`mtp_viz.app.runtime.guard.ServerPolicy` first.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import gradio as gr
+
+from mtp_viz.app.runtime import runs, service
+from mtp_viz.app.runtime.guard import ServerPolicy
+from mtp_viz.app.views import dashboard, stats, tokens
+from mtp_viz.engine.events import Step
+from mtp_viz.errors import UserError
+from mtp_viz.sources.vllm import client as vllm_client
+from mtp_viz.sources.vllm.prometheus import SpecDecodeCounters
+from mtp_viz.sources.vllm.source import Servers, VllmSource
+
+from .local import Handlers, frame
+
+VLLM = "vllm"                 # the model picker's key for this source
+DASHBOARD_SECONDS = 2.0       # between two scrapes of /metrics
+DASHBOARD_HISTORY = 900       # scrapes kept per watcher: half an hour at 2 s
+HINT = ("A vLLM server with Gemma 4 MTP fills the speculative pane, one without speculation the "
+        "baseline pane. vLLM reports how many drafts it rejected at each step (✗N after the step), "
+        "not which tokens; it sends a response's steps with its last chunk. The vLLM dashboard tab "
+        "charts the server's counters over all its traffic.")
+
+
+
+class VllmHandlers:
+    """Handlers of the vLLM source and the dashboard; the form checks are the local
+    engine's (:meth:`Handlers.settings`)."""
+
+    def __init__(self, h: Handlers, policy: ServerPolicy):
+        self.h, self.policy = h, policy
+
+    def servers(self, url: str, baseline: str | None) -> Servers:
+        spec = self.policy.check(url)
+        base = self.policy.check(baseline) if (baseline or "").strip() else None
+        return Servers(spec, base)
+
+    def run(self, values: dict[str, Any], sess: runs.Session | None):
+        """The speculating server, then the baseline server, streamed as the local run is."""
+        sess = sess or runs.Session()
+        sess.new_run()
+        try:
+            servers = self.servers(values["vllm_url"], values["vllm_baseline_url"])
+            s = self.h.settings(values)
+            if servers.baseline is None:
+                s = s.only("speculative")
+        except UserError as e:
+            yield frame({"status": tokens.message_html(str(e), level="error"),
+                         "spec": tokens.placeholder_html("No run: " + str(e))}, sess, gr.update(interactive=False))
+            return
+        ar = ("The baseline server runs after the speculating one." if s.baseline else
+              "No baseline: give a baseline server's URL and turn on “Then run autoregressive”.")
+        step_note = ("Step mode pauses only the local engine: a vLLM server sends its steps when it finishes."
+                     if values.get("step_mode") else "")
+        empty = stats.stats_html(stats.RunStats())
+        cleared = {"spec": tokens.placeholder_html("Waiting for the server: its steps come with its last chunk."),
+                   "ar": tokens.placeholder_html(ar), "spec_stats": empty, "ar_stats": empty,
+                   "compare": stats.compare_html(stats.RunStats(), stats.RunStats(), greedy=True),
+                   "theory": "", "figures": self.h.empty_figures,
+                   "caption": tokens.message_html(step_note, level="warn")}
+        status = tokens.message_html(f"Sending the prompt to the vLLM server at {servers.spec}…")
+        yield frame({**cleared, "status": status}, sess, gr.update(interactive=False))
+        for f in runs.compare_frames(VllmSource(servers), s, sess, frame_interval=service.env_frame_interval()):
+            if "theory" in f and "status" in f and not sess.stop.is_set():  # the last frame of a run
+                f["status"] = tokens.message_html(self.done_line(sess))
+            yield frame(f)
+        yield frame({}, replay=gr.update(interactive=bool(sess.spec and sess.ar)))
+
+    @staticmethod
+    def done_line(sess: runs.Session) -> str:
+        steps = [e for e in sess.spec if isinstance(e, Step) and e.draft_len]
+        drafted, kept = sum(e.draft_len for e in steps), sum(e.accepted for e in steps)
+        line = (f"Done: vLLM kept {kept} of {drafted} drafts in {len(steps)} verify steps; ✗N counts the "
+                "drafts it rejected at a step (not which).")
+        return line + (" Race replay plays both runs on their timings." if sess.ar else "")
+
+    @staticmethod
+    def measure(values: dict[str, Any], repeats: Any, sess: runs.Session | None):
+        yield frame({"status": tokens.message_html(
+            "Measure repeats the local engine; for vLLM servers run mtp-viz bench --server URL "
+            "--baseline-server URL.", level="warn")}, sess)
+
+    def picked(self, key: str) -> str:
+        """``#model-status`` when the picker changes: what this source needs, else the
+        state of the picked pair."""
+        if key == VLLM:
+            return tokens.message_html("Give the server's URL, then Run (Load checks the servers).")
+        try:
+            return self.h.model_line(*self.h.pick(key))
+        except UserError:   # a custom pair not typed in yet
+            return gr.skip()
+
+    def load(self, key: str, custom_target: str, custom_drafter: str, url: str, baseline: str):
+        """Load: the local pair, or, for this source, a check of the servers."""
+        if key != VLLM:
+            return self.h.load(key, custom_target, custom_drafter)
+        return self.probe(url, baseline), gr.Timer(active=False), gr.skip()
+
+    def probe(self, url: str, baseline: str) -> str:
+        """One line on the servers: whether they answer, and whether each speculates."""
+        try:
+            servers = self.servers(url, baseline)
+            parts, level = [], "info"
+            for role, u in (("server", servers.spec), ("baseline", servers.baseline)):
+                if u is None:
+                    continue
+                vllm_client.served_models(u)
+                c = vllm_client.scrape(u)
+                speculates = f"speculates ({len(c.accepted_per_pos)} drafts per step)"
+                parts.append(f"the {role} at {u} " + (speculates if c.enabled else "does not speculate"))
+                level = level if c.enabled == (role == "server") else "warn"
+        except UserError as e:
+            return tokens.message_html(str(e), level="error")
+        return tokens.message_html("Ready: " + "; ".join(parts) + ".", level=level)
+
+    # ------------------------------------------------------------ the dashboard
+
+    def watch(self, url: str):
+        """Start watching: the first scrape now, the next ones on the timer."""
+        try:
+            w = Watch(self.policy.check(url), time.monotonic())
+        except UserError as e:
+            error = tokens.message_html(str(e), level="error")
+            return None, error, gr.skip(), gr.skip(), gr.Timer(active=False)
+        return self.poll(w)
+
+    @staticmethod
+    def poll(w: "Watch | None"):
+        """One scrape: the summary line and both figures; a failure stops the polling."""
+        if w is None:
+            return None, gr.skip(), gr.skip(), gr.skip(), gr.Timer(active=False)
+        try:
+            counters = vllm_client.scrape(w.url)
+        except UserError as e:
+            return w, tokens.message_html(str(e), level="error"), gr.skip(), gr.skip(), gr.Timer(active=False)
+        w.history.append((time.monotonic() - w.started, counters))
+        del w.history[:-DASHBOARD_HISTORY]
+        return (w, dashboard.summary_html(w.url, w.history, DASHBOARD_SECONDS), dashboard.position_figure(counters),
+                dashboard.rate_figure(w.history), gr.Timer(active=True))
+
+
+@dataclass
+class Watch:
+    """One visitor's dashboard: the server and its scrapes, ``(seconds since watching, counters)``."""
+    url: str
+    started: float
+    history: list[tuple[float, SpecDecodeCounters]] = field(default_factory=list)
+
+
+__all__ = ["DASHBOARD_SECONDS", "HINT", "VLLM", "VllmHandlers", "Watch"]
