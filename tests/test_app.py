@@ -15,6 +15,7 @@ from mtp_viz.analysis import stream
 from mtp_viz.app.views import tokens as view
 from mtp_viz.errors import UserError
 from mtp_viz.engine.events import Done, Error
+from mtp_viz.app.views.frame import PLOTS
 from mtp_viz.sources.base import Source
 from mtp_viz.sources.local import LocalSource
 from mtp_viz.sources.settings import RunSettings
@@ -52,29 +53,29 @@ def test_compare_frames_runs_both_modes_in_turns():
     assert [m for m, _ in pair.calls] == ["speculative", "autoregressive"]
     assert sess.spec == spec_run() and sess.ar == ar_run()
     # both panes and their stats are drawn (the order of turns: test_interleave.py)
-    assert {"spec", "ar", "spec_stats", "ar_stats"} <= {k for f in frames for k in f}
+    assert {"spec", "ar", "spec_stats", "ar_stats"} <= {k for f in frames for k in f.shown()}
     final = frames[-1]
-    assert set(final["figures"]) >= {"acceptance-plot", "draft-length-plot"}
-    assert "token-identical" in final["compare"] and 'data-basis="single run"' in final["compare"]
-    assert "mtp-theory" in final["theory"]
+    assert final.last and set(final.figures) >= {"acceptance-plot", "draft-length-plot"}
+    assert "token-identical" in final.compare and 'data-basis="single run"' in final.compare
+    assert "mtp-theory" in final.theory and not any(f.last for f in frames[:-1])
 
 
 def test_compare_frames_turn_failures_into_one_sentence():
     sess = runs.Session()
     frames = list(runs.compare_frames(FakePair(UserError("Unknown model id x.")), settings(), sess))
-    errors = [f["status"] for f in frames if "mv-msg-error" in f.get("status", "")]
+    errors = [f.status for f in frames if "mv-msg-error" in (f.status or "")]
     assert errors == [view.message_html("Unknown model id x.", level="error")]
     assert isinstance(sess.spec[-1], Error) and not sess.ar
     # anything else is one generic sentence that echoes no text of the exception
     frames = list(runs.compare_frames(FakePair(KeyError("/secret/path")), settings(), runs.Session()))
-    msg = [f["status"] for f in frames if "mv-msg-error" in f.get("status", "")][0]
+    msg = [f.status for f in frames if "mv-msg-error" in (f.status or "")][0]
     assert "KeyError" in msg and "/secret" not in msg
 
 
 def test_fast_steps_share_frames_but_the_last_frame_is_complete():
     sess = runs.Session()
     frames = list(runs.compare_frames(FakePair(), settings(), sess, frame_interval=60))
-    spec = [f["spec"] for f in frames if "spec" in f]
+    spec = [f.spec for f in frames if f.spec is not None]
     assert spec[-1] == view.tokens_html(sess.spec)
 
 
@@ -89,10 +90,10 @@ def test_live_charts_only_with_speculative_news():
                 yield "autoregressive", e
     sess = runs.Session()
     frames = list(runs.compare_frames(Source(), settings(), sess, frame_interval=0, chart_interval=0))
-    *live, last, final = [f for f in frames if "spec" in f or "ar" in f or "compare" in f]
-    assert any("spec" in f for f in live) and any("spec" not in f for f in live)
-    assert all(("figures" in f) == ("spec" in f) for f in live)
-    assert "figures" in last and "figures" in final  # the run's last frame, then the summary
+    *live, last, final = [f for f in frames if {"spec", "ar", "compare"} & f.shown()]
+    assert any(f.spec is not None for f in live) and any(f.spec is None for f in live)
+    assert all(bool(f.figures) == (f.spec is not None) for f in live)
+    assert last.figures and final.figures  # the run's last frame, then the summary
 
 
 # What a new chart takes: its entry in charts.CHARTS, patched in before anything else
@@ -107,6 +108,7 @@ from mtp_viz.app.views import explain
 from mtp_viz.app.handlers import local
 from mtp_viz.app.page import layout
 from mtp_viz.app.runtime import runs
+from mtp_viz.app.views.frame import Frame
 from test_view import ar_run, spec_run
 
 cfg = layout.build_demo(target="tiny").get_config_file()
@@ -119,9 +121,9 @@ run = next(d for d in cfg["dependencies"] if [ids.get(t[0]) for t in d["targets"
 sess = runs.Session()
 sess.spec, sess.ar = spec_run(), ar_run()
 json.dump({"figures": sorted(charts.all_figures(spec_run(), ar_run())), "live": sorted(charts.live_figures(spec_run())),
-           "explain": explain.EXPLAIN["extra-plot"], "final": sorted(runs.final_frame(sess)["figures"]),
-           "slots": local.SLOTS[-2:], "rows": rows(cfg["layout"]), "run": [ids[o] for o in run["outputs"]],
-           "frame": len(local.frame({})),
+           "explain": explain.EXPLAIN["extra-plot"], "final": sorted(runs.final_frame(sess).figures),
+           "slots": local.OUTPUTS[-2:], "rows": rows(cfg["layout"]), "run": [ids[o] for o in run["outputs"]],
+           "frame": len(local.outputs(Frame())),
            "about": any('data-explain="extra-plot"' in str(c["props"].get("value")) for c in cfg["components"])},
           sys.stdout)
 """
@@ -238,7 +240,7 @@ def _handlers(load, allow=""):
 
 
 def _status(frames):
-    i = local.SLOTS.index("status")
+    i = local.OUTPUTS.index("status")
     return [f[i] for f in frames if isinstance(f[i], str)]
 
 
@@ -265,9 +267,9 @@ def test_handlers_run_streams_both_panes_and_keeps_the_session():
     h = _handlers(lambda t, d: pair)
     frames = list(h.run(_values(max_new_tokens=8), None))
     assert pair.calls[0][1].max_new_tokens == 8
-    sess = frames[0][len(local.SLOTS)]
+    sess = frames[0][len(local.OUTPUTS)]
     assert isinstance(sess, runs.Session) and sess.spec and sess.ar
-    spec_i, ar_i = local.SLOTS.index("spec"), local.SLOTS.index("ar")
+    spec_i, ar_i = local.OUTPUTS.index("spec"), local.OUTPUTS.index("ar")
     assert 'data-kind="accepted"' in [f[spec_i] for f in frames if isinstance(f[spec_i], str)][-1]
     assert 'data-kind="token"' in [f[ar_i] for f in frames if isinstance(f[ar_i], str)][-1]
     assert "Replay done" in _status(list(local.Handlers.replay(sess, 1000.0)))[-1]
@@ -276,18 +278,18 @@ def test_handlers_run_streams_both_panes_and_keeps_the_session():
 def test_a_run_downloads_as_a_trace_that_replays_without_a_model(tmp_path):
     pair = FakePair()
     h = _handlers(lambda t, d: pair)
-    sess = list(h.run(_values(), None))[0][len(local.SLOTS)]
+    sess = list(h.run(_values(), None))[0][len(local.OUTPUTS)]
     path = h.download_files(sess)[0]["value"]
     from mtp_viz.sources import trace
     assert trace.read(path) == spec_run() + ar_run()
     h2 = _handlers(lambda t, d: pytest.fail("a trace replay must not load a model"))
     frames = list(h2.replay_trace(path, None, 1000.0))
-    sess2 = frames[0][len(local.SLOTS)]
+    sess2 = frames[0][len(local.OUTPUTS)]
     assert sess2.spec == spec_run() and sess2.ar == ar_run()
     assert "Replay done" in _status(frames)[-1]
-    spec_i = local.SLOTS.index("spec")
+    spec_i = local.OUTPUTS.index("spec")
     assert [f[spec_i] for f in frames if isinstance(f[spec_i], str)][-1] == view.tokens_html(spec_run())
-    assert all(not isinstance(frames[-1][local.SLOTS.index(k)], dict) for k in local.PLOTS)  # charts
+    assert all(not isinstance(frames[-1][local.OUTPUTS.index(k)], dict) for k in PLOTS)  # charts
     bad = tmp_path / "bad.jsonl"
     bad.write_text("<script>/etc/secret</script>")
     msgs = _status(list(h2.replay_trace(str(bad), None, 1000.0)))
@@ -309,7 +311,7 @@ def test_scrub_shows_the_run_after_a_step_and_the_baseline_at_that_moment():
     sess.spec, sess.ar = spec_run(), ar_run()
     assert local.Handlers.scrub_range(sess)["maximum"] == 3
     f = local.Handlers.scrub(sess, 2.0)
-    spec_i, ar_i = local.SLOTS.index("spec"), local.SLOTS.index("ar")
+    spec_i, ar_i = local.OUTPUTS.index("spec"), local.OUTPUTS.index("ar")
     assert f[spec_i] == view.tokens_html(stream.events_through_step(spec_run(), 2))
     assert f[ar_i] == view.tokens_html(stream.events_until(ar_run(), 0.02)[0])   # step 2 ended at t=0.02
     assert "After step 2" in f[0]
@@ -323,7 +325,7 @@ def test_load_errors_clear_the_waiting_pane():
 
     h = _handlers(load)
     frames = list(h.run(_values(model=local.CUSTOM, custom_target="/nope"), None))
-    spec_i = local.SLOTS.index("spec")
+    spec_i = local.OUTPUTS.index("spec")
     assert "loadable model folder at /nope" in _status(frames)[-1]
     assert "Waiting for the model" not in [f[spec_i] for f in frames if isinstance(f[spec_i], str)][-1]
 

@@ -91,7 +91,7 @@ def test_a_run_in_step_mode_waits_and_next_advances(pair):
     sess = runs.Session()
     sess.new_run(step_mode=True)
     s = RunSettings(prompt=PROMPT, max_new_tokens=400, chat=False)
-    frames: list[dict] = []
+    frames: list = []
 
     def consume():
         for f in runs.compare_frames(LocalSource(pair), s, sess, frame_interval=0.01):
@@ -103,7 +103,7 @@ def test_a_run_in_step_mode_waits_and_next_advances(pair):
         for phase, words in (("verified", "read the prompt"), ("drafted", "the drafter proposed"),
                              ("verified", "checked them in one forward pass")):
             _wait(lambda: sess.gate.waiting == phase)
-            _wait(lambda: any(words in f.get("caption", "") for f in list(frames)))
+            _wait(lambda: any(words in (f.caption or "") for f in list(frames)))
             time.sleep(0.2)                             # the consumer drains what came before the pause
             n, m = len(sess.spec), len(sess.ar)
             time.sleep(0.5)
@@ -123,7 +123,7 @@ def test_a_run_in_step_mode_waits_and_next_advances(pair):
     # the baseline takes its turns between the paused steps, and Stop ends it too
     ar_done = next(e for e in sess.ar if isinstance(e, Done))
     assert ar_done.stop_reason == "stopped" and ar_done.new_tokens < 400
-    assert "Stopped." in frames[-1]["status"]
+    assert "Stopped." in frames[-1].status
     # the step's own numbers are in its caption
     step2 = [e for e in sess.spec if isinstance(e, Step) and e.step == 2][0]
     assert f"proposed {step2.draft_len} token" in captions_seen[2]

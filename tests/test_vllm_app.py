@@ -15,7 +15,7 @@ from mtp_viz.app.views import charts, theory as panels, tokens as view
 from mtp_viz.app.runtime import runs, service
 from mtp_viz.app.page import vllm as vllm_tab
 from mtp_viz.app.handlers import vllm as vllm_handlers
-from mtp_viz.app.handlers.local import SLOTS, Handlers
+from mtp_viz.app.handlers.local import OUTPUTS, Handlers
 from mtp_viz.app.runtime.guard import ServerPolicy, canonical
 from mtp_viz.errors import UserError
 from mtp_viz.engine.events import Accepted, Bonus, Done, Drafted, Rejected, Start, Step
@@ -250,7 +250,7 @@ def _values(**kw):
 ])
 def test_run_refuses_with_one_sentence_before_contacting_anything(policy, kw, sentence):
     frames = list(_handlers(policy).run(_values(**kw), None))
-    status = frames[0][SLOTS.index("status")]
+    status = frames[0][OUTPUTS.index("status")]
     assert len(frames) == 1 and sentence in status and 'mv-msg-error' in status
 
 
@@ -259,8 +259,8 @@ def test_a_server_that_is_down_is_one_sentence_and_nothing_else_runs():
     vh = _handlers(ServerPolicy(OPEN, ""))
     sess = runs.Session()
     frames = list(vh.run(_values(vllm_url=url, vllm_baseline_url=url, step_mode=True), sess))
-    assert "Step mode pauses only the local engine" in frames[0][SLOTS.index("caption")]
-    errors = [f[SLOTS.index("status")] for f in frames if "mv-msg-error" in str(f[SLOTS.index("status")])]
+    assert "Step mode pauses only the local engine" in frames[0][OUTPUTS.index("caption")]
+    errors = [f[OUTPUTS.index("status")] for f in frames if "mv-msg-error" in str(f[OUTPUTS.index("status")])]
     assert errors and f"No server answers at {url}" in errors[-1]
     assert [e.type for e in sess.spec] == ["error"] and sess.ar == []   # no baseline after a failure
     assert f"No server answers at {url}" in vh.probe(url, "")
@@ -288,7 +288,7 @@ def test_the_status_line_follows_the_picker():
 
 def test_measure_says_to_use_bench_for_servers():
     frames = list(_handlers(ServerPolicy(OPEN, "")).measure(_values(), 3, None))
-    assert len(frames) == 1 and "mtp-viz bench --server URL" in frames[0][SLOTS.index("status")]
+    assert len(frames) == 1 and "mtp-viz bench --server URL" in frames[0][OUTPUTS.index("status")]
 
 
 def test_the_page_offers_the_source_and_dashboard_unless_locked_without_servers(monkeypatch):

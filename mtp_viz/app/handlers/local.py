@@ -19,10 +19,16 @@ from mtp_viz.engine.events import Error
 from mtp_viz.app.views import charts, export, inspector, stats, tokens
 from mtp_viz.app.runtime import measure, runs, service, zerogpu
 from . import form
-from .recorded import PLOTS, SLOTS, Recorded, frame
+from mtp_viz.app.views.frame import Frame, cleared
+from .recorded import OUTPUTS, Recorded, message, outputs
 
 CUSTOM = "custom"
 API_FRAME_SECONDS = 0.25  # the /generate stream sends the events so far at most this often
+
+
+def refused(e: UserError) -> Frame:
+    """A run that could not start: its sentence, in #status and in the speculative pane."""
+    return message(str(e), level="error") | Frame(spec=tokens.placeholder_html("No run: " + str(e)))
 
 
 class Handlers(Recorded):
@@ -110,32 +116,27 @@ class Handlers(Recorded):
         sess = sess or runs.Session()
         sess.new_run(step_mode=bool(values.get("step_mode")) and self.step_mode_ok)
         off = bool(values.get("step_mode")) and not self.step_mode_ok
-        reset = {"caption": "Step mode is off on ZeroGPU hardware: a paused run would hold the shared GPU."
-                 if off else "","spec": tokens.placeholder_html("Waiting for the model…"),
-                 "ar": tokens.placeholder_html("The baseline takes turns with the speculative run."
-                                             if values["baseline"] else "Baseline off."),
-                 "spec_stats": stats.stats_html(stats.RunStats()), "ar_stats": stats.stats_html(stats.RunStats()),
-                 "compare": stats.compare_html(stats.RunStats(), stats.RunStats(), greedy=True),
-                 "theory": "", "figures": self.empty_figures}
+        reset = cleared("Waiting for the model…", "The baseline takes turns with the speculative run."
+                        if values["baseline"] else "Baseline off.", self.empty_figures,
+                        caption="Step mode is off on ZeroGPU hardware: a paused run would hold the shared GPU."
+                        if off else "")
         try:
             s = replace(self.settings(values), top=inspector.TOP)  # the inspector's candidates
             target, drafter = self.pick(values["model"], values["custom_target"], values["custom_drafter"])
-            yield frame({**reset, "status": self.model_line(target, drafter)}, sess,
-                        gr.update(interactive=False))
+            yield outputs(reset | Frame(status=self.model_line(target, drafter)), sess,
+                          gr.update(interactive=False))
             for item in self._ready_pair(target, drafter, sess):
                 if isinstance(item, str):
-                    yield frame({"status": item})
+                    yield outputs(Frame(status=item))
                 else:
                     pair = item
         except UserError as e:
-            yield frame({"status": tokens.message_html(str(e), level="error"),
-                         "spec": tokens.placeholder_html("No run: " + str(e))}, sess,
-                        gr.update(interactive=False))
+            yield outputs(refused(e), sess, gr.update(interactive=False))
             return
         for f in runs.compare_frames(self.source(pair, sess), s, sess, threads=service.threads(),
                                      frame_interval=service.env_frame_interval()):
-            yield frame(f)
-        yield frame({}, replay=gr.update(interactive=bool(sess.spec and sess.ar)))
+            yield outputs(f)
+        yield outputs(Frame(), replay=gr.update(interactive=bool(sess.spec and sess.ar)))
 
     def measure(self, values: dict[str, Any], repeats: Any, sess: runs.Session | None):
         """N interleaved repeats of both modes, off-screen; the median and its spread."""
@@ -150,18 +151,18 @@ class Handlers(Recorded):
             pair = None
             for item in self._ready_pair(target, drafter, sess):
                 if isinstance(item, str):
-                    yield frame({"status": item}, sess)
+                    yield outputs(Frame(status=item), sess)
                 else:
                     pair = item
-            yield frame({"status": tokens.message_html(
-                f"Measuring: {n} repeats of both modes, alternating, nothing rendered meanwhile…")}, sess)
+            yield outputs(message(
+                f"Measuring: {n} repeats of both modes, alternating, nothing rendered meanwhile…"), sess)
             m = measure.measure(pair, s, n, sess.stop, threads=service.threads())
         except UserError as e:
-            yield frame({"status": tokens.message_html(str(e), level="error")}, sess)
+            yield outputs(message(str(e), level="error"), sess)
             return
-        yield frame({"compare": stats.measurement_html(m), "status": tokens.message_html(
+        yield outputs(Frame(compare=stats.measurement_html(m)) | message(
             f"Measured {n} repeats of each mode (spread ×{m.spread:.2f} between the fastest and slowest "
-            "repeat's speedup).")})
+            "repeat's speedup)."))
 
     @staticmethod
     def stop(sess: runs.Session | None) -> None:
@@ -238,4 +239,4 @@ class Handlers(Recorded):
         yield events
 
 
-__all__ = ["CUSTOM", "PLOTS", "SLOTS", "Handlers", "frame"]
+__all__ = ["CUSTOM", "OUTPUTS", "Handlers", "outputs", "refused"]

@@ -1,8 +1,8 @@
 """Handlers of recorded runs: Race replay, the scrubber, traces (upload, examples,
 download) and the exports. The session's recorded events are all they need: no model.
 
-Handlers return *frames*: dicts from display slot to value (see :data:`SLOTS`); the
-UI turns a frame into its outputs list, leaving absent slots unchanged.
+Handlers build *frames* (:class:`mtp_viz.app.views.frame.Frame`) and return them as the
+page's outputs list (:func:`outputs`), leaving the parts a frame does not set unchanged.
 """
 from __future__ import annotations
 
@@ -16,18 +16,25 @@ from mtp_viz.sources import trace
 from mtp_viz.errors import UserError
 from mtp_viz.analysis import stream
 from mtp_viz.app.views import captions, charts, export, stats, tokens
+from mtp_viz.app.views.frame import PANE, PLOTS, SLOTS, Frame, cleared
+from mtp_viz.sources.recorded import TraceSource
 from mtp_viz.app.runtime import runs, service
 from . import form
 
-PLOTS = tuple(c.id for c in charts.CHARTS)
-SLOTS = ("status", "caption", "spec", "spec_stats", "ar", "ar_stats", "compare", "theory") + PLOTS
+OUTPUTS = SLOTS + PLOTS  # a frame's outputs, then the session and Race replay's button
 
 
-def frame(f: dict[str, Any], sess: Any = None, replay: Any = None) -> list[Any]:
-    """A frame (slot -> value) as the run outputs list; absent slots are skipped."""
-    figures = f.get("figures", {})
-    vals = [figures[s] if s in figures else f.get(s, gr.skip()) for s in SLOTS]
+def outputs(f: Frame, sess: Any = None, replay: Any = None) -> list[Any]:
+    """A frame as the run outputs list (:data:`OUTPUTS` order); parts it leaves ``None``
+    are skipped, so the page keeps them."""
+    vals = [gr.skip() if (v := getattr(f, s)) is None else v for s in SLOTS]
+    vals += [f.figures.get(c, gr.skip()) for c in PLOTS]
     return vals + [gr.skip() if sess is None else sess, gr.skip() if replay is None else replay]
+
+
+def message(text: str, level: str = "info") -> Frame:
+    """A frame that only says ``text`` in #status."""
+    return Frame(status=tokens.message_html(text, level=level))
 
 
 class Recorded:
@@ -39,28 +46,28 @@ class Recorded:
         """Both recorded runs, side by side, on their recorded timestamps; then the
         charts, the speedup and the theory panel of the whole run."""
         if sess is None or not (sess.spec or sess.ar):
-            yield frame({"status": tokens.message_html("Run a prompt first.", level="warn")})
+            yield outputs(message("Run a prompt first.", level="warn"))
             return
         speed, t0, shown, clock = float(speed or 1.0), time.monotonic(), None, 0.0
         while True:
             now = time.monotonic()
             t = (now - t0) * speed
             (s, s_done), (a, a_done) = stream.events_until(sess.spec, t), stream.events_until(sess.ar, t)
-            status = {"status": tokens.message_html(f"Race replay at {speed:g}× speed · t = {t:.2f} s")}
+            status = message(f"Race replay at {speed:g}× speed · t = {t:.2f} s")
             if (len(s), len(a)) != shown:  # tokens only when some arrived; the clock 4× a second
                 shown, clock = (len(s), len(a)), now
-                yield frame({"spec": tokens.tokens_html(s), "ar": tokens.tokens_html(a),
-                             "spec_stats": stats.stats_html(stats.run_stats(s, now=t)),
-                             "ar_stats": stats.stats_html(stats.run_stats(a, now=t)), **status})
+                yield outputs(status | Frame(spec=tokens.tokens_html(s), ar=tokens.tokens_html(a),
+                                             spec_stats=stats.stats_html(stats.run_stats(s, now=t)),
+                                             ar_stats=stats.stats_html(stats.run_stats(a, now=t))))
             elif now - clock >= 0.25:
                 clock = now
-                yield frame(status)
+                yield outputs(status)
             if s_done and a_done:
                 break
             time.sleep(0.04)
-        yield frame({**runs.final_frame(sess), "status": tokens.message_html(
+        yield outputs(runs.final_frame(sess) | message(
             f"Replay done: speculative finished in {stats.run_stats(sess.spec).seconds:.2f} s, "
-            f"autoregressive in {stats.run_stats(sess.ar).seconds:.2f} s.")})
+            f"autoregressive in {stats.run_stats(sess.ar).seconds:.2f} s."))
 
     # ------------------------------------------------------------ the scrubber
 
@@ -78,18 +85,18 @@ class Recorded:
         """The panes, stats and charts after step ``step`` of the run; the baseline as
         it stood at that moment of the speculative run's recorded clock."""
         if sess is None or not (sess.spec or sess.ar):
-            return frame({"status": tokens.message_html("Run a prompt or replay a trace first.", level="warn")})
+            return outputs(message("Run a prompt or replay a trace first.", level="warn"))
         s = form.whole(step, "The step")
         main, other = (sess.spec, sess.ar) if sess.spec else (sess.ar, [])
         shown = stream.events_through_step(main, s)
         t = max((e.t for e in shown if e.type == "step"), default=0.0)
         beside = stream.events_until(other, t)[0]
         spec, ar = (shown, beside) if sess.spec else ([], shown)
-        return frame({"spec": tokens.tokens_html(spec), "ar": tokens.tokens_html(ar),
-                      "spec_stats": stats.stats_html(stats.run_stats(spec, now=t)),
-                      "ar_stats": stats.stats_html(stats.run_stats(ar, now=t)),
-                      "figures": charts.all_figures(spec, ar), "caption": captions.caption_html(shown),
-                      "status": tokens.message_html(f"After step {s} (t = {t:.3f} s of the recorded run).")})
+        return outputs(Frame(spec=tokens.tokens_html(spec), ar=tokens.tokens_html(ar),
+                             spec_stats=stats.stats_html(stats.run_stats(spec, now=t)),
+                             ar_stats=stats.stats_html(stats.run_stats(ar, now=t)),
+                             figures=charts.all_figures(spec, ar), caption=captions.caption_html(shown))
+                       | message(f"After step {s} (t = {t:.3f} s of the recorded run)."))
 
     # ------------------------------------------------------------ traces
 
@@ -104,7 +111,7 @@ class Recorded:
         if not name:
             return
         if name not in {stem for _, stem in self.example_traces()}:
-            yield frame({"status": tokens.message_html("Pick an example trace from the list.", level="error")})
+            yield outputs(message("Pick an example trace from the list.", level="error"))
             return
         yield from self.replay_trace(str(trace.examples_dir() / f"{name}.jsonl"), sess, speed)
 
@@ -115,19 +122,20 @@ class Recorded:
             return
         sess = sess or runs.Session()
         try:
-            spec, ar = trace.spec_and_ar(trace.read(path))
+            source = TraceSource.read(path)
         except UserError as e:
-            yield frame({"status": tokens.message_html(str(e), level="error")})
+            yield outputs(message(str(e), level="error"))
             return
         sess.new_run()
-        sess.spec, sess.ar = spec, ar
+        recorded = {pane: [] for pane in PANE.values()}
+        for mode, e in source.runs():
+            recorded[PANE[mode]].append(e)
+        sess.spec, sess.ar = spec, ar = recorded["spec"], recorded["ar"]
         first = (spec or ar)[0]
         sess.greedy = not first.settings.get("temperature")  # CLI traces of AR runs carry none: greedy
-        yield frame({"spec": tokens.placeholder_html("Replaying the trace…" if spec else "The trace has no "
-                                                   "speculative run."),
-                     "ar": tokens.placeholder_html("Replaying the trace…" if ar else "The trace has no baseline."),
-                     "compare": stats.compare_html(stats.RunStats(), stats.RunStats(), greedy=True),
-                     "theory": "", "figures": self.empty_figures}, sess, gr.update(interactive=bool(spec and ar)))
+        yield outputs(cleared("Replaying the trace…" if spec else "The trace has no speculative run.",
+                              "Replaying the trace…" if ar else "The trace has no baseline.", self.empty_figures),
+                      sess, gr.update(interactive=bool(spec and ar)))
         yield from self.replay(sess, speed)
 
     def download_files(self, sess: runs.Session | None):
@@ -150,4 +158,4 @@ class Recorded:
         return path
 
 
-__all__ = ["PLOTS", "SLOTS", "Recorded", "frame"]
+__all__ = ["OUTPUTS", "Recorded", "message", "outputs"]

@@ -22,14 +22,17 @@ import gradio as gr
 
 from mtp_viz.app.runtime import runs, service
 from mtp_viz.app.runtime.guard import ServerPolicy
-from mtp_viz.app.views import dashboard, stats, tokens
+from mtp_viz.app.views import dashboard, tokens
 from mtp_viz.engine.events import Step
 from mtp_viz.errors import UserError
 from mtp_viz.sources.vllm import client as vllm_client
 from mtp_viz.sources.vllm.prometheus import SpecDecodeCounters
 from mtp_viz.sources.vllm.source import Servers, VllmSource
 
-from .local import Handlers, frame
+from mtp_viz.app.views.frame import Frame, cleared
+
+from .local import Handlers, refused
+from .recorded import message, outputs
 
 VLLM = "vllm"                 # the model picker's key for this source
 DASHBOARD_SECONDS = 2.0       # between two scrapes of /metrics
@@ -63,26 +66,21 @@ class VllmHandlers:
             if servers.baseline is None:
                 s = s.only("speculative")
         except UserError as e:
-            yield frame({"status": tokens.message_html(str(e), level="error"),
-                         "spec": tokens.placeholder_html("No run: " + str(e))}, sess, gr.update(interactive=False))
+            yield outputs(refused(e), sess, gr.update(interactive=False))
             return
         ar = ("The baseline server runs after the speculating one." if s.baseline else
               "No baseline: give a baseline server's URL and turn on “Then run autoregressive”.")
         step_note = ("Step mode pauses only the local engine: a vLLM server sends its steps when it finishes."
                      if values.get("step_mode") else "")
-        empty = stats.stats_html(stats.RunStats())
-        cleared = {"spec": tokens.placeholder_html("Waiting for the server: its steps come with its last chunk."),
-                   "ar": tokens.placeholder_html(ar), "spec_stats": empty, "ar_stats": empty,
-                   "compare": stats.compare_html(stats.RunStats(), stats.RunStats(), greedy=True),
-                   "theory": "", "figures": self.h.empty_figures,
-                   "caption": tokens.message_html(step_note, level="warn")}
         status = tokens.message_html(f"Sending the prompt to the vLLM server at {servers.spec}…")
-        yield frame({**cleared, "status": status}, sess, gr.update(interactive=False))
+        yield outputs(cleared("Waiting for the server: its steps come with its last chunk.", ar, self.h.empty_figures,
+                              caption=tokens.message_html(step_note, level="warn"), status=status),
+                      sess, gr.update(interactive=False))
         for f in runs.compare_frames(VllmSource(servers), s, sess, frame_interval=service.env_frame_interval()):
-            if "theory" in f and "status" in f and not sess.stop.is_set():  # the last frame of a run
-                f["status"] = tokens.message_html(self.done_line(sess))
-            yield frame(f)
-        yield frame({}, replay=gr.update(interactive=bool(sess.spec and sess.ar)))
+            if f.last and f.status is not None and not sess.stop.is_set():  # a run that ended well
+                f = f | message(self.done_line(sess))
+            yield outputs(f)
+        yield outputs(Frame(), replay=gr.update(interactive=bool(sess.spec and sess.ar)))
 
     @staticmethod
     def done_line(sess: runs.Session) -> str:
@@ -94,9 +92,8 @@ class VllmHandlers:
 
     @staticmethod
     def measure(values: dict[str, Any], repeats: Any, sess: runs.Session | None):
-        yield frame({"status": tokens.message_html(
-            "Measure repeats the local engine; for vLLM servers run mtp-viz bench --server URL "
-            "--baseline-server URL.", level="warn")}, sess)
+        yield outputs(message("Measure repeats the local engine; for vLLM servers run mtp-viz bench --server URL "
+                              "--baseline-server URL.", level="warn"), sess)
 
     def picked(self, key: str) -> str:
         """``#model-status`` when the picker changes: what this source needs, else the

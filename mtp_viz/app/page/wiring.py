@@ -16,7 +16,7 @@ import gradio as gr
 from mtp_viz.prompts import Prompt, category_suite, code_suite, load_prompts
 from mtp_viz.app.handlers.vllm import HINT, VLLM, VllmHandlers
 from mtp_viz.app.handlers import links
-from mtp_viz.app.handlers.local import CUSTOM, SLOTS, Handlers
+from mtp_viz.app.handlers.local import CUSTOM, OUTPUTS, Handlers
 from mtp_viz.app.views import tokens
 from . import inspector, teach, vllm
 
@@ -93,11 +93,11 @@ class Page:
                 self.server.url: "vllm_url", self.server.baseline: "vllm_baseline_url"}
 
     def outputs(self) -> list[Any]:
-        """What a frame fills, in :data:`SLOTS` order, then the session and Race replay."""
+        """What a frame fills, in :data:`OUTPUTS` order, then the session and Race replay."""
         slots = {"status": self.status, "caption": self.caption, "spec": self.spec, "spec_stats": self.spec_stats,
                  "ar": self.ar, "ar_stats": self.ar_stats, "compare": self.compare, "theory": self.theory,
                  **self.plots}
-        return [slots[s] for s in SLOTS] + [self.session, self.replay_btn]
+        return [slots[s] for s in OUTPUTS] + [self.session, self.replay_btn]
 
 
 # ---------------------------------------------------------------- what the picker shows

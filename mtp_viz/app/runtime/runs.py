@@ -20,6 +20,7 @@ from mtp_viz.engine.schedules import ScheduleCache
 from mtp_viz.sources.base import Source
 from mtp_viz.sources.settings import RunSettings
 from mtp_viz.app.views import captions, charts, stats, theory, tokens
+from mtp_viz.app.views.frame import PANE, Frame
 from . import service
 from .service import FRAMES_PER_SECOND, user_message
 
@@ -29,7 +30,6 @@ CHART_INTERVAL = 2.0      # plotly figures are re-sent whole (and redrawn by the
 HEARTBEAT = 1.0           # an empty frame after this long without news (see _stream)
 STEP_IDLE = 300.0         # step mode stops a run left waiting for Next this long (seconds)
 _END = object()
-PANES = {"speculative": "spec", "autoregressive": "ar"}  # the pane each mode streams into
 
 
 class StepGate:
@@ -149,7 +149,7 @@ class Worker:
 
 
 def _stream(source: Callable[[], Iterable[tuple[str, Event]]], sess: Session, frame_interval: float,
-            chart_interval: float) -> Iterator[dict[str, Any]]:
+            chart_interval: float) -> Iterator[Frame]:
     """Consume one comparison from its worker (``(pane, event)`` items), recording into
     the session; yield a frame when news arrived and the last frame is
     ``frame_interval`` old, when a verification is slow enough for its pending drafts to
@@ -179,54 +179,56 @@ def _stream(source: Callable[[], Iterable[tuple[str, Event]]], sess: Session, fr
                 # nothing on the page, but lets the server notice a client that left and
                 # close this generator, which stops the worker.
                 last_frame = now
-                yield {}
+                yield Frame()
                 continue
             if not final and (not dirty or now - last_frame < frame_interval):
                 continue
             last_frame = now
-            frame: dict[str, Any] = {}
+            parts: dict[str, Any] = {}
             chart_news |= "spec" in dirty
             for key in sorted(dirty):
-                frame[key], frame[key + "_stats"] = panes[key].html(), stats.stats_html(tallies[key])
+                parts[key], parts[key + "_stats"] = panes[key].html(), stats.stats_html(tallies[key])
             dirty = set()
             if sess.gate.on:
-                frame["caption"] = captions.caption_html(sess.spec)
+                parts["caption"] = captions.caption_html(sess.spec)
             if errors:
-                frame["status"] = tokens.message_html(errors[-1].message, level="error")
+                parts["status"] = tokens.message_html(errors[-1].message, level="error")
                 errors = []
             # live charts plot only the speculative run: redrawn only with news of it
             if final or (chart_news and now - last_chart >= chart_interval):
                 last_chart, chart_news = now, False
-                frame["figures"] = charts.live_figures(sess.spec)
-            yield frame
+                parts["figures"] = charts.live_figures(sess.spec)
+            yield Frame(**parts)
     finally:
         worker.close()
 
 
 def compare_frames(source: Source, s: RunSettings, sess: Session, *, frame_interval: float = FRAME_INTERVAL,
-                   chart_interval: float = CHART_INTERVAL, threads: int = 0) -> Iterator[dict[str, Any]]:
+                   chart_interval: float = CHART_INTERVAL, threads: int = 0) -> Iterator[Frame]:
     """The runs ``s.modes`` asks of ``source`` (the speculative run, and the
     autoregressive baseline when asked for), then every chart, the speedup and the
     identity check. How the runs share the machine and their clocks is the source's
     business (:mod:`mtp_viz.sources.base`); the worker thread keeps rendering off them.
-    Yields frames: dicts from display slot to HTML or figures; absent slots are unchanged."""
+    The last frame (``last``) holds every chart, the speedup, the theory panel and the
+    closing status line."""
     sess.greedy = s.greedy
     both = ("Speculative decoding and the autoregressive baseline take turns, token for token, "
             "each on its own clock…")
-    yield {"status": tokens.message_html(both if s.baseline else "Speculative decoding: drafting and verifying…")}
+    yield Frame(status=tokens.message_html(both if s.baseline else "Speculative decoding: drafting and verifying…"))
     pause = sess.gate if source.pausable else None
-    yield from _stream(lambda: ((PANES[m], e) for m, e in source.runs(s, sess.stop, pause)), sess,
+    yield from _stream(lambda: ((PANE[m], e) for m, e in source.runs(s, sess.stop, pause)), sess,
                        frame_interval, chart_interval)
     final = final_frame(sess, threads)
-    if not any(isinstance(e, Error) for e in sess.spec + sess.ar):
-        stopped = sess.stop.is_set()
-        final["status"] = tokens.message_html(
-            f"Stopped: step mode waited {sess.gate.idle / 60:g} minutes for Next." if sess.gate.timed_out else
-            "Stopped." if stopped else
-            "Done. Press Race replay to watch both runs side by side on their recorded timings, "
-            "or Measure for the median of repeated runs.",
-            level="warn" if stopped else "info")
-    yield final
+    if any(isinstance(e, Error) for e in sess.spec + sess.ar):
+        yield final
+        return
+    stopped = sess.stop.is_set()
+    yield final | Frame(status=tokens.message_html(
+        f"Stopped: step mode waited {sess.gate.idle / 60:g} minutes for Next." if sess.gate.timed_out else
+        "Stopped." if stopped else
+        "Done. Press Race replay to watch both runs side by side on their recorded timings, "
+        "or Measure for the median of repeated runs.",
+        level="warn" if stopped else "info"))
 
 
 def warm_up(source: Source, new_tokens: int = 8, top: int = 0) -> None:
@@ -251,14 +253,14 @@ def load_and_warm(target: str, drafter: str | None) -> Any:
     return pair
 
 
-def final_frame(sess: Session, threads: int = 0) -> dict[str, Any]:
+def final_frame(sess: Session, threads: int = 0) -> Frame:
     """What a finished run shows besides its panes: every chart, the speedup and the
     measured-vs-theory panel (after a live run, a Race replay or a replayed trace)."""
     from mtp_viz.analysis.metrics import theory_check
-    return {"figures": charts.all_figures(sess.spec, sess.ar),
-            "compare": stats.compare_html(stats.run_stats(sess.spec), stats.run_stats(sess.ar),
-                                         greedy=sess.greedy, threads=threads),
-            "theory": theory.theory_panel_html(theory_check(sess.spec, sess.ar or None))}
+    return Frame(figures=charts.all_figures(sess.spec, sess.ar),
+                 compare=stats.compare_html(stats.run_stats(sess.spec), stats.run_stats(sess.ar),
+                                            greedy=sess.greedy, threads=threads),
+                 theory=theory.theory_panel_html(theory_check(sess.spec, sess.ar or None)), last=True)
 
 
-__all__ = ["PANES", "Session", "StepGate", "Worker", "compare_frames", "final_frame", "load_and_warm", "warm_up"]
+__all__ = ["Session", "StepGate", "Worker", "compare_frames", "final_frame", "load_and_warm", "warm_up"]
