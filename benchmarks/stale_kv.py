@@ -109,16 +109,16 @@ def main(argv=None) -> int:
                     out[v] = runner.ours(ids, setting)
                 ev[v].extend(out[v][1])
             ref, _ = runners["cropped"].reference(ids, g)
-            same_tokens &= all(out[v][0]["ids"] == ref["ids"] for v in VARIANTS)
-            ref_match += out["transformers"][0]["target_forwards"] == ref["target_forwards"]
+            same_tokens &= all(out[v][0].ids == ref.ids for v in VARIANTS)
+            ref_match += out["transformers"][0].target_forwards == ref.target_forwards
             tau = {v: metrics.mean_accepted_length(out[v][1]) for v in VARIANTS}
             for v in diffs:
                 diffs[v].append(tau["cropped"] - tau[v])
             per_prompt.append({"gamma": g, "prompt_id": q.id, "category": q.category,
                                **{f"alpha_{v}": metrics.alpha_estimate(out[v][1]) for v in VARIANTS},
                                **{f"tau_{v}": tau[v] for v in VARIANTS},
-                               **{f"forwards_{v}": out[v][0]["target_forwards"] for v in VARIANTS},
-                               "forwards_reference": ref["target_forwards"]})
+                               **{f"forwards_{v}": out[v][0].target_forwards for v in VARIANTS},
+                               "forwards_reference": ref.target_forwards})
         s = {v: metrics.summarize(e) for v, e in ev.items()}
         row = {"gamma": g, "prompts": len(prompts), "same_tokens": same_tokens,
                "transformers_variant_matches_reference_forwards": f"{ref_match}/{len(prompts)}"}

@@ -40,9 +40,9 @@ def test_bad_inputs_are_user_errors(tmp_path):
 
 
 def _rec(mode, setting, repeat, seconds, tokens=10, category="code", pid="p1"):
-    return dict(mode=mode, setting=setting, schedule=setting.split("-")[0] if setting else "",
-                gamma=0, repeat=repeat, seconds=seconds, new_tokens=tokens, target_forwards=tokens,
-                category=category, prompt_id=pid)
+    return bench_report.Record(mode, seconds, tokens, tokens, setting=setting,
+                               schedule=setting.split("-")[0] if setting else "", repeat=repeat,
+                               category=category, prompt_id=pid)
 
 
 def test_speedup_and_overhead_are_medians_of_paired_repeats():
@@ -56,18 +56,20 @@ def test_speedup_and_overhead_are_medians_of_paired_repeats():
 
 
 def test_parity_check_reports_mismatches(capsys):
-    done = {("autoregressive", ""): {"ids": [1, 2, 3]},
-            ("reference", "constant-2"): {"ids": [1, 2, 3]},
-            ("ours", "constant-2"): {"ids": [1, 2, 3]},
-            ("reference", "constant-4"): {"ids": [1, 2, 3]},
-            ("ours", "constant-4"): {"ids": [1, 9, 3]},
-            ("ours", "optimal-4"): {"ids": [1, 2, 3]}}
+    def ran(mode, ids):
+        return bench_report.Record(mode, 1.0, 3, 3, ids=ids)
+    done = {("autoregressive", ""): ran("autoregressive", (1, 2, 3)),
+            ("reference", "constant-2"): ran("reference", (1, 2, 3)),
+            ("ours", "constant-2"): ran("ours", (1, 2, 3)),
+            ("reference", "constant-4"): ran("reference", (1, 2, 3)),
+            ("ours", "constant-4"): ran("ours", (1, 9, 3)),
+            ("ours", "optimal-4"): ran("ours", (1, 2, 3))}
     bar = SimpleNamespace(write=lambda msg, file=None: print(msg, file=file))
     assert bench._check_parity(done, "p", 0, bar) == 1
-    assert done[("ours", "constant-2")]["parity"] is True
-    assert done[("ours", "constant-4")]["parity"] is False
-    assert done[("ours", "constant-4")]["first_difference"] == 1
-    assert done[("ours", "optimal-4")]["parity"] is None
+    assert done[("ours", "constant-2")].parity is True
+    assert done[("ours", "constant-4")].parity is False
+    assert done[("ours", "constant-4")].first_difference == 1
+    assert done[("ours", "optimal-4")].parity is None
     assert "MISMATCH constant-4" in capsys.readouterr().err
 
 
@@ -84,12 +86,12 @@ def test_metrics_agree_with_engine_totals():
         rec, ev = runner.ours(prompt, bench.Setting("constant", 4))
     finally:
         runner.close()
-    assert rec["ids"] == script
+    assert list(rec.ids) == script
     done, s = ev[-1], metrics.summarize(ev)
     assert 0 < s.acceptance_rate < 1 and s.rejections > 0
     assert (s.drafted, s.accepted) == (done.drafted, done.accepted)
     assert s.mean_accepted_length == pytest.approx(done.mean_accepted_length)
-    assert s.target_forwards == rec["target_forwards"] == runner.forwards
+    assert s.target_forwards == rec.target_forwards == runner.forwards
     # every corrupted step rejects exactly once; all others accept everything drafted
     assert s.alpha == pytest.approx(s.accepted / (s.accepted + s.rejections))
 

@@ -25,13 +25,15 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from mtp_viz.engine.schedules import ScheduleCache
 from mtp_viz.errors import UserError
 from mtp_viz.prompts import load_prompts
+
+from .bench_report import Record
 QUICK = dict(max_new_tokens=24, repeats=1, draft_tokens=(2, 4), per_category=1)
 
 
@@ -142,9 +144,8 @@ class Runner:
             raise RuntimeError(f"engine stopped without a done event: {done!r}")
         # Step 1 is the prefill in both of our modes: its time, to separate out decoding.
         prefill = next((e.verify_seconds for e in events if isinstance(e, Step)), 0.0)
-        return {"seconds": seconds, "cpu_seconds": cpu, "prefill_seconds": prefill,
-                "new_tokens": done.new_tokens,
-                "target_forwards": done.target_forwards, "ids": list(done.generated_ids)}, events
+        return Record("", seconds, done.new_tokens, done.target_forwards, tuple(done.generated_ids),
+                      cpu_seconds=cpu, prefill_seconds=prefill), events
 
     def reference(self, ids: list[int], gamma: int, n: int | None = None):
         import torch
@@ -166,9 +167,7 @@ class Runner:
         finally:
             gc.num_assistant_tokens, gc.num_assistant_tokens_schedule = saved
         gen = out[0, len(ids):].tolist()
-        return {"seconds": seconds, "cpu_seconds": cpu, "new_tokens": len(gen),
-                "target_forwards": self.forwards,
-                "ids": gen}, None
+        return Record("reference", seconds, len(gen), self.forwards, tuple(gen), cpu_seconds=cpu), None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -243,14 +242,13 @@ def _run(args, sampling, prompts, settings, n, repeats, quick, greedy) -> int:
                 done: dict[tuple[str, str], dict] = {}
                 for mode, setting in order:
                     rec, ev = one(mode, setting, ids)
-                    rec.update(mode=mode, setting=setting.name if setting else "",
-                               schedule=setting.schedule if setting else "",
-                               gamma=setting.gamma if setting else 0, prompt_id=prompt.id,
-                               category=prompt.category, repeat=r,
-                               prompt_tokens=len(ids))
-                    done[(mode, rec["setting"])] = rec
+                    rec = replace(rec, mode=mode, setting=setting.name if setting else "",
+                                  schedule=setting.schedule if setting else "",
+                                  gamma=setting.gamma if setting else 0, prompt_id=prompt.id,
+                                  category=prompt.category, repeat=r, prompt_tokens=len(ids))
+                    done[(mode, rec.setting)] = rec
                     if ev is not None:
-                        events.setdefault((mode, rec["setting"]), []).append((prompt, r, ev))
+                        events.setdefault((mode, rec.setting), []).append((prompt, r, ev))
                     bar.update(1)
                 if greedy:
                     mismatches += _check_parity(done, prompt.id, r, bar)
@@ -258,9 +256,6 @@ def _run(args, sampling, prompts, settings, n, repeats, quick, greedy) -> int:
     finally:
         bar.close()
         runner.close()
-    for rec in records:
-        rec.pop("ids", None)
-
     meta = {
         "target": args.target, "drafter": args.drafter, "max_new_tokens": n, "repeats": repeats,
         "prompts": len(prompts), "settings": [s.name for s in settings],
@@ -290,17 +285,16 @@ def _check_parity(done: dict, prompt_id: str, repeat: int, bar) -> int:
         if mode != "ours":
             continue
         ref = done.get(("reference", name))
-        rec["matches_autoregressive"] = ar is not None and rec["ids"] == ar["ids"]
+        rec.matches_autoregressive = ar is not None and rec.ids == ar.ids
         if ref is None:
-            rec["parity"] = None
             continue
-        rec["parity"] = rec["ids"] == ref["ids"]
-        if not rec["parity"]:
+        rec.parity = rec.ids == ref.ids
+        if not rec.parity:
             failures += 1
-            first = next((k for k, (a, b) in enumerate(zip(rec["ids"], ref["ids"])) if a != b),
-                         min(len(rec["ids"]), len(ref["ids"])))
-            rec["first_difference"] = first
+            first = next((k for k, (a, b) in enumerate(zip(rec.ids, ref.ids)) if a != b),
+                         min(len(rec.ids), len(ref.ids)))
+            rec.first_difference = first
             bar.write(f"MISMATCH {name} on {prompt_id} (repeat {repeat}): ours differs from "
-                      f"transformers at new token {first}: {rec['ids'][first:first + 5]} vs "
-                      f"{ref['ids'][first:first + 5]}", file=sys.stderr)
+                      f"transformers at new token {first}: {list(rec.ids[first:first + 5])} vs "
+                      f"{list(ref.ids[first:first + 5])}", file=sys.stderr)
     return failures

@@ -12,11 +12,39 @@ import json
 import os
 import platform
 import statistics
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from mtp_viz.analysis import metrics
 from mtp_viz.engine import theory
+
+
+@dataclass
+class Record:
+    """One timed run of a bench, as bench.json's ``runs`` lists it."""
+    mode: str                  # local: autoregressive | reference | ours; server: speculative | autoregressive
+    seconds: float             # wall time of the whole call (a server's: request to last chunk)
+    new_tokens: int
+    target_forwards: int
+    ids: tuple[int, ...] = ()  # the generated tokens, for the parity checks (not written)
+    setting: str = ""          # ours and reference: "<schedule>-<γ>"
+    schedule: str = ""
+    gamma: int = 0
+    prompt_id: str = ""
+    category: str = ""
+    repeat: int = 0
+    prompt_tokens: int | None = None
+    cpu_seconds: float | None = None       # process CPU time of the call (local)
+    prefill_seconds: float | None = None   # step 1's time (our engine's modes)
+    parity: bool | None = None             # ours: equals transformers' output (greedy; None: no reference)
+    first_difference: int | None = None    # where it first differs, when it does
+    matches_autoregressive: bool | None = None
+    same_tokens: bool | None = None        # server: both servers wrote the same tokens (greedy)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields that apply to this run (unset ones and the tokens left out)."""
+        return {k: v for k, v in asdict(self).items() if v is not None and k != "ids"}
 
 
 def environment() -> dict[str, Any]:
@@ -46,12 +74,12 @@ def _tps_by_repeat(records, mode, setting, category=None, decode=False) -> dict[
     tok: dict[int, float] = {}
     sec: dict[int, float] = {}
     for r in records:
-        if r["mode"] == mode and r["setting"] == setting and (category is None or r["category"] == category):
-            if decode and "prefill_seconds" not in r:
+        if r.mode == mode and r.setting == setting and (category is None or r.category == category):
+            if decode and r.prefill_seconds is None:
                 continue
-            k = r["repeat"]
-            tok[k] = tok.get(k, 0) + r["new_tokens"] - (1 if decode else 0)
-            sec[k] = sec.get(k, 0) + r["seconds"] - (r["prefill_seconds"] if decode else 0)
+            k = r.repeat
+            tok[k] = tok.get(k, 0) + r.new_tokens - (1 if decode else 0)
+            sec[k] = sec.get(k, 0) + r.seconds - (r.prefill_seconds if decode else 0)
     return {k: tok[k] / sec[k] for k in tok if sec[k] > 0}
 
 
@@ -74,16 +102,16 @@ def _overhead(records, setting, key="seconds"):
     ours: dict[int, float] = {}
     ref: dict[int, float] = {}
     for r in records:
-        if r["setting"] == setting and r["mode"] in ("ours", "reference") and key in r:
-            d = ours if r["mode"] == "ours" else ref
-            d[r["repeat"]] = d.get(r["repeat"], 0) + r[key]
+        if r.setting == setting and r.mode in ("ours", "reference") and getattr(r, key) is not None:
+            d = ours if r.mode == "ours" else ref
+            d[r.repeat] = d.get(r.repeat, 0) + getattr(r, key)
     return _median([ours[k] / ref[k] for k in ours if ref.get(k)])
 
 
 def _forwards(records, mode, setting):
-    rs = [r for r in records if r["mode"] == mode and r["setting"] == setting and r["repeat"] == 0]
-    f = sum(r["target_forwards"] for r in rs)
-    return f, (sum(r["new_tokens"] for r in rs) / f if f else None)
+    rs = [r for r in records if r.mode == mode and r.setting == setting and r.repeat == 0]
+    f = sum(r.target_forwards for r in rs)
+    return f, (sum(r.new_tokens for r in rs) / f if f else None)
 
 
 def _events(events, mode, setting, category=None):
@@ -114,7 +142,7 @@ def reduce(meta, records, events, settings) -> dict[str, Any]:
         decode_tau = _ratio(summ.new_tokens - summ.generations,
                             summ.target_forwards - summ.generations)
         ref_fwd, ref_tau = _forwards(records, "reference", s.name)
-        parity = [r.get("parity") for r in records if r["mode"] == "ours" and r["setting"] == s.name]
+        parity = [r.parity for r in records if r.mode == "ours" and r.setting == s.name]
         rows.append({
             "setting": s.name, "schedule": s.schedule, "gamma": s.gamma,
             "tokens_per_second": _median(list(_tps_by_repeat(records, "ours", s.name).values())),
@@ -140,18 +168,18 @@ def reduce(meta, records, events, settings) -> dict[str, Any]:
             "parity": (None if all(p is None for p in parity) else
                        sum(p is False for p in parity) == 0),
             "parity_failures": sum(p is False for p in parity),
-            "matches_autoregressive": all(r.get("matches_autoregressive", True) for r in records
-                                          if r["mode"] == "ours" and r["setting"] == s.name),
+            "matches_autoregressive": all(r.matches_autoregressive is not False for r in records
+                                          if r.mode == "ours" and r.setting == s.name),
         })
     slope = _verify_slope(rows)
     for row in rows:
         if row["alpha"] and slope is not None:
             row["optimal_gamma_with_verify_cost"] = theory.optimal_gamma(
                 row["alpha"], row["cost_coefficient"] + slope)[0]
-    categories = sorted({r["category"] for r in records})
+    categories = sorted({r.category for r in records})
     by_cat = []
     for cat in categories:
-        entry = {"category": cat, "prompts": len({r["prompt_id"] for r in records if r["category"] == cat})}
+        entry = {"category": cat, "prompts": len({r.prompt_id for r in records if r.category == cat})}
         for s in settings:
             ev = _events(events, "ours", s.name, cat)
             entry[s.name] = {"speedup": _speedup(records, "ours", s.name, cat),
@@ -160,7 +188,7 @@ def reduce(meta, records, events, settings) -> dict[str, Any]:
         by_cat.append(entry)
     return {"meta": meta, "autoregressive": {"tokens_per_second": ar_tps, "target_forwards": ar_fwd,
                                              "step_seconds": ar_step},
-            "verify_slope": slope, "settings": rows, "categories": by_cat, "runs": records}
+            "verify_slope": slope, "settings": rows, "categories": by_cat, "runs": [r.as_dict() for r in records]}
 
 
 def _verify_slope(rows) -> float | None:

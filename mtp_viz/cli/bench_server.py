@@ -18,6 +18,7 @@ baseline's too, when the baseline is the same server), as a check.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import statistics
 import sys
 from pathlib import Path
@@ -26,6 +27,8 @@ from typing import Any
 from mtp_viz.analysis import metrics
 from mtp_viz.sources.vllm import client as vllm_client
 from mtp_viz.errors import UserError
+
+from .bench_report import Record
 from mtp_viz.engine.events import Done, Start
 from mtp_viz.sources.vllm.prometheus import delta
 from mtp_viz.sources.vllm.stream import events
@@ -43,15 +46,14 @@ def add_arguments(p) -> None:
     p.add_argument("--baseline-model", help="the baseline server's model name (default: its first)")
 
 
-def _run_one(url: str, prompt: str, mode: str, n: int, args) -> tuple[dict, list]:
+def _run_one(url: str, prompt: str, mode: str, n: int, args) -> tuple[Record, list]:
     evs = list(events(url, prompt, model=args.model if mode == "speculative" else args.baseline_model,
                       mode=mode, chat=not args.no_chat, max_new_tokens=n,
                       temperature=max(args.temperature, 0.0),
                       seed=args.seed if args.temperature > 0 else None))
     done = evs[-1]
     assert isinstance(done, Done)
-    return {"seconds": done.seconds, "new_tokens": done.new_tokens, "ids": list(done.generated_ids),
-            "target_forwards": done.target_forwards}, evs
+    return Record(mode, done.seconds, done.new_tokens, done.target_forwards, tuple(done.generated_ids)), evs
 
 
 def run(args) -> int:
@@ -80,12 +82,11 @@ def run(args) -> int:
             done = {}
             for mode, server in order:
                 rec, evs = _run_one(server, p.text, mode, n, args)
-                rec.update(mode=mode, prompt_id=p.id, category=p.category, repeat=r)
-                done[mode] = rec
+                done[mode] = rec = replace(rec, prompt_id=p.id, category=p.category, repeat=r)
                 if mode == "speculative":
                     streams.append((p, evs))
             if base and args.temperature <= 0:
-                done["speculative"]["same_tokens"] = done["speculative"]["ids"] == done["autoregressive"]["ids"]
+                done["speculative"].same_tokens = done["speculative"].ids == done["autoregressive"].ids
             records.extend(done.values())
     after = vllm_client.scrape(url, args.model)
     result = reduce(records, streams, delta(after, before), meta={
@@ -94,9 +95,7 @@ def run(args) -> int:
         "model": next(e.settings["model"] for e in streams[0][1] if isinstance(e, Start)),
         "draft_tokens": len(before.accepted_per_pos), "quick": quick,
         "baseline_speculates": base_speculates})
-    for rec in records:
-        rec.pop("ids", None)
-    result["runs"] = records
+    result["runs"] = [rec.as_dict() for rec in records]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench.json").write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -111,9 +110,9 @@ def _tps(records, mode, category=None) -> dict[int, float]:
     tok: dict[int, float] = {}
     sec: dict[int, float] = {}
     for r in records:
-        if r["mode"] == mode and (category is None or r["category"] == category):
-            tok[r["repeat"]] = tok.get(r["repeat"], 0) + r["new_tokens"]
-            sec[r["repeat"]] = sec.get(r["repeat"], 0) + r["seconds"]
+        if r.mode == mode and (category is None or r.category == category):
+            tok[r.repeat] = tok.get(r.repeat, 0) + r.new_tokens
+            sec[r.repeat] = sec.get(r.repeat, 0) + r.seconds
     return {k: tok[k] / sec[k] for k in tok if sec[k] > 0}
 
 
@@ -130,7 +129,7 @@ def _median(xs):
 def reduce(records, streams, traffic, meta) -> dict[str, Any]:
     evs = [e for _, s in streams for e in s]
     s = metrics.summarize(evs)
-    same = [r["same_tokens"] for r in records if "same_tokens" in r]
+    same = [r.same_tokens for r in records if r.same_tokens is not None]
     cats = sorted({p.category for p, _ in streams})
     return {
         "meta": meta,

@@ -15,6 +15,7 @@ import os
 import sys
 
 from mtp_viz.engine.decoding import Sampling
+from mtp_viz.engine.schedules import SCHEDULES
 from mtp_viz.errors import UserError
 from mtp_viz.sources.settings import RunSettings
 from mtp_viz.engine.events import Accepted, Bonus, Done, Error, Rejected, Token
@@ -38,8 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--draft-tokens", type=int, default=None,
                    help="initial draft length (default: the drafter's num_assistant_tokens)")
-    p.add_argument("--schedule", default="constant",
-                   help="constant, heuristic, heuristic_transient, confidence or optimal")
+    p.add_argument("--schedule", default="constant", help=", ".join(SCHEDULES))
     p.add_argument("--temperature", type=float, default=0.0, help="0 means greedy (default)")
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--top-k", type=int, default=0)

@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 from urllib.parse import urlencode
 
+from mtp_viz.engine.drafters import DRAFTERS
 from mtp_viz.engine.schedules import SCHEDULES
 
 # Parameters that belong to the page itself, not to the form: presenter mode (read by
 # the page's script) and Gradio's own (``view=api``, ``__theme=dark``).
 PAGE_PARAMS = ("presenter", "view")
-DRAFTERS = ("mtp", "lookup")
 DECODINGS = ("greedy", "sampling")
 SAMPLING_ONLY = ("temperature", "top_p", "top_k", "seed")
 
@@ -84,7 +84,7 @@ def rules(limits: Limits) -> dict[str, tuple[str, Callable[[str], Any], str]]:
         "top_k": ("top_k", _whole(0), "a whole number, 0 or more"),
         "seed": ("seed", _whole(0), "a whole number, 0 or more"),
         "schedule": ("schedule", _one_of(tuple(SCHEDULES)), "one of " + ", ".join(SCHEDULES)),
-        "drafter": ("drafter_kind", _one_of(DRAFTERS), "mtp or lookup"),
+        "drafter": ("drafter_kind", _one_of(tuple(DRAFTERS)), "one of " + ", ".join(DRAFTERS)),
     }
 
 

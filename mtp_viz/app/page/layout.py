@@ -20,6 +20,7 @@ from typing import Any
 
 import gradio as gr
 
+from mtp_viz.engine.drafters import DRAFTERS
 from mtp_viz.engine.schedules import SCHEDULES
 from mtp_viz.app.views import charts, explain, stats, tokens
 from mtp_viz.app.runtime import runs, service
@@ -166,7 +167,7 @@ def _settings(first: FirstPair) -> dict[str, Any]:
             c = dict(
                 schedule=gr.Dropdown(list(SCHEDULES), value="constant", label="Draft-length schedule",
                                      elem_id="schedule"),
-                drafter_kind=gr.Radio([("MTP assistant", "mtp"), ("Prompt lookup", "lookup")], value="mtp",
+                drafter_kind=gr.Radio([(d.label, name) for name, d in DRAFTERS.items()], value="mtp",
                                       label="Drafter", elem_id="drafter-kind"),
                 chat=gr.Checkbox(first.key not in ("tiny",), label="Chat template", elem_id="chat"),
                 baseline=gr.Checkbox(True, label="Then run autoregressive", elem_id="baseline"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mtp_viz.errors import UserError
@@ -64,11 +64,10 @@ def measure(pair: Any, s: RunSettings, repeats: int, stop: threading.Event, thre
                 if stop.is_set():
                     raise UserError("Measure was stopped.")
                 rec, _ = runner.ours(ids, setting) if mode == "ours" else runner.autoregressive(ids)
-                records.append({**rec, "mode": mode, "setting": setting.name if mode == "ours" else "",
-                                "repeat": r, "category": ""})
+                records.append(replace(rec, mode=mode, setting=setting.name if mode == "ours" else "", repeat=r))
     finally:
         runner.close()
-    tps = {m: statistics.median(x["new_tokens"] / x["seconds"] for x in records if x["mode"] == m)
+    tps = {m: statistics.median(x.new_tokens / x.seconds for x in records if x.mode == m)
            for m in ("ours", "autoregressive")}
     return Measurement(tuple(speedup_ratios(records, "ours", setting.name)), tps["ours"],
                        tps["autoregressive"], threads)
