@@ -117,7 +117,8 @@ def rows(node):
     kids = [ids.get(k["id"]) for k in node.get("children", [])]
     here = [kids] if kids and all(k and k.endswith("-plot") for k in kids) else []
     return here + [r for k in node.get("children", []) for r in rows(k)]
-run = next(d for d in cfg["dependencies"] if [ids.get(t[0]) for t in d["targets"]] == ["run"] and d["outputs"])
+route = next(d for d in cfg["dependencies"] if [ids.get(t[0]) for t in d["targets"]] == ["run"] and d["outputs"])
+run = next(d for d in cfg["dependencies"] if [t[0] for t in d["targets"]] == route["outputs"][:1])  # a local run
 sess = runs.Session()
 sess.spec, sess.ar = spec_run(), ar_run()
 json.dump({"figures": sorted(charts.all_figures(spec_run(), ar_run())), "live": sorted(charts.live_figures(spec_run())),

@@ -31,7 +31,9 @@ from mtp_viz.errors import UserError
 from .bench_report import Record
 from mtp_viz.engine.events import Done, Start
 from mtp_viz.sources.vllm.prometheus import delta
-from mtp_viz.sources.vllm.stream import events
+from mtp_viz.engine.decoding import Sampling
+from mtp_viz.sources.settings import RunSettings
+from mtp_viz.sources.vllm.source import Servers, VllmSource
 
 QUICK = dict(max_new_tokens=24, repeats=1, per_category=1)
 
@@ -46,11 +48,12 @@ def add_arguments(p) -> None:
     p.add_argument("--baseline-model", help="the baseline server's model name (default: its first)")
 
 
-def _run_one(url: str, prompt: str, mode: str, n: int, args) -> tuple[Record, list]:
-    evs = list(events(url, prompt, model=args.model if mode == "speculative" else args.baseline_model,
-                      mode=mode, chat=not args.no_chat, max_new_tokens=n,
-                      temperature=max(args.temperature, 0.0),
-                      seed=args.seed if args.temperature > 0 else None))
+def _run_one(source: VllmSource, prompt: str, mode: str, n: int, args) -> tuple[Record, list]:
+    """One run of ``mode`` through the servers' source; the record and its events."""
+    greedy = args.temperature <= 0
+    s = RunSettings(prompt, modes=(mode,), max_new_tokens=n, chat=not args.no_chat,
+                    sampling=Sampling(max(args.temperature, 0.0), seed=None if greedy else args.seed))
+    evs = list(source.events(s))
     done = evs[-1]
     assert isinstance(done, Done)
     return Record(mode, done.seconds, done.new_tokens, done.target_forwards, tuple(done.generated_ids)), evs
@@ -68,9 +71,10 @@ def run(args) -> int:
     prompts = load_prompts(args.prompts, args.categories,
                            args.per_category or (QUICK["per_category"] if quick else 0))
     url, base = args.server, args.baseline_server
-    modes = [("speculative", url)] + ([("autoregressive", base)] if base else [])
-    warm = {mode: _run_one(server, prompts[0].text, mode, min(n, 8), args)[1]  # untimed; checks both
-            for mode, server in modes}
+    source = VllmSource(Servers(url, base, args.model, args.baseline_model))
+    modes = ["speculative"] + (["autoregressive"] if base else [])
+    warm = {mode: _run_one(source, prompts[0].text, mode, min(n, 8), args)[1]  # untimed; checks both
+            for mode in modes}
     base_speculates = bool(base) and warm["autoregressive"][0].settings.get("server_speculates")
     before = vllm_client.scrape(url, args.model)
     print(f"mtp-viz bench: {url}" + (f" against {base}" if base else "") +
@@ -80,8 +84,8 @@ def run(args) -> int:
         for i, p in enumerate(prompts):
             order = modes if (r * len(prompts) + i) % 2 == 0 else modes[::-1]
             done = {}
-            for mode, server in order:
-                rec, evs = _run_one(server, p.text, mode, n, args)
+            for mode in order:
+                rec, evs = _run_one(source, p.text, mode, n, args)
                 done[mode] = rec = replace(rec, prompt_id=p.id, category=p.category, repeat=r)
                 if mode == "speculative":
                     streams.append((p, evs))

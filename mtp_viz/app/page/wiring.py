@@ -17,6 +17,7 @@ from mtp_viz.prompts import Prompt, category_suite, code_suite, load_prompts
 from mtp_viz.app.handlers.vllm import HINT, VLLM, VllmHandlers
 from mtp_viz.app.handlers import links
 from mtp_viz.app.handlers.local import CUSTOM, OUTPUTS, Handlers
+from mtp_viz.app.runtime import service
 from mtp_viz.app.views import tokens
 from . import inspector, teach, vllm
 
@@ -173,22 +174,40 @@ def _wire_model(demo: gr.Blocks, page: Page, h: Handlers, vh: VllmHandlers) -> l
 
 def _wire_runs(page: Page, h: Handlers, vh: VllmHandlers) -> dict[str, Any]:
     """Run and Measure (on the picked source), Race replay and the two ways to replay a
-    trace. Returns the events that fill the panes, by name."""
+    trace. Returns the events that fill the panes, by name.
+
+    Run is routed before any queue: a local run waits for the engine's slot
+    (``concurrency_id="model"``, shared with Measure and ``/generate``), a run on a vLLM
+    server for a slot of its own (``MTP_VIZ_VLLM_CONCURRENCY``), so a slow or silent
+    server never holds the local engine. The route bumps a counter of the picked source
+    on the page, and that counter's change starts the run (a hidden Number, not a State:
+    a State's change does not fire on an unqueued event's output)."""
     form, outputs = page.form(), page.outputs()
+    local_go, remote_go = (gr.Number(0, visible="hidden", elem_classes="mv-route") for _ in range(2))
 
     def values(data: dict) -> dict[str, Any]:
         return {name: data[c] for c, name in form.items()}
 
+    def route(key: str, local: int, remote: int):
+        return (gr.skip(), remote + 1) if key == VLLM else (local + 1, gr.skip())
+
     def run(data: dict):
-        v = values(data)
-        yield from (vh if v["model"] == VLLM else h).run(v, data[page.session])
+        yield from h.run(values(data), data[page.session])
+
+    def run_remote(data: dict):
+        yield from vh.run(values(data), data[page.session])
 
     def measure(data: dict):
         v = values(data)
         yield from (vh if v["model"] == VLLM else h).measure(v, data[page.repeats], data[page.session])
 
-    model_slot = dict(concurrency_id="model", show_progress="minimal", show_progress_on=page.status, **HIDDEN)
-    run_ev = page.run_btn.click(run, set(form) | {page.session}, outputs, **model_slot)
+    shown = dict(show_progress="minimal", show_progress_on=page.status, **HIDDEN)
+    model_slot = dict(concurrency_id="model", **shown)
+    run_ev = page.run_btn.click(route, [page.model, local_go, remote_go], [local_go, remote_go],
+                                queue=False, **HIDDEN)
+    local_go.change(run, set(form) | {page.session}, outputs, **model_slot)
+    remote_go.change(run_remote, set(form) | {page.session}, outputs, concurrency_id="vllm",
+                     concurrency_limit=service.env_int("MTP_VIZ_VLLM_CONCURRENCY", 4), **shown)
     page.measure_btn.click(measure, set(form) | {page.session, page.repeats}, outputs, **model_slot)
     recorded = dict(concurrency_limit=8, show_progress="hidden", **HIDDEN)  # no model: many at once
     trace = [page.session, page.speed]
@@ -196,5 +215,6 @@ def _wire_runs(page: Page, h: Handlers, vh: VllmHandlers) -> dict[str, Any]:
     upload_ev = page.trace_upload.upload(h.replay_trace, [page.trace_upload, *trace], outputs, **recorded)
     example_ev = page.trace_example.change(h.replay_example, [page.trace_example, *trace], outputs, **recorded)
     return {"run": run_ev, "upload": upload_ev, "example": example_ev, "replay": replay_ev}
+
 
 __all__ = ["FORM", "HIDDEN", "Page", "examples_for", "hint_html", "prompt_choices", "wire"]
