@@ -445,7 +445,7 @@ def test_first_screen_labels_examples_draws_its_info_icons_and_shows_the_dashboa
         assert page.locator("[role='tab']:has-text('vLLM dashboard')").count() == 0
         assert page.locator("#dashboard-title").inner_text().startswith("vLLM dashboard")
         page.locator("#dashboard-url").scroll_into_view_if_needed()
-        assert page.locator("#dashboard-url input").is_visible()  # no tab to click first
+        assert page.locator("#dashboard-url").get_by_role("textbox").is_visible()  # no tab to click first
         page.evaluate("window.scrollTo(0, 0)")
         page.screenshot(path=str(tmp_path / "first-screen.png"))
     finally:
