@@ -78,6 +78,14 @@ def test_clicking_a_rejected_draft_shows_p_q_and_the_acceptance_probability(page
     page.wait_for_selector("#inspector .mv-inspector", state="detached", timeout=30_000)
     page.wait_for_selector("#compare[data-speedup]", timeout=180_000)  # the run ends before the next test
 
+    # so does a race replay of the run (it redraws the panes the token was picked in)
+    page.wait_for_selector("#status:has-text('Done')", timeout=180_000)
+    page.locator("#spec-output span.tok[data-step]").nth(1).click()
+    page.wait_for_selector("#inspector .mv-inspector", timeout=30_000)
+    page.click("#replay")
+    page.wait_for_selector("#inspector .mv-inspector", state="detached", timeout=30_000)
+    page.click("#stop")
+
 
 def test_the_anatomy_panel_shows_the_loaded_pairs_layers_and_width(page, server, tmp_path):
     panel = page.locator("#anatomy .mv-anatomy[data-target-layers]")

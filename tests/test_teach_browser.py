@@ -73,13 +73,14 @@ def test_a_deep_link_restores_the_prompt_pair_and_settings(browser, url):  # noq
 
 
 def test_a_bad_link_says_what_it_ignored_and_keeps_the_defaults(browser, url):  # noqa: F811
-    page = _page(browser, url, "?draft_tokens=99&max_new_tokens=12&colour=red")
+    page = _page(browser, url, "?draft_tokens=99&max_new_tokens=12&colour=red&presenter=yes")
     try:
         # the status line can still show the load's progress timer for a moment
         page.wait_for_selector("#status:has-text('Ignored from the link')", timeout=30_000)
         status = page.inner_text("#status")
         assert status.startswith("Ignored from the link: draft_tokens (must be a whole number from 1 to 16); "
-                                  "colour (not a setting).")
+                                  "colour (not a setting); presenter (must be 1).")
+        assert "mv-presenter" not in (page.get_attribute("body", "class") or "")
         assert page.input_value("#draft-tokens input[type='number']") == "4"
         assert page.input_value("#max-new input[type='number']") == "12"
     finally:

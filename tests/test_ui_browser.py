@@ -417,3 +417,36 @@ def test_a_run_exports_an_offline_page_csv_and_png(browser, page, tmp_path):
     png = tmp_path / "chart.png"
     download.value.save_as(png)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5_000
+
+
+def test_first_screen_labels_examples_draws_its_info_icons_and_shows_the_dashboard_as_a_section(
+        browser, modelless_server, tmp_path):
+    """What a new user met: an unlabelled dropdown beside Race replay, ⓘ as a missing-glyph
+    box (no font on Debian has U+24D8), and the dashboard as a lone tab at the bottom."""
+    page = _new_page(browser)
+    try:
+        page.goto(modelless_server)
+        label = page.locator("#examples [data-testid='block-info']")
+        label.wait_for(state="visible", timeout=60_000)
+        assert label.inner_text().strip() == "Example prompts"
+        lb, eb = label.bounding_box(), page.locator("#examples").bounding_box()
+        assert lb["width"] > 40 and eb["y"] <= lb["y"] and lb["y"] + lb["height"] <= eb["y"] + eb["height"]
+        assert page.locator("#buttons").bounding_box()["height"] <= 44  # the row keeps its height
+        assert _in_view(page, "#examples") and _in_view(page, "#spec-output") and _in_view(page, "#ar-output")
+
+        summaries = page.locator("details[data-explain] > summary")
+        assert summaries.count() > 5
+        assert all("ⓘ" not in t for t in summaries.all_inner_texts())
+        icons = page.locator("details[data-explain] > summary > svg.mv-info")
+        assert icons.count() == summaries.count()
+        box = icons.first.bounding_box()
+        assert box and box["width"] >= 10 and box["height"] >= 10
+
+        assert page.locator("[role='tab']:has-text('vLLM dashboard')").count() == 0
+        assert page.locator("#dashboard-title").inner_text().startswith("vLLM dashboard")
+        page.locator("#dashboard-url").scroll_into_view_if_needed()
+        assert page.locator("#dashboard-url").get_by_role("textbox").is_visible()  # no tab to click first
+        page.evaluate("window.scrollTo(0, 0)")
+        page.screenshot(path=str(tmp_path / "first-screen.png"))
+    finally:
+        page.close()

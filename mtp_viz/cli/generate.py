@@ -57,8 +57,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    source, s = open_source(args), settings(args)
-    events = source.events(s.validate())
+    s = settings(args).validate()  # a bad setting is refused before a model loads
+    source = open_source(args)
+    events = source.events(s)
     first = next(events, None)  # the run's own checks (prompt, context) fail before any output
     events = itertools.chain([first] if first else [], events)
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty()

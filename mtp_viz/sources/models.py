@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mtp_viz.errors import UserError
+from mtp_viz.errors import UserError, clip
 
 from .local import out_of_memory
 from .pair import ASSISTANT_TYPES, GEMMA4_TYPES, ModelPair, model_path, text_config
@@ -36,7 +36,7 @@ def pick_dtype(device: str, dtype: str | None = None):
             return {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16,
                     "float16": torch.float16, "fp32": torch.float32, "float32": torch.float32}[dtype]
         except KeyError:
-            raise UserError(f"Unknown dtype {dtype!r}; use bfloat16, float16 or float32.") from None
+            raise UserError(f"Unknown dtype {clip(repr(dtype))}; use bfloat16, float16 or float32.") from None
     return torch.float32 if device == "cpu" else torch.bfloat16
 
 
@@ -60,25 +60,27 @@ def _hub_error(err: BaseException):
 
 
 def _explain(spec: str, err: BaseException) -> UserError:
-    """One sentence for a loading failure, classified by exception type."""
+    """One sentence for a loading failure, classified by exception type; the model is
+    named as written, cut to a short prefix (:func:`clip`)."""
     from huggingface_hub import errors as hub
+    name = clip(spec)
     if out_of_memory(err):
-        return UserError(f"Not enough memory to load {spec}; try a smaller model, a GPU, or the tiny pair.")
+        return UserError(f"Not enough memory to load {name}; try a smaller model, a GPU, or the tiny pair.")
     if is_local(spec):  # one answer for every unusable folder: no existence oracle
-        return UserError(f"There is no loadable model folder at {spec}.")
+        return UserError(f"There is no loadable model folder at {name}.")
     cause = _hub_error(err)
     if isinstance(cause, hub.GatedRepoError):  # a subclass of RepositoryNotFoundError: first
-        return UserError(f"{spec} is gated: accept its license on the Hugging Face Hub and log in "
+        return UserError(f"{name} is gated: accept its license on the Hugging Face Hub and log in "
                          "with `hf auth login`.")
     if isinstance(cause, (hub.LocalEntryNotFoundError, hub.OfflineModeIsEnabled)):
-        return UserError(f"{spec} is not in the local Hugging Face cache and cannot be downloaded "
+        return UserError(f"{name} is not in the local Hugging Face cache and cannot be downloaded "
                          "without a network connection; use the bundled tiny pair instead.")
     if isinstance(cause, (hub.RepositoryNotFoundError, hub.HFValidationError,
                           hub.RevisionNotFoundError)):
-        return UserError(f"{spec} is neither a local model folder nor a model id on the Hugging Face Hub.")
+        return UserError(f"{name} is neither a local model folder nor a model id on the Hugging Face Hub.")
     if isinstance(cause, hub.EntryNotFoundError):
-        return UserError(f"{spec} is not a model repository (it has no config.json).")
-    return UserError(f"{spec} could not be loaded as a model ({type(err).__name__}).")
+        return UserError(f"{name} is not a model repository (it has no config.json).")
+    return UserError(f"{name} could not be loaded as a model ({type(err).__name__}).")
 
 
 def _load(loader, spec: str, **kwargs):
@@ -104,7 +106,7 @@ def _drafter_spec(drafter: str) -> str:
     if key in PRESETS:
         preset_drafter = resolve(key)[1]
         if preset_drafter is None:
-            raise UserError(f"The preset {key} has no drafter.")
+            raise UserError(f"The preset {clip(key)} has no drafter.")
         return preset_drafter
     return drafter
 
@@ -137,16 +139,16 @@ def load_pair(target: str, drafter: str | None = None, *, drafter_kind: str = "a
     drafter_config = _load(AutoConfig.from_pretrained, drafter) if drafter else None
     if drafter_config is not None:
         if drafter_config.model_type in ASSISTANT_TYPES and not is_gemma4:
-            raise UserError(f"The Gemma 4 MTP drafter {drafter} needs a Gemma 4 target, "
-                            f"but {target} is not a Gemma 4 model.")
+            raise UserError(f"The Gemma 4 MTP drafter {clip(drafter)} needs a Gemma 4 target, "
+                            f"but {clip(target)} is not a Gemma 4 model.")
         t_text, d_text = text_config(config), text_config(drafter_config)
         if d_text.vocab_size != t_text.vocab_size:
-            raise UserError(f"{drafter} and {target} do not share a vocabulary "
+            raise UserError(f"{clip(drafter)} and {clip(target)} do not share a vocabulary "
                             f"({d_text.vocab_size} vs {t_text.vocab_size} tokens).")
         backbone = getattr(drafter_config, "backbone_hidden_size", None)
         if backbone is not None and backbone != t_text.hidden_size:
-            raise UserError(f"The MTP drafter {drafter} was made for a target of width {backbone}, "
-                            f"but {target} has width {t_text.hidden_size}.")
+            raise UserError(f"The MTP drafter {clip(drafter)} was made for a target of width {backbone}, "
+                            f"but {clip(target)} has width {t_text.hidden_size}.")
 
     tokenizer = _load(AutoTokenizer.from_pretrained, target_spec, config=config)
     kwargs = dict(dtype=torch_dtype)

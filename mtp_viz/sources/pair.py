@@ -11,7 +11,7 @@ from typing import Any
 
 from mtp_viz.engine.drafters import DRAFTERS, drafter_class
 from mtp_viz.engine.schedules import ScheduleCache
-from mtp_viz.errors import UserError
+from mtp_viz.errors import UserError, clip
 
 from .presets import is_local
 from .settings import RunSettings, quote
@@ -26,7 +26,7 @@ def model_path(spec: str) -> str:
     if is_local(spec):
         folder = Path(spec).expanduser()
         if not folder.is_dir():
-            raise UserError(f"There is no loadable model folder at {spec}.")
+            raise UserError(f"There is no loadable model folder at {clip(spec)}.")
         return str(folder)
     return spec
 
@@ -120,7 +120,7 @@ class ModelPair:
         if entry is None:
             raise UserError(f"Unknown drafter {quote(kind)}; choose auto, {', '.join(DRAFTERS)}.")
         if entry.needs and entry.needs != self.loaded:
-            raise UserError(entry.missing.format(target=self.name))
+            raise UserError(entry.missing.format(target=clip(self.name)))
         return drafter_class(kind).build(self.target, self.drafter_model)
 
     def generate(self, prompt: str | list, *, mode: str = "speculative", drafter: str = "auto",

@@ -16,7 +16,7 @@ from typing import Any
 from mtp_viz.engine.decoding import Sampling
 from mtp_viz.engine.drafters import DRAFTERS
 from mtp_viz.engine.schedules import SCHEDULES
-from mtp_viz.errors import UserError
+from mtp_viz.errors import UserError, clip
 
 MODES = ("speculative", "autoregressive")
 MAX_DRAFT_TOKENS = 16   # the longest draft a run may ask for (vLLM's limit is similar)
@@ -26,8 +26,7 @@ QUOTE = 40              # characters of a bad value quoted back in a sentence
 
 def quote(value: Any) -> str:
     """A user's value for an error sentence: its repr, cut to a short prefix."""
-    text = repr(value)
-    return text if len(text) <= QUOTE else text[:QUOTE - 1] + "…"
+    return clip(repr(value), QUOTE)
 
 
 def _whole(value: Any) -> bool:
@@ -65,8 +64,9 @@ class RunSettings:
         """These settings, or a UserError of one sentence for the first bad value;
         ``max_new_tokens`` is a deployment's cap on the setting of that name."""
         _check_prompt(self.prompt)
-        if not self.modes or any(m not in MODES for m in self.modes):
-            raise UserError(f"Unknown mode {quote(self.modes)}; choose speculative or autoregressive.")
+        bad = [m for m in self.modes if m not in MODES] or ([] if self.modes else [""])
+        if bad:  # quote the bad mode, not the tuple the settings hold
+            raise UserError(f"Unknown mode {quote(bad[0])}; choose speculative or autoregressive.")
         if self.drafter != "auto" and self.drafter not in DRAFTERS:
             raise UserError(f"Unknown drafter {quote(self.drafter)}; choose auto, {', '.join(DRAFTERS)}.")
         if self.schedule not in SCHEDULES:

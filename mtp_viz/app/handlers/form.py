@@ -16,7 +16,10 @@ from mtp_viz.sources.settings import MODES, RunSettings, quote
 
 
 def whole(value: Any, name: str) -> int:
-    """A whole number from a form field (Gradio sends floats), or one sentence."""
+    """A whole number from a form field (Gradio sends floats), or one sentence; true and
+    false are refused (the API takes any JSON value, and Python counts True as 1)."""
+    if isinstance(value, bool):
+        raise UserError(f"{name} must be a number.")
     try:
         f = float(value)
     except (TypeError, ValueError):
@@ -43,6 +46,13 @@ def text(value: Any, name: str) -> str:
     """A text parameter (the API takes any JSON value), or one sentence naming it."""
     if not isinstance(value, str):
         raise UserError(f"{name} must be a text, not {quote(value)}.")
+    return value
+
+
+def flag(value: Any, name: str) -> bool:
+    """A switch from the API: true or false only (``bool("no")`` would be true)."""
+    if not isinstance(value, bool):
+        raise UserError(f"{name} must be true or false, not {quote(value)}.")
     return value
 
 
@@ -79,11 +89,11 @@ def api_settings(prompt: Any, mode: Any, drafter: Any, max_new_tokens: Any, draf
     the decoding mode (a top-p of 2 is refused under greedy decoding too)."""
     seed = None if seed in (None, "") else whole(seed, "The seed")
     return RunSettings(
-        prompt=check_prompt(prompt, prompt_cap), modes=(text(mode, "The mode"),),
+        prompt=check_prompt(text(prompt, "The prompt"), prompt_cap), modes=(text(mode, "The mode"),),
         drafter=text(drafter, "The drafter"), max_new_tokens=whole(max_new_tokens, "Max new tokens"),
         draft_tokens=whole(draft_tokens, "Draft tokens"), schedule=text(schedule, "The schedule"),
         sampling=Sampling(number(temperature, "Temperature"), whole(top_k, "Top-k"), number(top_p, "Top-p"), seed),
-        chat=bool(chat), max_prompt_tokens=prompt_cap).validate(cap)
+        chat=flag(chat, "Chat"), max_prompt_tokens=prompt_cap).validate(cap)
 
 
-__all__ = ["api_settings", "check_prompt", "form_settings", "number", "text", "whole"]
+__all__ = ["api_settings", "check_prompt", "flag", "form_settings", "number", "text", "whole"]

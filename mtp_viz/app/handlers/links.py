@@ -16,8 +16,9 @@ from mtp_viz.engine.drafters import DRAFTERS
 from mtp_viz.engine.schedules import SCHEDULES
 
 # Parameters that belong to the page itself, not to the form: presenter mode (read by
-# the page's script) and Gradio's own (``view=api``, ``__theme=dark``).
+# the page's script, which knows only "1") and Gradio's own (``view=api``, ``__theme=dark``).
 PAGE_PARAMS = ("presenter", "view")
+PRESENTER = ("1",)
 DECODINGS = ("greedy", "sampling")
 SAMPLING_ONLY = ("temperature", "top_p", "top_k", "seed")
 
@@ -98,6 +99,8 @@ def parse(params: Mapping[str, str], limits: Limits) -> Link:
     link = Link()
     table = rules(limits)
     for key, raw in params.items():
+        if key == "presenter" and raw not in PRESENTER:  # the script ignores it: say so
+            link.problems.append("presenter (must be 1)")
         if key in PAGE_PARAMS or key.startswith("__"):
             continue
         if key not in table:

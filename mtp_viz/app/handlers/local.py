@@ -12,7 +12,7 @@ from typing import Any, Iterator
 
 import gradio as gr
 
-from mtp_viz.errors import UserError
+from mtp_viz.errors import UserError, clip
 from mtp_viz.sources.local import LocalSource
 from mtp_viz.sources.settings import RunSettings
 from mtp_viz.engine.events import Error
@@ -62,7 +62,8 @@ class Handlers(Recorded):
 
     def model_line(self, target: str, drafter: str | None) -> str:
         st = self.loader.state(target, drafter)
-        name = "the bundled tiny pair" if target == "tiny" else target + (f" + {drafter}" if drafter else "")
+        # a custom name as typed, cut short: a status line is no place for 100,000 characters
+        name = "the bundled tiny pair" if target == "tiny" else clip(target) + (f" + {clip(drafter)}" if drafter else "")
         if st.status in ("queued", "loading"):
             return tokens.message_html(f"Loading {name}… {time.monotonic() - st.started:.0f} s")
         if st.status == "ready":

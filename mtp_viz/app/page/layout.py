@@ -86,8 +86,10 @@ def _prompt_column(first: FirstPair) -> dict[str, Any]:
             stop_btn=gr.Button("Stop", variant="stop", elem_id="stop", min_width=70, size="sm"),
             measure_btn=gr.Button("Measure", elem_id="measure", min_width=80, size="sm"),
             replay_btn=gr.Button("Race replay", interactive=False, elem_id="replay", min_width=100, size="sm"),
-            example=gr.Dropdown(wiring.prompt_choices(examples), value=None, elem_id="examples", show_label=False,
-                                container=False, scale=3, min_width=180, info=None, filterable=False),
+            # labelled inline (see app.css): a bare dropdown beside Race replay said nothing
+            example=gr.Dropdown(wiring.prompt_choices(examples), value=None, elem_id="examples",
+                                label="Example prompts", show_label=True, container=False, scale=3,
+                                min_width=180, info=None, filterable=False),
             step_mode=gr.Checkbox(False, label="Step", elem_id="step-mode", container=False, scale=0,
                                   min_width=70),
             next_btn=gr.Button("Next", elem_id="next", min_width=60, size="sm", scale=0))
@@ -244,7 +246,7 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
     with gr.Blocks(title="mtp-viz: speculative decoding, made visible", delete_cache=(1800, 3600)) as demo:
         wiring.wire(demo, _page(app, first, choices, policy), h, app.vllm)
         if policy.offered:
-            vllm.dashboard_tab(app.vllm)
+            vllm.dashboard_section(app.vllm)
         gr.api(h.api_generate, api_name="generate", concurrency_id="model")
     demo.mtp_app = app  # type: ignore[attr-defined]
     return demo

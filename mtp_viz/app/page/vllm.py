@@ -1,4 +1,4 @@
-"""The vLLM source's controls and the server dashboard's tab (layout only; their
+"""The vLLM source's controls and the server dashboard's section (layout only; their
 handlers are :mod:`mtp_viz.app.handlers.vllm`)."""
 from __future__ import annotations
 
@@ -41,10 +41,12 @@ def source_row(policy: ServerPolicy, visible: bool = False) -> SourceControls:
     return SourceControls(row, url, baseline)
 
 
-def dashboard_tab(vh: VllmHandlers) -> None:
-    """The "vLLM dashboard" tab (``#vllm-dashboard``)."""
+def dashboard_section(vh: VllmHandlers) -> None:
+    """The "vLLM dashboard" section (``#vllm-dashboard``), last on the page: a heading like
+    the other sections' (a lone tab at the bottom of a long page read as a stray bar)."""
     first = vh.policy.listed[0] if vh.policy.locked and vh.policy.listed else ""
-    with gr.Tab("vLLM dashboard", elem_id="vllm-dashboard"):
+    gr.Markdown("### vLLM dashboard: a server's whole traffic", elem_id="dashboard-title")
+    with gr.Column(elem_id="vllm-dashboard"):
         gr.Markdown("All of a vLLM server's traffic, from the counters at its `/metrics` (cumulative "
                     "since it started; the rate chart shows what happened between two scrapes).")
         with gr.Row(equal_height=True):

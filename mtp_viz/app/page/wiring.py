@@ -133,9 +133,9 @@ def wire(demo: gr.Blocks, page: Page, h: Handlers, vh: VllmHandlers) -> None:
     load_inputs = [page.model, page.custom_target, page.custom_drafter]
     inspector.attach(h, page.session, page.inspector_panel, page.anatomy_panel, load_inputs, loads,
                      [started["run"]])
-    # a new run or trace: the old token's inspector goes
-    gr.on([page.run_btn.click, page.trace_upload.upload, page.trace_example.change], lambda: "", None,
-          page.inspector_panel, queue=False, **HIDDEN)
+    # a new run, a measurement, a race replay or a trace: the old token's inspector goes
+    gr.on([page.run_btn.click, page.measure_btn.click, page.replay_btn.click, page.trace_upload.upload,
+           page.trace_example.change], lambda: "", None, page.inspector_panel, queue=False, **HIDDEN)
     # input, not change: the range set after a run must not re-render the panes
     page.scrub.input(h.scrub, [page.session, page.scrub], page.outputs(), trigger_mode="always_last",
                      show_progress="hidden", concurrency_limit=8, **HIDDEN)

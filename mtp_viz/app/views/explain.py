@@ -87,12 +87,20 @@ TOUR_STEPS: tuple[tuple[str, str], ...] = (
 )
 
 
+# The "i" in a circle, drawn: U+24D8 (ⓘ) is missing from the fonts a Debian Chromium has,
+# where it showed as an empty box. Its colour is the summary's (currentColor).
+INFO_ICON = ('<svg class="mv-info" viewBox="0 0 16 16" width="15" height="15" aria-hidden="true" '
+             'focusable="false"><circle cx="8" cy="8" r="7" fill="none" stroke="currentColor" '
+             'stroke-width="1.5"/><circle cx="8" cy="4.7" r="1.1" fill="currentColor"/>'
+             '<rect x="7.1" y="6.8" width="1.8" height="5.4" rx="0.6" fill="currentColor"/></svg>')
+
+
 def explain(key: str, corner: bool = False) -> str:
     """A collapsed explanation (``<details data-explain=key>``) of one panel."""
     title, text = EXPLAIN[key]
     cls = "mv-explain mv-corner" if corner else "mv-explain"
-    return (f'<details class="{cls}" data-explain="{html.escape(key)}"><summary title="{html.escape(title)}">'
-            f'ⓘ</summary><div class="mv-explain-body"><b>{html.escape(title)}.</b> {html.escape(text)}'
+    return (f'<details class="{cls}" data-explain="{html.escape(key)}"><summary title="{html.escape(title)}" '
+            f'aria-label="About: {html.escape(title)}">{INFO_ICON}</summary><div class="mv-explain-body"><b>{html.escape(title)}.</b> {html.escape(text)}'
             '</div></details>')
 
 

@@ -25,7 +25,7 @@ import urllib.parse
 import urllib.request
 from typing import Any, Iterable, Iterator
 
-from mtp_viz.errors import UserError
+from mtp_viz.errors import UserError, clip
 from .prometheus import SpecDecodeCounters, parse, spec_decode
 
 __all__ = ["base_url", "get_json", "post_stream", "sse_chunks", "served_models", "scrape", "ServerModel",
@@ -57,7 +57,7 @@ def base_url(url: str) -> str:
     text = (url or "").strip()
     parts = urllib.parse.urlsplit(text)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UserError(f"{text or 'The server URL'} is not a server address; "
+        raise UserError(f"{clip(text) if text else 'The server URL'} is not a server address; "
                         "give one like http://127.0.0.1:8000.")
     path = parts.path.rstrip("/")
     if path.endswith("/v1"):
@@ -69,12 +69,12 @@ def _explain(url: str, err: BaseException, timeout: float) -> UserError:
     """A transport failure as one sentence about ``url``."""
     reason = getattr(err, "reason", err)
     if isinstance(reason, (ConnectionRefusedError, ConnectionResetError)):
-        return UserError(f"No server answers at {url}; start vLLM there or check the address.")
+        return UserError(f"No server answers at {clip(url)}; start vLLM there or check the address.")
     if isinstance(reason, (socket.timeout, TimeoutError)):
-        return UserError(f"The server at {url} did not answer within {timeout:.0f} seconds.")
+        return UserError(f"The server at {clip(url)} did not answer within {timeout:.0f} seconds.")
     if isinstance(reason, socket.gaierror):
-        return UserError(f"The host name in {url} cannot be resolved.")
-    return UserError(f"Cannot reach the server at {url} ({type(reason).__name__}).")
+        return UserError(f"The host name in {clip(url)} cannot be resolved.")
+    return UserError(f"Cannot reach the server at {clip(url)} ({type(reason).__name__}).")
 
 
 def _open(url: str, path: str, body: dict | None, timeout: float):
@@ -102,11 +102,11 @@ def get_text(url: str, path: str, timeout: float = CONNECT_TIMEOUT) -> str:
         with _open(url, path, None, timeout) as r:
             data = r.read(MAX_PAGE_BYTES + 1)  # never more than the cap, whatever it claims
     except urllib.error.HTTPError as e:
-        raise UserError(f"{url} is not a vLLM server: it answers {path} with HTTP {e.code}.") from None
+        raise UserError(f"{clip(url)} is not a vLLM server: it answers {path} with HTTP {e.code}.") from None
     except (socket.timeout, TimeoutError) as e:
         raise _explain(url, e, timeout) from None
     if len(data) > MAX_PAGE_BYTES:
-        raise UserError(f"The server at {url} sent more than {_size(MAX_PAGE_BYTES)} for {path}, "
+        raise UserError(f"The server at {clip(url)} sent more than {_size(MAX_PAGE_BYTES)} for {path}, "
                         "more than mtp-viz reads.")
     return data.decode("utf-8", "replace")
 
@@ -115,7 +115,7 @@ def get_json(url: str, path: str, timeout: float = CONNECT_TIMEOUT) -> Any:
     try:
         return json.loads(get_text(url, path, timeout))
     except ValueError:
-        raise UserError(f"{url} is not a vLLM server: its {path} is not JSON.") from None
+        raise UserError(f"{clip(url)} is not a vLLM server: its {path} is not JSON.") from None
 
 
 class ServerModel(dict):
@@ -127,11 +127,11 @@ def served_models(url: str) -> list[ServerModel]:
     data = get_json(url, "/v1/models")
     models = data.get("data") if isinstance(data, dict) else None
     if not isinstance(models, list) or not all(isinstance(m, dict) and "id" in m for m in models):
-        raise UserError(f"{url} is not a vLLM server: its /v1/models lists no models.")
+        raise UserError(f"{clip(url)} is not a vLLM server: its /v1/models lists no models.")
     if not models:
-        raise UserError(f"The server at {url} serves no model.")
+        raise UserError(f"The server at {clip(url)} serves no model.")
     if not any(m.get("owned_by") == "vllm" for m in models):
-        raise UserError(f"{url} is an OpenAI-compatible server but not vLLM; mtp-viz needs "
+        raise UserError(f"{clip(url)} is an OpenAI-compatible server but not vLLM; mtp-viz needs "
                         "vLLM's per-request speculative decoding metrics.")
     return [ServerModel(m) for m in models]
 
@@ -142,7 +142,7 @@ def scrape(url: str, model: str | None = None, timeout: float = CONNECT_TIMEOUT)
     try:
         return spec_decode(parse(text), model, who=url)  # absurd numbers: its own UserError
     except ValueError:
-        raise UserError(f"{url} is not a vLLM server: its /metrics is not a Prometheus page.") from None
+        raise UserError(f"{clip(url)} is not a vLLM server: its /metrics is not a Prometheus page.") from None
 
 
 def env_seconds(name: str, default: float) -> float:
@@ -170,9 +170,9 @@ class _Deadlines:
 
     def late(self, which: str) -> UserError:
         if which == "first":
-            return UserError(f"The server at {self.url} sent no token within {self.first_token:g} "
+            return UserError(f"The server at {clip(self.url)} sent no token within {self.first_token:g} "
                              "seconds; MTP_VIZ_VLLM_FIRST_TOKEN_DEADLINE sets how long to wait.")
-        return UserError(f"The server at {self.url} did not finish within {self.total:g} seconds; "
+        return UserError(f"The server at {clip(self.url)} did not finish within {self.total:g} seconds; "
                          "MTP_VIZ_VLLM_DEADLINE sets how long to wait.")
 
     def wait(self) -> float:
@@ -216,7 +216,7 @@ def _lines(resp, url: str, deadlines: _Deadlines, stop=None) -> Iterator[bytes]:
         if not line:
             return
         if len(line) > MAX_LINE_BYTES:
-            raise UserError(f"The server at {url} sent a stream line over {_size(MAX_LINE_BYTES)}, "
+            raise UserError(f"The server at {clip(url)} sent a stream line over {_size(MAX_LINE_BYTES)}, "
                             "more than mtp-viz reads.")
         yield line
 
@@ -256,7 +256,7 @@ def post_stream(url: str, path: str, body: dict, *, timeout: float = READ_TIMEOU
         except (socket.timeout, TimeoutError) as e:
             raise deadlines.timed_out(e) from None
         except (ConnectionError, urllib.error.URLError) as e:
-            raise UserError(f"The server at {url} closed the connection while generating.") from e
+            raise UserError(f"The server at {clip(url)} closed the connection while generating.") from e
 
 
 def sse_chunks(lines: Iterable[bytes | str], url: str = "the server") -> Iterator[dict]:
@@ -275,18 +275,18 @@ def sse_chunks(lines: Iterable[bytes | str], url: str = "the server") -> Iterato
         except ValueError:
             chunk = None
         if not isinstance(chunk, dict):
-            raise UserError(f"The server at {url} sent a stream mtp-viz cannot read.")
+            raise UserError(f"The server at {clip(url)} sent a stream mtp-viz cannot read.")
         if "error" in chunk:
-            raise UserError(f"The server at {url} reported an error while generating.")
+            raise UserError(f"The server at {clip(url)} reported an error while generating.")
         yield chunk
 
 
 def _http_error(url: str, path: str, code: int, body: dict) -> UserError:
     if code == 404:
-        return UserError(f"{url} is not a vLLM server: it has no {path}.")
+        return UserError(f"{clip(url)} is not a vLLM server: it has no {path}.")
     if code == 400:
         hint = ("or its model has no chat template (send the raw prompt: --no-chat-template)"
                 if path.endswith("chat/completions") else "or a setting is out of range")
-        return UserError(f"The server at {url} rejected the request (HTTP 400): the prompt plus "
+        return UserError(f"The server at {clip(url)} rejected the request (HTTP 400): the prompt plus "
                          f"{body.get('max_tokens')} new tokens may not fit its context, {hint}.")
-    return UserError(f"The server at {url} answered HTTP {code} to {path}.")
+    return UserError(f"The server at {clip(url)} answered HTTP {code} to {path}.")

@@ -29,7 +29,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from mtp_viz.errors import UserError
+from mtp_viz.errors import UserError, clip
 
 __all__ = ["Sample", "SpecDecodeCounters", "parse", "spec_decode", "delta", "MAX_POSITIONS", "MAX_COUNTER"]
 
@@ -118,7 +118,7 @@ def _position(s: Sample, who: str) -> int:
     """The draft position a per-position sample counts; within 0..MAX_POSITIONS-1."""
     k = int(s.label("position", "0"))  # not a number: ValueError, "not a Prometheus page"
     if not 0 <= k < MAX_POSITIONS:
-        raise UserError(f"The /metrics of {who} counts draft positions past {MAX_POSITIONS}, "
+        raise UserError(f"The /metrics of {clip(who)} counts draft positions past {MAX_POSITIONS}, "
                         "more than any draft mtp-viz reads.")
     return k
 
@@ -126,7 +126,7 @@ def _position(s: Sample, who: str) -> int:
 def _counter(s: Sample, who: str) -> float:
     """A counter's value, refused when it cannot be a count (NaN, ±Inf, negative, absurd)."""
     if not (math.isfinite(s.value) and 0 <= s.value <= MAX_COUNTER):
-        raise UserError(f"The /metrics of {who} holds a speculative decoding value that is "
+        raise UserError(f"The /metrics of {clip(who)} holds a speculative decoding value that is "
                         "not a sensible counter.")
     return s.value
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
 
 from . import client as vllm_client
-from mtp_viz.errors import UserError
+from mtp_viz.errors import UserError, clip
 from mtp_viz.engine.events import Accepted, Bonus, Done, Error, Event, Start, Step, Token
 
 __all__ = ["generate", "events", "assemble", "Received", "step_events", "pieces"]
@@ -152,8 +152,8 @@ def _pick_model(url: str, model: str | None, max_new_tokens: int) -> str:
     if model:
         match = [m for m in served if m["id"] == model]
         if not match:
-            raise UserError(f"The server at {url} does not serve a model named {model!r}; "
-                            f"{url.rstrip('/')}/v1/models lists the ones it does.")
+            raise UserError(f"The server at {clip(url)} does not serve a model named {clip(repr(model))}; "
+                            f"{clip(url.rstrip('/'))}/v1/models lists the ones it does.")
         entry = match[0]
     else:
         entry = served[0]
@@ -189,7 +189,7 @@ def events(url: str, prompt: str, *, model: str | None = None, mode: str = "spec
     name = _pick_model(url, model, max_new_tokens)
     counters = vllm_client.scrape(url, name)
     if mode == "speculative" and not counters.enabled:
-        raise UserError(f"The server at {url} does not speculate; start it with "
+        raise UserError(f"The server at {clip(url)} does not speculate; start it with "
                         "--speculative-config, or use it as the baseline.")
     path, body = _request(name, prompt, chat, max_new_tokens, temperature, top_p, top_k, seed)
     settings = {"backend": "vllm", "server": url, "model": name,
@@ -223,7 +223,7 @@ def assemble(chunks: Iterable[tuple[float, dict]], t0: float, mode: str, setting
             try:
                 new = _received(choice, arrived - t0)
             except ValueError:
-                raise UserError(f"The server at {url} does not return token ids; mtp-viz needs a "
+                raise UserError(f"The server at {clip(url)} does not return token ids; mtp-viz needs a "
                                 "vLLM that supports return_token_ids.") from None
             for tok in new:
                 if mode == "autoregressive":
@@ -238,7 +238,7 @@ def assemble(chunks: Iterable[tuple[float, dict]], t0: float, mode: str, setting
     if not started:
         if stopped:
             return
-        raise UserError(f"The server at {url} sent no tokens.")
+        raise UserError(f"The server at {clip(url)} sent no tokens.")
     if stopped:
         finish = "stopped"
     spec = (metrics or {}).get("speculative_decoding") or {}
@@ -249,13 +249,13 @@ def assemble(chunks: Iterable[tuple[float, dict]], t0: float, mode: str, setting
             acc, dr = acc or [], dr or []  # vLLM leaves the arrays out when no step verified drafts
         if acc is None or dr is None:
             if metrics is None:
-                raise UserError(f"The server at {url} ended the stream without its final usage chunk.")
-            raise UserError(f"The server at {url} does not report per-step acceptance; start it "
+                raise UserError(f"The server at {clip(url)} ended the stream without its final usage chunk.")
+            raise UserError(f"The server at {clip(url)} does not report per-step acceptance; start it "
                             "with --per-request-spec-decode-metrics detailed.")
         try:
             built = list(step_events(tokens, acc, dr, finish))
         except ValueError:
-            raise UserError(f"The server at {url} reported steps that do not match its tokens.") from None
+            raise UserError(f"The server at {clip(url)} reported steps that do not match its tokens.") from None
         yield from built
         steps = (1 + len(acc), sum(dr), sum(min(e.accepted, e.new_tokens) for e in built
                                            if isinstance(e, Step)))
