@@ -116,3 +116,32 @@ def test_a_bad_presenter_value_in_a_link_is_named(value):
     assert link.problems == ["presenter (must be 1)"] and link.values == {"draft_tokens": 6}
     assert link.sentence() == "Ignored from the link: presenter (must be 1)."
     assert links.parse({"presenter": "1"}, limits).problems == []
+
+
+def test_a_replay_of_a_very_long_trace_ends_at_its_bound(monkeypatch):
+    """Defect 3: a valid trace an hour long, replayed at real time, stops after
+    REPLAY_SECONDS and shows the whole run, so it holds its slot no longer than that."""
+    from mtp_viz.app.handlers import local, recorded
+    from mtp_viz.app.runtime import runs
+    from test_view import ar_run, spec_run
+    import dataclasses
+    monkeypatch.setattr(recorded, "REPLAY_SECONDS", 0.5)
+    sess = runs.Session()
+    late = lambda e: dataclasses.replace(e, t=3000.0) if hasattr(e, "t") and e.type == "step" else e  # noqa: E731
+    sess.spec, sess.ar = [late(e) for e in spec_run()], ar_run()
+    frames = list(local.Handlers.replay(sess, 1.0))
+    status = frames[-1][local.OUTPUTS.index("status")]
+    assert "stopped after" in status and "Replay done" in status
+    spec = frames[-1][local.OUTPUTS.index("spec")]
+    assert 'data-kind="accepted"' in spec  # the whole run, though its steps were not reached
+
+
+@pytest.mark.parametrize("speed", [0, -1, float("nan"), float("inf"), "fast", 1e9])
+def test_a_bad_replay_speed_is_one_sentence(speed):
+    from mtp_viz.app.handlers import local
+    from mtp_viz.app.runtime import runs
+    from test_view import ar_run, spec_run
+    sess = runs.Session()
+    sess.spec, sess.ar = spec_run(), ar_run()
+    frames = list(local.Handlers.replay(sess, speed))
+    assert len(frames) == 1 and "replay speed" in frames[0][local.OUTPUTS.index("status")]

@@ -6,6 +6,7 @@ write the README's screenshot (docs/screenshot.png) from the first test.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import threading
@@ -450,3 +451,29 @@ def test_first_screen_labels_examples_draws_its_info_icons_and_shows_the_dashboa
         page.screenshot(path=str(tmp_path / "first-screen.png"))
     finally:
         page.close()
+
+
+def test_a_silent_vllm_server_does_not_hold_the_local_engine(page, server):
+    """Hardening II, defect 1: a vLLM run on a server that sends keep-alive comments and
+    never a token waits in a queue of its own, so another visitor's local /generate run
+    finishes while it is still waiting (before, it queued behind it for the model slot)."""
+    from gradio_client import Client
+    from test_hardening import MODELS, SPEC_METRICS, _serve, _trickle
+    silent, url = _serve({"/v1/models": json.dumps(MODELS), "/metrics": SPEC_METRICS,
+                          "/v1/completions": _trickle(every=0.25, most=120)})  # 30 s at most
+    try:
+        page.click("#model input")
+        page.get_by_role("option", name="vLLM server (enter its URL)").click()
+        page.locator("#vllm-url").get_by_role("textbox").fill(url)
+        page.click("#run")
+        page.wait_for_selector("#status:has-text('Speculative decoding: drafting')", timeout=60_000)
+        events = Client(server[1], verbose=False).predict(prompt="def f(x):", max_new_tokens=4, chat=False,
+                                                         api_name="/generate")
+        assert events[-1]["type"] == "done" and events[-1]["new_tokens"] == 4
+        # the vLLM run is still waiting for its first token: it never held the engine
+        assert "Speculative decoding: drafting" in page.inner_text("#status")
+        assert "Waiting for the server" in page.inner_text("#spec-output")
+        page.click("#stop")
+    finally:
+        silent.shutdown()
+        silent.server_close()

@@ -21,6 +21,7 @@ from mtp_viz.sources.recorded import TraceSource
 from mtp_viz.app.runtime import runs, service
 from . import form
 
+REPLAY_SECONDS = 300.0  # the longest a Race replay plays before it shows the whole run
 OUTPUTS = SLOTS + PLOTS  # a frame's outputs, then the session and Race replay's button
 
 
@@ -48,10 +49,20 @@ class Recorded:
         if sess is None or not (sess.spec or sess.ar):
             yield outputs(message("Run a prompt first.", level="warn"))
             return
-        speed, t0, shown, clock = float(speed or 1.0), time.monotonic(), None, 0.0
+        try:
+            speed = form.number(1.0 if speed in (None, "") else speed, "The replay speed")
+            if not 0 < speed <= 100:
+                raise UserError("The replay speed must be above 0 and at most 100.")
+        except UserError as e:
+            yield outputs(message(str(e), level="error"))
+            return
+        t0, shown, clock, cut = time.monotonic(), None, 0.0, False
         while True:
             now = time.monotonic()
             t = (now - t0) * speed
+            if now - t0 > REPLAY_SECONDS:  # a replay holds one of a few slots: never for long
+                cut = True
+                break
             (s, s_done), (a, a_done) = stream.events_until(sess.spec, t), stream.events_until(sess.ar, t)
             status = message(f"Race replay at {speed:g}× speed · t = {t:.2f} s")
             if (len(s), len(a)) != shown:  # tokens only when some arrived; the clock 4× a second
@@ -65,8 +76,12 @@ class Recorded:
             if s_done and a_done:
                 break
             time.sleep(0.04)
-        yield outputs(runs.final_frame(sess) | message(
-            f"Replay done: speculative finished in {stats.run_stats(sess.spec).seconds:.2f} s, "
+        whole = Frame(spec=tokens.tokens_html(sess.spec), ar=tokens.tokens_html(sess.ar),
+                      spec_stats=stats.stats_html(stats.run_stats(sess.spec)),
+                      ar_stats=stats.stats_html(stats.run_stats(sess.ar))) if cut else Frame()
+        yield outputs(whole | runs.final_frame(sess) | message(
+            (f"The replay stopped after {REPLAY_SECONDS / 60:g} minutes and shows the whole run. " if cut else "")
+            + f"Replay done: speculative finished in {stats.run_stats(sess.spec).seconds:.2f} s, "
             f"autoregressive in {stats.run_stats(sess.ar).seconds:.2f} s."))
 
     # ------------------------------------------------------------ the scrubber
