@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Sequence
 
-from mtp_viz.engine.events import Bonus, Done, Event, Rejected, Start, Step, Token
 from mtp_viz.engine import theory
+from mtp_viz.engine.events import Bonus, Done, Event, Rejected, Start, Step, Token
 
 __all__ = [
     "StepRecord", "Summary", "step_records", "per_step_acceptance", "per_position_counts",

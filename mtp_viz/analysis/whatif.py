@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mtp_viz.engine import theory
+
 from .metrics import TheoryCheck
 
 __all__ = ["WhatIfRow", "WhatIf", "what_if"]

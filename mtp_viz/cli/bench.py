@@ -34,6 +34,7 @@ from mtp_viz.errors import UserError
 from mtp_viz.prompts import load_prompts
 
 from .bench_report import Record
+
 QUICK = dict(max_new_tokens=24, repeats=1, draft_tokens=(2, 4), per_category=1)
 
 
@@ -188,6 +189,7 @@ def run(args: argparse.Namespace) -> int:
     greedy = args.temperature <= 0
 
     import torch
+
     from mtp_viz.engine.decoding import Sampling
     sampling = Sampling(temperature=max(args.temperature, 0.0), seed=None if greedy else args.seed)
     threads = torch.get_num_threads()
@@ -200,8 +202,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args, sampling, prompts, settings, n, repeats, quick, greedy) -> int:
-    from . import bench_report
     from mtp_viz.sources.models import load_pair
+
+    from . import bench_report
     t_load = time.perf_counter()
     pair = load_pair(args.target, args.drafter)
     if pair.drafter_model is None:

@@ -18,22 +18,22 @@ baseline's too, when the baseline is the same server), as a check.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 import statistics
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from mtp_viz.analysis import metrics
-from mtp_viz.sources.vllm import client as vllm_client
+from mtp_viz.engine.decoding import Sampling
+from mtp_viz.engine.events import Done, Start
 from mtp_viz.errors import UserError
+from mtp_viz.sources.settings import RunSettings
+from mtp_viz.sources.vllm import client as vllm_client
+from mtp_viz.sources.vllm.prometheus import delta
+from mtp_viz.sources.vllm.source import Servers, VllmSource
 
 from .bench_report import Record
-from mtp_viz.engine.events import Done, Start
-from mtp_viz.sources.vllm.prometheus import delta
-from mtp_viz.engine.decoding import Sampling
-from mtp_viz.sources.settings import RunSettings
-from mtp_viz.sources.vllm.source import Servers, VllmSource
 
 QUICK = dict(max_new_tokens=24, repeats=1, per_category=1)
 

@@ -15,10 +15,10 @@ import os
 import sys
 
 from mtp_viz.engine.decoding import Sampling
+from mtp_viz.engine.events import Accepted, Bonus, Done, Error, Rejected, Token
 from mtp_viz.engine.schedules import SCHEDULES
 from mtp_viz.errors import UserError
 from mtp_viz.sources.settings import RunSettings
-from mtp_viz.engine.events import Accepted, Bonus, Done, Error, Rejected, Token
 
 STYLE = {  # ANSI SGR codes; kinds stay distinguishable without color (bold, underline, strike)
     "accepted": "32",            # green

@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-
 MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes a 64-bit integer; we keep it signed
 
 

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import torch
 from transformers.generation.logits_process import (
-    LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper,
+    LogitsProcessorList,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
 )
 
 from .decoding import Sampling

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+
 from mtp_viz.paths import assets_dir
 
 

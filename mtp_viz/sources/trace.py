@@ -23,8 +23,8 @@ import typing
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from mtp_viz.errors import UserError
 from mtp_viz.engine.events import EVENT_TYPES, Done, Error, Event, Start, Step, event_from_dict
+from mtp_viz.errors import UserError
 
 FORMAT = "mtp-viz-trace"
 VERSION = 1
@@ -254,8 +254,9 @@ def examples_dir() -> Path:
 def make_examples(out: Path | None = None) -> list[Path]:
     """Record the example traces with the bundled tiny pair: greedy, four drafts, 64
     tokens, then the baseline. Rerun after the bundled pair changes."""
-    from .models import load_pair
     from mtp_viz.prompts import code_suite, load_prompts
+
+    from .models import load_pair
     out = out or examples_dir()
     out.mkdir(parents=True, exist_ok=True)
     pair = load_pair("tiny", None)

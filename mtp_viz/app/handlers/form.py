@@ -15,15 +15,20 @@ from mtp_viz.errors import UserError
 from mtp_viz.sources.settings import MODES, RunSettings, quote
 
 
-def whole(value: Any, name: str) -> int:
-    """A whole number from a form field (Gradio sends floats), or one sentence; true and
-    false are refused (the API takes any JSON value, and Python counts True as 1)."""
+def _float(value: Any, name: str) -> float:
+    """A number from a form field or a JSON value, or one sentence; true and false are
+    refused (the API takes any JSON value, and Python counts True as 1)."""
     if isinstance(value, bool):
         raise UserError(f"{name} must be a number.")
     try:
-        f = float(value)
+        return float(value)
     except (TypeError, ValueError):
         raise UserError(f"{name} must be a number.") from None
+
+
+def whole(value: Any, name: str) -> int:
+    """A whole number from a form field (Gradio sends floats), or one sentence."""
+    f = _float(value, name)
     if not math.isfinite(f) or f != int(f):
         raise UserError(f"{name} must be a whole number.")
     return int(f)
@@ -31,12 +36,7 @@ def whole(value: Any, name: str) -> int:
 
 def number(value: Any, name: str) -> float:
     """A finite number from a form field, or one sentence."""
-    if isinstance(value, bool):
-        raise UserError(f"{name} must be a number.")
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        raise UserError(f"{name} must be a number.") from None
+    f = _float(value, name)
     if not math.isfinite(f):
         raise UserError(f"{name} must be a finite number.")
     return f

@@ -12,14 +12,15 @@ from typing import Any, Iterator
 
 import gradio as gr
 
+from mtp_viz.app.runtime import measure, runs, service, zerogpu
+from mtp_viz.app.views import charts, export, inspector, stats, tokens
+from mtp_viz.app.views.frame import Frame, cleared
+from mtp_viz.engine.events import Error
 from mtp_viz.errors import UserError, clip
 from mtp_viz.sources.local import LocalSource
 from mtp_viz.sources.settings import RunSettings
-from mtp_viz.engine.events import Error
-from mtp_viz.app.views import charts, export, inspector, stats, tokens
-from mtp_viz.app.runtime import measure, runs, service, zerogpu
+
 from . import form
-from mtp_viz.app.views.frame import Frame, cleared
 from .recorded import OUTPUTS, Recorded, message, outputs
 
 CUSTOM = "custom"

@@ -12,13 +12,14 @@ from typing import Any
 
 import gradio as gr
 
-from mtp_viz.sources import trace
-from mtp_viz.errors import UserError
 from mtp_viz.analysis import stream
+from mtp_viz.app.runtime import runs, service
 from mtp_viz.app.views import captions, charts, export, stats, tokens
 from mtp_viz.app.views.frame import PANE, PLOTS, SLOTS, Frame, cleared
+from mtp_viz.errors import UserError
+from mtp_viz.sources import trace
 from mtp_viz.sources.recorded import TraceSource
-from mtp_viz.app.runtime import runs, service
+
 from . import form
 
 REPLAY_SECONDS = 300.0  # the longest a Race replay plays before it shows the whole run

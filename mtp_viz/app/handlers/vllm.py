@@ -23,13 +23,12 @@ import gradio as gr
 from mtp_viz.app.runtime import runs, service
 from mtp_viz.app.runtime.guard import ServerPolicy
 from mtp_viz.app.views import dashboard, tokens
+from mtp_viz.app.views.frame import Frame, cleared
 from mtp_viz.engine.events import Step
 from mtp_viz.errors import UserError
 from mtp_viz.sources.vllm import client as vllm_client
 from mtp_viz.sources.vllm.prometheus import SpecDecodeCounters
 from mtp_viz.sources.vllm.source import Servers, VllmSource
-
-from mtp_viz.app.views.frame import Frame, cleared
 
 from .local import Handlers, refused
 from .recorded import message, outputs

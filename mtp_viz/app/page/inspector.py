@@ -14,8 +14,8 @@ from typing import Any
 import gradio as gr
 
 import mtp_viz.analysis.anatomy  # the module, not its anatomy(): that name is the view's
-from mtp_viz.errors import UserError
 from mtp_viz.app.views import anatomy, inspector
+from mtp_viz.errors import UserError
 
 # One document-level listener (however often the component mounts) that hands the
 # clicked token to the newest mount's trigger; × and Escape close the panel.

@@ -20,13 +20,14 @@ from typing import Any
 
 import gradio as gr
 
+from mtp_viz.app.handlers.local import CUSTOM, Handlers
+from mtp_viz.app.handlers.vllm import VllmHandlers
+from mtp_viz.app.runtime import runs, service
+from mtp_viz.app.runtime.guard import ServerPolicy
+from mtp_viz.app.views import charts, explain, stats, tokens
 from mtp_viz.engine.drafters import DRAFTERS
 from mtp_viz.engine.schedules import SCHEDULES
-from mtp_viz.app.views import charts, explain, stats, tokens
-from mtp_viz.app.runtime import runs, service
-from mtp_viz.app.handlers.vllm import VllmHandlers
-from mtp_viz.app.handlers.local import CUSTOM, Handlers
-from mtp_viz.app.runtime.guard import ServerPolicy
+
 from . import inspector, teach, vllm, wiring
 
 INTRO = ("A small <b>drafter</b> guesses the next few tokens; the <b>target</b> checks them all in one "

@@ -7,11 +7,11 @@ from typing import Any
 
 import gradio as gr
 
-from mtp_viz.sources.vllm.prometheus import SpecDecodeCounters
-from mtp_viz.app.views import dashboard, tokens
 from mtp_viz.app.handlers.vllm import DASHBOARD_SECONDS, VLLM, VllmHandlers
-
 from mtp_viz.app.runtime.guard import ServerPolicy
+from mtp_viz.app.views import dashboard, tokens
+from mtp_viz.sources.vllm.prometheus import SpecDecodeCounters
+
 
 def choices(policy: ServerPolicy) -> list[tuple[str, str]]:
     """The picker's entry for this source, unless the deployment does not offer it."""

@@ -13,12 +13,13 @@ from typing import Any
 
 import gradio as gr
 
-from mtp_viz.prompts import Prompt, category_suite, code_suite, load_prompts
-from mtp_viz.app.handlers.vllm import HINT, VLLM, VllmHandlers
 from mtp_viz.app.handlers import links
 from mtp_viz.app.handlers.local import CUSTOM, OUTPUTS, Handlers
+from mtp_viz.app.handlers.vllm import HINT, VLLM, VllmHandlers
 from mtp_viz.app.runtime import service
 from mtp_viz.app.views import tokens
+from mtp_viz.prompts import Prompt, category_suite, code_suite, load_prompts
+
 from . import inspector, teach, vllm
 
 HIDDEN = dict(api_visibility="private")  # the page's own events; /generate is the one public API

@@ -21,6 +21,7 @@ import os
 import urllib.parse
 
 from mtp_viz.errors import UserError
+
 from .service import AllowList
 
 MAX_URL = 512   # characters: a server address is short; a long one is refused, not shown back

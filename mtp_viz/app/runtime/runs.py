@@ -15,12 +15,13 @@ import threading
 import time
 from typing import Any, Callable, Iterable, Iterator
 
+from mtp_viz.app.views import captions, charts, stats, theory, tokens
+from mtp_viz.app.views.frame import PANE, Frame
 from mtp_viz.engine.events import Error, Event
 from mtp_viz.engine.schedules import ScheduleCache
 from mtp_viz.sources.base import Source
 from mtp_viz.sources.settings import RunSettings
-from mtp_viz.app.views import captions, charts, stats, theory, tokens
-from mtp_viz.app.views.frame import PANE, Frame
+
 from . import service
 from .service import FRAMES_PER_SECOND, user_message
 
@@ -244,9 +245,9 @@ def warm_up(source: Source, new_tokens: int = 8, top: int = 0) -> None:
 def load_and_warm(target: str, drafter: str | None) -> Any:
     """The app's :class:`.service.PairLoader` work: set torch's threads on purpose, load
     the pair, and warm it through the app's path (:func:`warm_up`)."""
+    from mtp_viz.app.views import inspector
     from mtp_viz.sources import models  # imports torch: only here, on first use
     from mtp_viz.sources.local import LocalSource
-    from mtp_viz.app.views import inspector
     models.set_threads(service.threads())
     pair = models.load_pair(target, drafter)
     warm_up(LocalSource(pair), top=inspector.TOP)

@@ -18,8 +18,8 @@ from enum import Enum
 from typing import Any, Callable
 
 from mtp_viz.errors import UserError
-from mtp_viz.sources.presets import PRESETS, canonical, resolve
 from mtp_viz.paths import assets_dir
+from mtp_viz.sources.presets import PRESETS, canonical, resolve
 
 E2B = ("google/gemma-4-E2B-it", "google/gemma-4-E2B-it-assistant")
 LOAD_SLOTS = 2  # loads running at once; more wait their turn (each is memory-hungry)

@@ -6,6 +6,7 @@ import html
 from typing import Sequence
 
 from mtp_viz.engine.events import Bonus, Done, Drafted, Event, Rejected, Start, Step, Token
+
 from .tokens import unreported_rejections
 
 _ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth")

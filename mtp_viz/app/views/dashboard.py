@@ -10,12 +10,12 @@ cumulative, so what happened between two scrapes is their difference:
 from __future__ import annotations
 
 import html
-
 from dataclasses import dataclass
 from typing import Sequence
 
-from .charts import COLORS, _figure
 from mtp_viz.sources.vllm.prometheus import SpecDecodeCounters, delta
+
+from .charts import COLORS, _figure
 
 __all__ = ["Interval", "intervals", "position_figure", "rate_figure", "summary_line"]
 

@@ -8,6 +8,7 @@ import html
 from typing import Any, Iterable, Sequence
 
 from mtp_viz.analysis.whatif import WhatIf
+
 from . import charts
 
 # Two sentences per panel, shown in a collapsed <details> beside the panel's title; the

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Sequence
 
 from mtp_viz.engine.events import Event, Start, Step
+
 from . import charts, stats, tokens
 
 CSV_COLUMNS = ("mode", "step", "draft_len", "accepted", "rejected", "new_tokens", "draft_ms", "verify_ms",

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from mtp_viz.engine.events import Accepted, Bonus, Drafted, Event, Rejected, Start, Token
+
 from .tokens import escape_token
 
 TOP = 5  # candidates per position the app asks the engine to record for the inspector

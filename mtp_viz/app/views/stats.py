@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from mtp_viz.engine.events import Accepted, Bonus, Done, Error, Event, Start, Step, Token
+
 from .explain import explain
 from .tokens import escape_token
 

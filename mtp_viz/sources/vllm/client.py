@@ -26,6 +26,7 @@ import urllib.request
 from typing import Any, Iterable, Iterator
 
 from mtp_viz.errors import UserError, clip
+
 from .prometheus import SpecDecodeCounters, parse, spec_decode
 
 __all__ = ["base_url", "get_json", "post_stream", "sse_chunks", "served_models", "scrape", "ServerModel",

@@ -34,9 +34,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
 
-from . import client as vllm_client
-from mtp_viz.errors import UserError, clip
 from mtp_viz.engine.events import Accepted, Bonus, Done, Error, Event, Start, Step, Token
+from mtp_viz.errors import UserError, clip
+
+from . import client as vllm_client
 
 __all__ = ["generate", "events", "assemble", "Received", "step_events", "pieces"]
 
