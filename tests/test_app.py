@@ -19,7 +19,7 @@ from mtp_viz.app.views.frame import PLOTS
 from mtp_viz.sources.base import Source
 from mtp_viz.sources.local import LocalSource
 from mtp_viz.sources.settings import RunSettings
-from test_view import ar_run, spec_run
+from streams import ar_run, spec_run
 
 
 class FakePair(Source):
@@ -109,7 +109,7 @@ from mtp_viz.app.handlers import local
 from mtp_viz.app.page import layout
 from mtp_viz.app.runtime import runs
 from mtp_viz.app.views.frame import Frame
-from test_view import ar_run, spec_run
+from streams import ar_run, spec_run
 
 cfg = layout.build_demo(target="tiny").get_config_file()
 ids = {c["id"]: c["props"].get("elem_id") for c in cfg["components"]}
