@@ -273,7 +273,7 @@ def test_handlers_run_streams_both_panes_and_keeps_the_session():
     spec_i, ar_i = local.OUTPUTS.index("spec"), local.OUTPUTS.index("ar")
     assert 'data-kind="accepted"' in [f[spec_i] for f in frames if isinstance(f[spec_i], str)][-1]
     assert 'data-kind="token"' in [f[ar_i] for f in frames if isinstance(f[ar_i], str)][-1]
-    assert "Replay done" in _status(list(local.Handlers.replay(sess, 1000.0)))[-1]
+    assert "Replay done" in _status(list(local.Handlers.replay(sess, 100.0)))[-1]
 
 
 def test_a_run_downloads_as_a_trace_that_replays_without_a_model(tmp_path):
@@ -284,7 +284,7 @@ def test_a_run_downloads_as_a_trace_that_replays_without_a_model(tmp_path):
     from mtp_viz.sources import trace
     assert trace.read(path) == spec_run() + ar_run()
     h2 = _handlers(lambda t, d: pytest.fail("a trace replay must not load a model"))
-    frames = list(h2.replay_trace(path, None, 1000.0))
+    frames = list(h2.replay_trace(path, None, 100.0))
     sess2 = frames[0][len(local.OUTPUTS)]
     assert sess2.spec == spec_run() and sess2.ar == ar_run()
     assert "Replay done" in _status(frames)[-1]
@@ -293,7 +293,7 @@ def test_a_run_downloads_as_a_trace_that_replays_without_a_model(tmp_path):
     assert all(not isinstance(frames[-1][local.OUTPUTS.index(k)], dict) for k in PLOTS)  # charts
     bad = tmp_path / "bad.jsonl"
     bad.write_text("<script>/etc/secret</script>")
-    msgs = _status(list(h2.replay_trace(str(bad), None, 1000.0)))
+    msgs = _status(list(h2.replay_trace(str(bad), None, 100.0)))
     assert msgs == [view.message_html("Line 1 of the trace is not JSON.", level="error")]
     assert all(u["interactive"] is False for u in h2.download_files(None))
 
@@ -302,7 +302,7 @@ def test_example_traces_are_offered_by_name_and_replay():
     h = _handlers(lambda t, d: pytest.fail("no model"))
     choices = h.example_traces()
     assert choices and all("/" not in stem for _, stem in choices)
-    frames = list(h.replay_example(choices[0][1], None, 1e6))
+    frames = list(h.replay_example(choices[0][1], None, 100.0))
     assert "Replay done" in _status(frames)[-1]
     assert "mv-msg-error" in _status(list(h.replay_example("../../etc/passwd", None, 1.0)))[-1]
 
