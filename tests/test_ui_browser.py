@@ -458,9 +458,9 @@ def test_a_silent_vllm_server_does_not_hold_the_local_engine(page, server):
     never a token waits in a queue of its own, so another visitor's local /generate run
     finishes while it is still waiting (before, it queued behind it for the model slot)."""
     from gradio_client import Client
-    from test_hardening import MODELS, SPEC_METRICS, _serve, _trickle
-    silent, url = _serve({"/v1/models": json.dumps(MODELS), "/metrics": SPEC_METRICS,
-                          "/v1/completions": _trickle(every=0.25, most=120)})  # 30 s at most
+    from hostile import MODELS, SPEC_METRICS, serve as serve_routes, trickle
+    silent, url = serve_routes({"/v1/models": json.dumps(MODELS), "/metrics": SPEC_METRICS,
+                                "/v1/completions": trickle(every=0.25, most=120)})  # 30 s at most
     try:
         page.click("#model input")
         page.get_by_role("option", name="vLLM server (enter its URL)").click()
