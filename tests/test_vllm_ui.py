@@ -14,7 +14,7 @@ import pytest
 
 from serving import serve_modelless
 from test_ui_browser import _new_page, browser  # noqa: F401 (a fixture)
-from test_vllm import PROMPTS, _url
+from real_vllm import PROMPTS, server_url
 
 from mtp_viz.sources.vllm import client as vllm_client
 from mtp_viz.sources.vllm.prometheus import delta
@@ -27,7 +27,7 @@ MAX_NEW = 48
 
 @pytest.fixture(scope="module")
 def servers():
-    return _url("MTP_VIZ_VLLM_URL"), _url("MTP_VIZ_VLLM_BASELINE_URL")
+    return server_url("MTP_VIZ_VLLM_URL"), server_url("MTP_VIZ_VLLM_BASELINE_URL")
 
 
 @pytest.fixture(scope="module")
