@@ -135,9 +135,8 @@ def test_a_chart_is_one_entry_in_the_registry():
     import os
     import subprocess
     import sys
-    from pathlib import Path
-    tests = Path(__file__).parent
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)])}
+    from locations import ROOT, TESTS
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)])}
     proc = subprocess.run([sys.executable, "-c", EXTRA_CHART], capture_output=True, text=True, timeout=300,
                           env=env)
     assert proc.returncode == 0, proc.stderr

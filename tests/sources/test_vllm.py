@@ -11,7 +11,6 @@ to these servers meanwhile.
 import json
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 
@@ -26,7 +25,6 @@ from mtp_viz.sources.vllm.stream import assemble, events, generate
 
 pytestmark = pytest.mark.vllm
 
-DATA = Path(__file__).parent / "data"
 
 
 @pytest.fixture(scope="module")
