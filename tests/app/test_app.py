@@ -52,7 +52,7 @@ def test_compare_frames_runs_both_modes_in_turns():
     frames = list(runs.compare_frames(pair, settings(), sess, frame_interval=0))
     assert [m for m, _ in pair.calls] == ["speculative", "autoregressive"]
     assert sess.spec == spec_run() and sess.ar == ar_run()
-    # both panes and their stats are drawn (the order of turns: test_interleave.py)
+    # both panes and their stats are drawn (the order of turns: sources/test_interleave.py)
     assert {"spec", "ar", "spec_stats", "ar_stats"} <= {k for f in frames for k in f.shown()}
     final = frames[-1]
     assert final.last and set(final.figures) >= {"acceptance-plot", "draft-length-plot"}
