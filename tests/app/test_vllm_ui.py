@@ -1,6 +1,6 @@
 """The app's vLLM source and dashboard in headless Chromium, against real vLLM servers
 (MTP_VIZ_VLLM_URL with Gemma 4 MTP, MTP_VIZ_VLLM_BASELINE_URL without; see
-test_vllm.py). The app loads no model of its own: everything shown came from the servers.
+sources/test_vllm.py). The app loads no model of its own: everything shown came from the servers.
 The speculating server's /metrics is compared before and after the app's request, so
 nothing else should talk to it meanwhile.
 """
@@ -12,9 +12,9 @@ import urllib.request
 
 import pytest
 
+from browsing import new_page
+from real_vllm import PROMPTS, server_url
 from serving import serve_modelless
-from test_ui_browser import _new_page, browser  # noqa: F401 (a fixture)
-from test_vllm import PROMPTS, _url
 
 from mtp_viz.sources.vllm import client as vllm_client
 from mtp_viz.sources.vllm.prometheus import delta
@@ -27,7 +27,7 @@ MAX_NEW = 48
 
 @pytest.fixture(scope="module")
 def servers():
-    return _url("MTP_VIZ_VLLM_URL"), _url("MTP_VIZ_VLLM_BASELINE_URL")
+    return server_url("MTP_VIZ_VLLM_URL"), server_url("MTP_VIZ_VLLM_BASELINE_URL")
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +38,8 @@ def app():
 
 
 @pytest.fixture
-def page(app, browser):  # noqa: F811 - browser is test_ui_browser's fixture
-    page = _new_page(browser)
+def page(app, browser):  # the app without a model (browser: app/conftest.py)
+    page = new_page(browser)
     page.goto(app)
     page.wait_for_selector("#model-status:has-text('no model')", timeout=60_000)
     yield page

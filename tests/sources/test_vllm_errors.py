@@ -6,48 +6,18 @@ against a real vLLM server (a model it does not serve, a server without speculat
 are in test_vllm.py.
 """
 import json
-import socket
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+import hostile
+from hostile import SECRET
 from mtp_viz.cli.main import main
 from mtp_viz.engine.events import Error
 from mtp_viz.sources.vllm.stream import generate
 
-SECRET = "/srv/private/path-the-server-knows"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _serve(routes: dict[str, tuple[int, str]]):
-    class Handler(BaseHTTPRequestHandler):
-        def _answer(self):
-            code, body = routes.get(self.path, (404, f"<h1>not found: {SECRET}</h1>"))
-            data = body.encode()
-            self.send_response(code)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        do_GET = do_POST = _answer
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.server_address[1]}"
-
-
 @pytest.fixture
 def web_server():
-    server, url = _serve({"/": (200, "<h1>hello</h1>")})
+    server, url = hostile.serve({"/": (200, "<h1>hello</h1>")})
     yield url
     server.shutdown()
 
@@ -55,7 +25,7 @@ def web_server():
 @pytest.fixture
 def other_openai_server():
     models = {"object": "list", "data": [{"id": SECRET, "object": "model", "owned_by": "someone"}]}
-    server, url = _serve({"/v1/models": (200, json.dumps(models))})
+    server, url = hostile.serve({"/v1/models": (200, json.dumps(models))})
     yield url
     server.shutdown()
 
@@ -63,7 +33,7 @@ def other_openai_server():
 @pytest.fixture
 def vllm_without_metrics():
     models = {"data": [{"id": "m", "owned_by": "vllm", "max_model_len": 64}]}
-    server, url = _serve({"/v1/models": (200, json.dumps(models)), "/metrics": (200, "<html>")})
+    server, url = hostile.serve({"/v1/models": (200, json.dumps(models)), "/metrics": (200, "<html>")})
     yield url
     server.shutdown()
 
@@ -77,7 +47,7 @@ def _one_error(url, **kw):
 
 
 def test_server_down():
-    url = f"http://127.0.0.1:{_free_port()}"
+    url = hostile.closed_url()
     assert _one_error(url) == f"No server answers at {url}; start vLLM there or check the address."
 
 

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from factories import ScriptDrafter, gemma_assistant, gemma_target, greedy_reference, word_tokenizer
+from locations import ROOT
 from mtp_viz.cli import bench, bench_report
 from mtp_viz.analysis import metrics
 from mtp_viz.cli.main import UserError
@@ -144,8 +145,7 @@ def test_stale_kv_experiment_reproduces_transformers(saved_pair, tmp_path):
     """The experiment's 'transformers' variant must hand the drafter exactly what
     transformers does: same drafts, hence the same number of target forwards."""
     import importlib.util
-    from pathlib import Path
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "stale_kv.py"
+    path = ROOT / "benchmarks" / "stale_kv.py"
     spec = importlib.util.spec_from_file_location("stale_kv", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -20,7 +20,7 @@ from mtp_viz.engine.drafters.lookup import PromptLookupDrafter
 from mtp_viz.engine.loop import autoregressive, speculative
 from mtp_viz.engine.sampling import Sampler
 from mtp_viz.engine.schedules import SCHEDULES
-from test_engine import check_invariants, generated
+from invariants import check_invariants, generated
 
 SLOW = settings(max_examples=12, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

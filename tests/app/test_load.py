@@ -9,9 +9,9 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
+from locations import ROOT
 
-SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "load_test.py"
+SCRIPT = ROOT / "benchmarks" / "load_test.py"
 
 
 def _module():

@@ -9,13 +9,12 @@ time and compare the server's counters before and after, so nothing else should 
 to these servers meanwhile.
 """
 import json
-import os
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 
+from real_vllm import PROMPTS, server_url
 from mtp_viz.sources.vllm import client as vllm_client
 from mtp_viz.app.views import dashboard
 from mtp_viz.cli.main import main
@@ -26,27 +25,16 @@ from mtp_viz.sources.vllm.stream import assemble, events, generate
 
 pytestmark = pytest.mark.vllm
 
-DATA = Path(__file__).parent / "data"
-PROMPTS = [p["prompt"] for p in json.loads((assets_dir() / "tiny" / "eval_prompts.json").read_text())["prompts"]][:4]
-
-
-def _url(var: str) -> str:
-    url = os.environ.get(var)
-    if not url:
-        if os.environ.get("CI"):
-            pytest.fail(f"{var} is not set: CI must start the vLLM servers before these tests")
-        pytest.skip(f"set {var} to a running vLLM server")
-    return url
 
 
 @pytest.fixture(scope="module")
 def url():
-    return _url("MTP_VIZ_VLLM_URL")
+    return server_url("MTP_VIZ_VLLM_URL")
 
 
 @pytest.fixture(scope="module")
 def baseline():
-    return _url("MTP_VIZ_VLLM_BASELINE_URL")
+    return server_url("MTP_VIZ_VLLM_BASELINE_URL")
 
 
 def _run(url, prompt, **kw):

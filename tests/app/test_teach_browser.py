@@ -7,8 +7,8 @@ from urllib.parse import urlencode
 
 import pytest
 
+from browsing import in_view, upload_trace
 from serving import serve_modelless
-from test_ui_browser import _in_view, _upload, browser  # noqa: F401  (browser is a fixture)
 
 pytestmark = pytest.mark.browser
 
@@ -24,7 +24,7 @@ def url():
     demo.close()
 
 
-def _page(browser, url, query="", tour_seen=True):  # noqa: F811
+def _page(browser, url, query="", tour_seen=True):
     page = browser.new_page(viewport={"width": 1280, "height": 720})
     if tour_seen:
         page.add_init_script(SEEN)
@@ -59,7 +59,7 @@ RESTORED = {"prompt": LINK["prompt"], "model": "Gemma 4 E2B + MTP assistant", "d
             "schedule": "heuristic", "lookup": True}
 
 
-def test_a_deep_link_restores_the_prompt_pair_and_settings(browser, url):  # noqa: F811
+def test_a_deep_link_restores_the_prompt_pair_and_settings(browser, url):
     page = _page(browser, url, "?" + urlencode(LINK))
     try:
         _settings(page)
@@ -72,7 +72,7 @@ def test_a_deep_link_restores_the_prompt_pair_and_settings(browser, url):  # noq
         page.close()
 
 
-def test_a_bad_link_says_what_it_ignored_and_keeps_the_defaults(browser, url):  # noqa: F811
+def test_a_bad_link_says_what_it_ignored_and_keeps_the_defaults(browser, url):
     page = _page(browser, url, "?draft_tokens=99&max_new_tokens=12&colour=red&presenter=yes")
     try:
         # the status line can still show the load's progress timer for a moment
@@ -87,7 +87,7 @@ def test_a_bad_link_says_what_it_ignored_and_keeps_the_defaults(browser, url):  
         page.close()
 
 
-def test_copy_link_hands_over_the_current_settings(browser, url):  # noqa: F811
+def test_copy_link_hands_over_the_current_settings(browser, url):
     page = _page(browser, url, "?" + urlencode(LINK))
     try:
         box = page.locator("#draft-tokens input[type='number']")
@@ -106,7 +106,7 @@ def test_copy_link_hands_over_the_current_settings(browser, url):  # noqa: F811
         shared = link.inner_text()
         assert shared.startswith(url + "?")
         page.evaluate("window.scrollTo(0, 0)")
-        assert _in_view(page, "#spec-output") and _in_view(page, "#ar-output")  # the link takes one line
+        assert in_view(page, "#spec-output") and in_view(page, "#ar-output")  # the link takes one line
     finally:
         page.close()
     page = _page(browser, url, shared[len(url):])
@@ -119,14 +119,14 @@ def test_copy_link_hands_over_the_current_settings(browser, url):  # noqa: F811
         page.close()
 
 
-def test_presenter_mode_switches_type_and_token_colours(browser, url):  # noqa: F811
+def test_presenter_mode_switches_type_and_token_colours(browser, url):
     from mtp_viz.sources import trace
     path = sorted(trace.examples_dir().glob("*.jsonl"))[0]
     styles = {}
     for query in ("", "?presenter=1"):
         page = _page(browser, url, query)
         try:
-            _upload(page, path)
+            upload_trace(page, path)
             token = page.locator("#spec-output span.tok[data-kind='accepted']").first
             styles[query] = (page.evaluate("document.body.classList.contains('mv-presenter')"),
                              token.evaluate("e => getComputedStyle(e).backgroundColor"),
@@ -142,7 +142,7 @@ def test_presenter_mode_switches_type_and_token_colours(browser, url):  # noqa: 
     assert presenter[2] >= 20 > plain[2]
 
 
-def test_the_tour_shows_once_and_stays_dismissed(browser, url):  # noqa: F811
+def test_the_tour_shows_once_and_stays_dismissed(browser, url):
     context = browser.new_context(viewport={"width": 1280, "height": 720})
     page = context.new_page()
     try:
@@ -166,7 +166,7 @@ def test_the_tour_shows_once_and_stays_dismissed(browser, url):  # noqa: F811
         context.close()
 
 
-def test_glossary_explanations_and_the_what_if_of_a_trace(browser, url):  # noqa: F811
+def test_glossary_explanations_and_the_what_if_of_a_trace(browser, url):
     from mtp_viz.sources import trace
     page = _page(browser, url)
     try:
@@ -179,7 +179,7 @@ def test_glossary_explanations_and_the_what_if_of_a_trace(browser, url):  # noqa
         for key in ("acceptance-plot", "position-plot", "theory", "legend", "ar", "what-if"):
             assert page.locator(f"details[data-explain='{key}']").count() == 1, key
         assert "Appears after" in page.inner_text("#what-if")
-        _upload(page, sorted(trace.examples_dir().glob("*.jsonl"))[0])
+        upload_trace(page, sorted(trace.examples_dir().glob("*.jsonl"))[0])
         page.wait_for_selector("#what-if tr[data-best]", state="attached", timeout=30_000)
         assert page.locator("#what-if tr[data-best]").count() == 1
         assert "estimate" in page.inner_text("#what-if")

@@ -16,26 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from browsing import PROMPT, in_view, new_page, open_app, open_settings, upload_trace
+from locations import ROOT
 from serving import serve, serve_modelless
 
 pytestmark = pytest.mark.browser
-
-ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-
-PROMPT = "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"
-
-
-
-@pytest.fixture(scope="module")
-def server():
-    from mtp_viz.app.page import layout as ui
-    demo = ui.build_demo(target="tiny")
-    url = serve(demo)
-    yield demo, url
-    demo.close()
 
 
 class Gated:
@@ -84,42 +69,6 @@ def gated_server():
     demo.close()
 
 
-@pytest.fixture(scope="module")
-def browser():
-    if not Path(CHROMIUM).exists():
-        message = "needs Debian's chromium (apt-get install chromium fonts-dejavu-core)"
-        if os.environ.get("CI"):  # CI installs it: a missing browser is a failure there
-            pytest.fail(message)
-        pytest.skip(message)
-    from playwright import sync_api
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
-
-
-def _new_page(browser, width=1280, height=720):
-    """A page whose visitor has already seen the first-visit tour (which would stand
-    in front of the controls the tests click)."""
-    page = browser.new_page(viewport={"width": width, "height": height})
-    page.add_init_script("localStorage.setItem('mtp-viz-tour-done', '1')")
-    return page
-
-
-def _open(browser, url, width=1280, height=720):
-    page = _new_page(browser, width, height)
-    page.goto(url)
-    page.wait_for_selector("#model-status:has-text('Ready')", timeout=180_000)
-    return page
-
-
-@pytest.fixture
-def page(browser, server):
-    page = _open(browser, server[1])
-    yield page
-    page.close()
-
-
 def _screenshot_path(tmp_path: Path) -> Path:
     want = os.environ.get("MTP_VIZ_SCREENSHOT", "")
     if not want:
@@ -138,21 +87,9 @@ def _expected(demo) -> tuple[Counter, int]:
     return kinds, ar
 
 
-def _open_settings(page):
-    page.locator("#settings").get_by_text("More settings").click()
-    page.wait_for_selector("#chat input", state="attached")
-
-
-def _in_view(page, selector: str) -> bool:
-    box = page.locator(selector).bounding_box()
-    vw = page.viewport_size
-    return box is not None and box["y"] >= 0 and box["y"] + min(box["height"], 120) <= vw["height"] \
-        and box["x"] >= 0 and box["x"] + box["width"] <= vw["width"]
-
-
 def test_run_fills_both_panes_charts_and_compare_hooks(page, server, tmp_path):
     demo, _ = server
-    _open_settings(page)
+    open_settings(page)
     assert not page.locator("#chat input").is_checked()  # the bundled base model has no template
     page.fill("#prompt textarea", PROMPT)
     page.click("#run")
@@ -184,7 +121,7 @@ def test_run_fills_both_panes_charts_and_compare_hooks(page, server, tmp_path):
     # a projector's first screen: both panes and the speedup without scrolling
     page.evaluate("window.scrollTo(0, 0)")
     for sel in ("#compare", "#spec-output", "#ar-output"):
-        assert _in_view(page, sel), sel
+        assert in_view(page, sel), sel
 
     for plot in ("acceptance-plot", "draft-length-plot"):
         page.wait_for_selector(f"#{plot} .js-plotly-plot g.trace", state="attached", timeout=30_000)
@@ -196,7 +133,7 @@ def test_run_fills_both_panes_charts_and_compare_hooks(page, server, tmp_path):
 
 
 def test_measure_reports_a_median_with_its_basis(page):
-    _open_settings(page)
+    open_settings(page)
     repeats = page.locator("#repeats input[type='number']")
     repeats.fill("3")
     repeats.blur()
@@ -228,7 +165,7 @@ def test_user_errors_are_one_visible_sentence(page):
 
 def test_stop_ends_the_run(browser, gated_server):
     _, url, gate = gated_server
-    page = _open(browser, url)
+    page = open_app(browser, url)
     try:
         page.click("#run")
         page.wait_for_selector("#spec-output span.tok", timeout=180_000)
@@ -243,7 +180,7 @@ def test_stop_ends_the_run(browser, gated_server):
 def test_closing_the_tab_stops_the_run(browser, gated_server):
     _, url, gate = gated_server
     pair = gate.get("pair")
-    page = _open(browser, url)
+    page = open_app(browser, url)
     pair = gate["pair"]
     pair.waiting.clear()
     pair.finished.clear()
@@ -260,11 +197,6 @@ def test_closing_the_tab_stops_the_run(browser, gated_server):
 # ---------------------------------------------------------------- traces
 
 SPANS_JS = "els => els.map(e => [e.dataset.kind, e.dataset.bonus || '', e.textContent, e.title])"
-
-
-def _upload(page, path):
-    page.set_input_files("#trace-upload input[type='file']", str(path))
-    page.wait_for_selector("#status:has-text('Replay done')", timeout=120_000)
 
 
 @pytest.fixture(scope="module")
@@ -287,11 +219,11 @@ def test_an_uploaded_cli_trace_shows_exactly_its_token_kinds(browser, modelless_
     spec, ar = trace.spec_and_ar(trace.read(path))
     expected = Counter(e.type if e.type != "bonus" else f"bonus-{e.kind}" for e in spec)
 
-    page = _new_page(browser)
+    page = new_page(browser)
     try:
         page.goto(modelless_server)
         page.wait_for_selector("#model-status:has-text('no model')", timeout=60_000)
-        _upload(page, path)
+        upload_trace(page, path)
         shown = Counter(k if k != "bonus" else f"bonus-{b}" for k, b, _, _ in
                         page.locator("#spec-output span.tok").evaluate_all(SPANS_JS))
         for kind in ("accepted", "rejected", "bonus-correction", "bonus-extension"):
@@ -318,7 +250,7 @@ def test_a_downloaded_trace_uploaded_again_reproduces_the_run(page, tmp_path):
 
     page.reload()
     page.wait_for_selector("#model-status:has-text('Ready')", timeout=180_000)
-    _upload(page, path)
+    upload_trace(page, path)
     for pane in ("spec", "ar"):
         assert page.locator(f"#{pane}-output span.tok").evaluate_all(SPANS_JS) == spans[pane], pane
 
@@ -327,11 +259,11 @@ def test_scrubbing_to_a_step_shows_exactly_the_tokens_up_to_it(browser, modelles
     from mtp_viz.sources import trace
     path = sorted(trace.examples_dir().glob("*.jsonl"))[0]
     spec, _ = trace.spec_and_ar(trace.read(path))
-    page = _new_page(browser)
+    page = new_page(browser)
     try:
         page.goto(modelless_server)
         page.wait_for_selector("#model-status:has-text('no model')", timeout=60_000)
-        _upload(page, path)
+        upload_trace(page, path)
         box = page.locator("#scrub input[type='number']")
         page.wait_for_function("() => !document.querySelector('#scrub input[type=number]').disabled",
                                timeout=30_000)
@@ -424,7 +356,7 @@ def test_first_screen_labels_examples_draws_its_info_icons_and_shows_the_dashboa
         browser, modelless_server, tmp_path):
     """What a new user met: an unlabelled dropdown beside Race replay, ⓘ as a missing-glyph
     box (no font on Debian has U+24D8), and the dashboard as a lone tab at the bottom."""
-    page = _new_page(browser)
+    page = new_page(browser)
     try:
         page.goto(modelless_server)
         label = page.locator("#examples [data-testid='block-info']")
@@ -433,7 +365,7 @@ def test_first_screen_labels_examples_draws_its_info_icons_and_shows_the_dashboa
         lb, eb = label.bounding_box(), page.locator("#examples").bounding_box()
         assert lb["width"] > 40 and eb["y"] <= lb["y"] and lb["y"] + lb["height"] <= eb["y"] + eb["height"]
         assert page.locator("#buttons").bounding_box()["height"] <= 44  # the row keeps its height
-        assert _in_view(page, "#examples") and _in_view(page, "#spec-output") and _in_view(page, "#ar-output")
+        assert in_view(page, "#examples") and in_view(page, "#spec-output") and in_view(page, "#ar-output")
 
         summaries = page.locator("details[data-explain] > summary")
         assert summaries.count() > 5
@@ -458,9 +390,9 @@ def test_a_silent_vllm_server_does_not_hold_the_local_engine(page, server):
     never a token waits in a queue of its own, so another visitor's local /generate run
     finishes while it is still waiting (before, it queued behind it for the model slot)."""
     from gradio_client import Client
-    from test_hardening import MODELS, SPEC_METRICS, _serve, _trickle
-    silent, url = _serve({"/v1/models": json.dumps(MODELS), "/metrics": SPEC_METRICS,
-                          "/v1/completions": _trickle(every=0.25, most=120)})  # 30 s at most
+    from hostile import MODELS, SPEC_METRICS, serve as serve_routes, trickle
+    silent, url = serve_routes({"/v1/models": json.dumps(MODELS), "/metrics": SPEC_METRICS,
+                                "/v1/completions": trickle(every=0.25, most=120)})  # 30 s at most
     try:
         page.click("#model input")
         page.get_by_role("option", name="vLLM server (enter its URL)").click()

@@ -10,14 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from test_ui_browser import PROMPT, ROOT, _open, browser, server  # noqa: F401 (fixtures)
+from browsing import PROMPT, open_app, open_settings
+from locations import ROOT
 
 pytestmark = pytest.mark.browser
 
 
 @pytest.fixture(scope="module")
-def page(browser, server):  # noqa: F811 - fixtures of test_ui_browser
-    page = _open(browser, server[1])
+def page(browser, server):  # one page for the module's tests
+    page = open_app(browser, server[1])
     yield page
     page.close()
 
@@ -105,10 +106,9 @@ def test_the_anatomy_panel_shows_the_loaded_pairs_layers_and_width(page, server,
 
 
 def test_a_first_rejection_under_sampling_shows_the_residual(page):
-    from test_ui_browser import _open_settings
     page.reload()  # a fresh session: no earlier run's "Done" in #status
     page.wait_for_selector("#model-status:has-text('Ready')", timeout=180_000)
-    _open_settings(page)
+    open_settings(page)
     page.locator("#decoding").get_by_text("sampling").click()
     page.fill("#prompt textarea", PROMPT)
     page.click("#run")

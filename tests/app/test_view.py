@@ -9,43 +9,8 @@ import pytest
 
 from mtp_viz.analysis import stream
 from mtp_viz.app.views import charts, stats, tokens as view
-from mtp_viz.engine.events import Accepted, Bonus, Done, Drafted, Rejected, Start, Step, Token
-
-EVIL = '<img src=x onerror="alert(1)">'
-
-
-def spec_step(step, drafts, n_ok, bonus, t, *, reason="constant", next_len=None):
-    """Events of one verification step: ``drafts`` texts, first ``n_ok`` accepted."""
-    ev = [Drafted(step=step, index=i, token_id=100 + i, text=d, q=0.9) for i, d in enumerate(drafts)]
-    ev += [Accepted(step=step, index=i, token_id=100 + i, text=d) for i, d in enumerate(drafts[:n_ok])]
-    ev += [Rejected(step=step, index=i, token_id=100 + i, text=d) for i, d in enumerate(drafts) if i >= n_ok]
-    if bonus is not None:
-        kind = "extension" if n_ok == len(drafts) else "correction"
-        ev.append(Bonus(step=step, token_id=7, text=bonus, index=n_ok, kind=kind))
-    ev.append(Step(step=step, draft_len=len(drafts), accepted=n_ok, new_tokens=n_ok + (bonus is not None),
-                   draft_seconds=0.002, verify_seconds=0.005, next_draft_len=next_len or len(drafts),
-                   reason=reason, t=t))
-    return ev
-
-
-def spec_run():
-    ev = [Start(mode="speculative", prompt_tokens=5, settings={"draft_tokens": 3})]
-    ev += spec_step(1, ["def", " f", "("], 3, ")", 0.01, reason="all accepted: +2", next_len=5)
-    ev += spec_step(2, [":", "\n", "    ", "x", "y"], 2, EVIL, 0.02, reason="rejection: -1", next_len=4)
-    ev += spec_step(3, ["a", "b", "c", "d"], 0, "<eos>", 0.03)
-    ev.append(Done(new_tokens=8, target_forwards=3, seconds=0.03, stop_reason="eos"))
-    return ev
-
-
-def ar_run(texts=("def", " f", "(", ")", ":", "\n", EVIL, "<eos>"), dt=0.01):
-    ev = [Start(mode="autoregressive", prompt_tokens=5)]
-    for i, tx in enumerate(texts, 1):
-        tid = {"def": 100, " f": 101, "(": 102, ")": 7, ":": 100, "\n": 101}.get(tx, 7)
-        ev += [Token(step=i, token_id=tid, text=tx, t=i * dt),
-               Step(step=i, draft_len=0, accepted=0, new_tokens=1, verify_seconds=dt, t=i * dt)]
-    ev.append(Done(new_tokens=len(texts), target_forwards=len(texts), seconds=len(texts) * dt))
-    return ev
-
+from mtp_viz.engine.events import Done, Drafted, Step, Token
+from streams import EVIL, ar_run, spec_run
 
 def kinds(h):
     return re.findall(r'data-kind="(\w+)"(?: data-bonus="(\w+)")?', h)

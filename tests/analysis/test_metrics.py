@@ -4,47 +4,8 @@ import pytest
 
 from mtp_viz.analysis import metrics
 from mtp_viz.engine import theory
-from mtp_viz.engine.events import Accepted, Bonus, Done, Drafted, Rejected, Start, Step, Token, event_from_dict
-
-
-def spec_step(step, drafts, n_accept, *, bonus=True, cut="", draft_s=0.0, verify_s=0.0):
-    """Events of one speculative step: drafts listed, the first n_accept accepted."""
-    ev = [Drafted(step, i, t) for i, t in enumerate(drafts)]
-    ev += [Accepted(step, i, t) for i, t in enumerate(drafts[:n_accept])]
-    ev += [Rejected(step, i, t) for i, t in enumerate(drafts) if i >= n_accept]
-    new = n_accept
-    if bonus:
-        kind = "correction" if n_accept < len(drafts) else "extension"
-        ev.append(Bonus(step, 99, kind=kind, index=n_accept))
-        new += 1
-    ev.append(Step(step, len(drafts), n_accept, new_tokens=new, cut=cut,
-                   draft_seconds=draft_s, verify_seconds=verify_s))
-    return ev, new
-
-
-def spec_stream(plan, seconds=1.0, prefill_s=0.5):
-    """plan: list of (draft_len, accepted[, kwargs]) per step. Like the engine, step 1
-    is the prefill: no drafts, the target's first token closes it."""
-    events = [Start("speculative", 5)] + spec_step(1, [], 0, verify_s=prefill_s)[0]
-    total = 1
-    for i, item in enumerate(plan, start=2):
-        g, a, *kw = item
-        ev, new = spec_step(i, list(range(10, 10 + g)), a, **(kw[0] if kw else {}))
-        events += ev
-        total += new
-    events.append(Done(new_tokens=total, target_forwards=len(plan) + 1, seconds=seconds))
-    return events
-
-
-def ar_stream(n, step_s=0.1):
-    events = [Start("autoregressive", 5)]
-    for i in range(1, n + 1):
-        events += [Token(i, 7), Step(i, 0, 0, new_tokens=1, verify_seconds=step_s)]
-    events.append(Done(new_tokens=n, target_forwards=n, seconds=n * step_s))
-    return events
-
-
-PLAN = [(4, 4), (4, 2), (4, 0), (4, 3)]   # drafted 16, accepted 9, 3 rejections
+from mtp_viz.engine.events import Accepted, Done, Drafted, Step, Token, event_from_dict
+from streams import PLAN, ar_run, spec_stream
 
 
 def test_counts_and_rates():
@@ -83,7 +44,7 @@ def test_cut_step_is_not_a_rejection():
     assert metrics.alpha_estimate(ev) == pytest.approx(6 / 7)
     assert metrics.per_position_counts(ev) == [(2, 2, 2), (2, 2, 2), (2, 2, 1), (2, 1, 1)]
     # a rejection whose correction was cut by the token limit is still a rejection
-    ev = spec_stream([(4, 1, {"bonus": False, "cut": "max_new_tokens"})])
+    ev = spec_stream([(4, 1, {"bonus": None, "cut": "max_new_tokens"})])
     assert metrics.step_records(ev)[-1].rejected
     # eos as a correction token in a cut step too
     ev = spec_stream([(4, 1, {"cut": "eos"})])
@@ -103,7 +64,7 @@ def test_pooled_streams_and_json_round_trip():
 
 
 def test_autoregressive_stream():
-    ev = ar_stream(10, 0.1)
+    ev = ar_run([""] * 10, 0.1)
     s = metrics.summarize(ev)
     assert s.steps == 0 and s.drafted == 0 and s.mode == "autoregressive"
     assert s.new_tokens == 10 and s.mean_accepted_length == 1.0
@@ -118,7 +79,7 @@ def test_cost_coefficient():
     plan = [(4, 4, {"draft_s": 0.02, "verify_s": 0.2}), (2, 0, {"draft_s": 0.01, "verify_s": 0.1})]
     ev = spec_stream(plan)
     assert metrics.drafter_seconds_per_token(ev) == pytest.approx(0.005)
-    assert metrics.cost_coefficient(ev, ar_stream(5, 0.1)) == pytest.approx(0.05)
+    assert metrics.cost_coefficient(ev, ar_run([""] * 5, 0.1)) == pytest.approx(0.05)
     # without a baseline, the mean verification time stands in for a target step
     assert metrics.cost_coefficient(ev) == pytest.approx(0.005 / 0.15)
 
@@ -126,20 +87,20 @@ def test_cost_coefficient():
 def test_theory_check_uses_measured_numbers():
     # verification of 4 drafts costs 0.15 s against 0.1 s per autoregressive step: v = 1.5
     ev = spec_stream([(4, 4, {"draft_s": 0.004, "verify_s": 0.15})] * 3 + [(4, 1, {"verify_s": 0.15})])
-    chk = metrics.theory_check(ev, ar_stream(5, 0.1))
+    chk = metrics.theory_check(ev, ar_run([""] * 5, 0.1))
     alpha = metrics.alpha_estimate(ev)
     assert chk.alpha == alpha and chk.gamma == 4
     assert chk.tau_predicted == pytest.approx(theory.expected_tokens(alpha, 4))
-    assert chk.c == pytest.approx(metrics.cost_coefficient(ev, ar_stream(5, 0.1)))
+    assert chk.c == pytest.approx(metrics.cost_coefficient(ev, ar_run([""] * 5, 0.1)))
     assert chk.v == pytest.approx(1.5)
     assert chk.speedup_predicted_v == pytest.approx(chk.tau / (4 * chk.c + 1.5))
     assert (chk.gamma_star, chk.speedup_star) == theory.optimal_gamma(alpha, chk.c, 16)
-    assert metrics.theory_check(ar_stream(3)) is None
+    assert metrics.theory_check(ar_run([""] * 3, 0.1)) is None
 
 
 def test_theory_check_calls_a_sub_unit_verification_cost_noise():
     # a verification measured faster than one autoregressive step is not a cost
     ev = spec_stream([(4, 4, {"draft_s": 0.004, "verify_s": 0.08})] * 3)
-    chk = metrics.theory_check(ev, ar_stream(5, 0.1))
+    chk = metrics.theory_check(ev, ar_run([""] * 5, 0.1))
     assert chk.v is None and chk.speedup_predicted_v is None
     assert chk.v_raw == pytest.approx(0.8)

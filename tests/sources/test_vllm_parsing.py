@@ -7,10 +7,10 @@ greedy prompt: the streamed response (vllm_stream.txt), the same request not str
 two requests). The tests in test_vllm.py check the same things against a live server.
 """
 import json
-from pathlib import Path
 
 import pytest
 
+from locations import DATA
 from mtp_viz.sources.vllm import prometheus
 from mtp_viz.app.views import dashboard
 from mtp_viz.errors import UserError
@@ -18,7 +18,6 @@ from mtp_viz.engine.events import Accepted, Bonus, Drafted, Rejected, Start, Ste
 from mtp_viz.sources.vllm.client import base_url, sse_chunks
 from mtp_viz.sources.vllm.stream import Received, assemble, pieces, step_events
 
-DATA = Path(__file__).parent / "data"
 
 
 def _events():

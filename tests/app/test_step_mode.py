@@ -16,7 +16,7 @@ from mtp_viz.app.runtime import runs
 from mtp_viz.sources.local import LocalSource
 from mtp_viz.sources.settings import RunSettings
 from mtp_viz.engine.events import Bonus, Done, Drafted, Rejected, Start, Step
-from test_view import EVIL, spec_run, ar_run
+from streams import EVIL, ar_run, spec_run
 
 PROMPT = " ".join(f"w{i}" for i in range(10, 30))
 KW = dict(mode="speculative", max_new_tokens=24, draft_tokens=4, chat=False)

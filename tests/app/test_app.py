@@ -19,7 +19,7 @@ from mtp_viz.app.views.frame import PLOTS
 from mtp_viz.sources.base import Source
 from mtp_viz.sources.local import LocalSource
 from mtp_viz.sources.settings import RunSettings
-from test_view import ar_run, spec_run
+from streams import ar_run, spec_run
 
 
 class FakePair(Source):
@@ -52,7 +52,7 @@ def test_compare_frames_runs_both_modes_in_turns():
     frames = list(runs.compare_frames(pair, settings(), sess, frame_interval=0))
     assert [m for m, _ in pair.calls] == ["speculative", "autoregressive"]
     assert sess.spec == spec_run() and sess.ar == ar_run()
-    # both panes and their stats are drawn (the order of turns: test_interleave.py)
+    # both panes and their stats are drawn (the order of turns: sources/test_interleave.py)
     assert {"spec", "ar", "spec_stats", "ar_stats"} <= {k for f in frames for k in f.shown()}
     final = frames[-1]
     assert final.last and set(final.figures) >= {"acceptance-plot", "draft-length-plot"}
@@ -109,7 +109,7 @@ from mtp_viz.app.handlers import local
 from mtp_viz.app.page import layout
 from mtp_viz.app.runtime import runs
 from mtp_viz.app.views.frame import Frame
-from test_view import ar_run, spec_run
+from streams import ar_run, spec_run
 
 cfg = layout.build_demo(target="tiny").get_config_file()
 ids = {c["id"]: c["props"].get("elem_id") for c in cfg["components"]}
@@ -135,9 +135,8 @@ def test_a_chart_is_one_entry_in_the_registry():
     import os
     import subprocess
     import sys
-    from pathlib import Path
-    tests = Path(__file__).parent
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)])}
+    from locations import ROOT, TESTS
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)])}
     proc = subprocess.run([sys.executable, "-c", EXTRA_CHART], capture_output=True, text=True, timeout=300,
                           env=env)
     assert proc.returncode == 0, proc.stderr
@@ -273,7 +272,7 @@ def test_handlers_run_streams_both_panes_and_keeps_the_session():
     spec_i, ar_i = local.OUTPUTS.index("spec"), local.OUTPUTS.index("ar")
     assert 'data-kind="accepted"' in [f[spec_i] for f in frames if isinstance(f[spec_i], str)][-1]
     assert 'data-kind="token"' in [f[ar_i] for f in frames if isinstance(f[ar_i], str)][-1]
-    assert "Replay done" in _status(list(local.Handlers.replay(sess, 1000.0)))[-1]
+    assert "Replay done" in _status(list(local.Handlers.replay(sess, 100.0)))[-1]
 
 
 def test_a_run_downloads_as_a_trace_that_replays_without_a_model(tmp_path):
@@ -284,7 +283,7 @@ def test_a_run_downloads_as_a_trace_that_replays_without_a_model(tmp_path):
     from mtp_viz.sources import trace
     assert trace.read(path) == spec_run() + ar_run()
     h2 = _handlers(lambda t, d: pytest.fail("a trace replay must not load a model"))
-    frames = list(h2.replay_trace(path, None, 1000.0))
+    frames = list(h2.replay_trace(path, None, 100.0))
     sess2 = frames[0][len(local.OUTPUTS)]
     assert sess2.spec == spec_run() and sess2.ar == ar_run()
     assert "Replay done" in _status(frames)[-1]
@@ -293,7 +292,7 @@ def test_a_run_downloads_as_a_trace_that_replays_without_a_model(tmp_path):
     assert all(not isinstance(frames[-1][local.OUTPUTS.index(k)], dict) for k in PLOTS)  # charts
     bad = tmp_path / "bad.jsonl"
     bad.write_text("<script>/etc/secret</script>")
-    msgs = _status(list(h2.replay_trace(str(bad), None, 1000.0)))
+    msgs = _status(list(h2.replay_trace(str(bad), None, 100.0)))
     assert msgs == [view.message_html("Line 1 of the trace is not JSON.", level="error")]
     assert all(u["interactive"] is False for u in h2.download_files(None))
 
@@ -302,7 +301,7 @@ def test_example_traces_are_offered_by_name_and_replay():
     h = _handlers(lambda t, d: pytest.fail("no model"))
     choices = h.example_traces()
     assert choices and all("/" not in stem for _, stem in choices)
-    frames = list(h.replay_example(choices[0][1], None, 1e6))
+    frames = list(h.replay_example(choices[0][1], None, 100.0))
     assert "Replay done" in _status(frames)[-1]
     assert "mv-msg-error" in _status(list(h.replay_example("../../etc/passwd", None, 1.0)))[-1]
 

@@ -16,7 +16,7 @@ from mtp_viz.app.views import explain as teach_view
 from mtp_viz.analysis.metrics import TheoryCheck
 from mtp_viz.prompts import category_suite
 from mtp_viz.analysis.whatif import what_if
-from test_metrics import PLAN, ar_stream, spec_stream
+from streams import PLAN, ar_run, spec_stream
 
 
 def check(alphas, c, v=None, gamma=4.0):
@@ -51,7 +51,7 @@ def test_what_if_equals_theory_for_a_constant_alpha():
 
 def test_what_if_of_a_recorded_run_uses_its_measured_acceptance_and_costs():
     spec = spec_stream([(4, a, dict(draft_s=0.04, verify_s=0.15)) for _, a in PLAN])
-    base = ar_stream(10, step_s=0.1)
+    base = ar_run([""] * 10, dt=0.1)
     tc = metrics.theory_check(spec, base)
     w = what_if(tc, cap=8)
     alphas = metrics.per_position_acceptance(spec, conditional=True)

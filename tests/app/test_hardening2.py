@@ -123,7 +123,7 @@ def test_a_replay_of_a_very_long_trace_ends_at_its_bound(monkeypatch):
     REPLAY_SECONDS and shows the whole run, so it holds its slot no longer than that."""
     from mtp_viz.app.handlers import local, recorded
     from mtp_viz.app.runtime import runs
-    from test_view import ar_run, spec_run
+    from streams import ar_run, spec_run
     import dataclasses
     monkeypatch.setattr(recorded, "REPLAY_SECONDS", 0.5)
     sess = runs.Session()
@@ -140,7 +140,7 @@ def test_a_replay_of_a_very_long_trace_ends_at_its_bound(monkeypatch):
 def test_a_bad_replay_speed_is_one_sentence(speed):
     from mtp_viz.app.handlers import local
     from mtp_viz.app.runtime import runs
-    from test_view import ar_run, spec_run
+    from streams import ar_run, spec_run
     sess = runs.Session()
     sess.spec, sess.ar = spec_run(), ar_run()
     frames = list(local.Handlers.replay(sess, speed))

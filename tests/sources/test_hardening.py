@@ -1,61 +1,26 @@
 """Hardening II: hostile vLLM servers and hostile traces get one sentence, in bounded
 time and memory.
 
-The servers are small real HTTP servers on 127.0.0.1, as in test_vllm_errors.py; every
-server loop is bounded in count and in time, so a test that fails cannot hang.
+The servers are small real HTTP servers on 127.0.0.1 (tests/hostile.py), as in
+test_vllm_errors.py; every server loop is bounded in count and in time, so a test that
+fails cannot hang.
 """
 import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+import hostile
+from hostile import MODELS, SECRET, SPEC_METRICS, trickle
 from mtp_viz.errors import UserError
 from mtp_viz.sources.vllm import client, prometheus
-
-SECRET = "/srv/private/path-the-server-knows"
-MODELS = {"data": [{"id": "m", "owned_by": "vllm", "max_model_len": 4096}]}
-SPEC_METRICS = ('vllm:spec_decode_num_drafts_total{model_name="m"} 3\n'
-                'vllm:spec_decode_num_draft_tokens_total{model_name="m"} 12\n'
-                'vllm:spec_decode_num_accepted_tokens_total{model_name="m"} 6\n')
-
-
-def _serve(routes: dict):
-    """A server answering GET/POST ``path`` with ``routes[path]``: a ``str`` body, or a
-    callable writing the response itself (given the handler)."""
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def _answer(self):
-            if self.command == "POST":
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            route = routes.get(self.path, f"<h1>not found: {SECRET}</h1>")
-            if callable(route):
-                return route(self)
-            data = route.encode()
-            self.send_response(200 if self.path in routes else 404)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        do_GET = do_POST = _answer
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.server_address[1]}"
-
 
 @pytest.fixture
 def serve():
     servers = []
 
     def start(routes):
-        server, url = _serve(routes)
+        server, url = hostile.serve(routes)
         servers.append(server)
         return url
     yield start
@@ -131,27 +96,6 @@ TOKEN_CHUNK = {"prompt_token_ids": [2, 3], "choices": [{
     "logprobs": {"tokens": ["x"], "token_logprobs": [-0.1]}}]}
 
 
-def _trickle(first: bytes = b"", ping: bytes = b": ping\n\n", every: float = 0.25, most: int = 60):
-    """A completions stream that sends ``first``, then ``ping`` every ``every`` seconds
-    and never a token: at most ``most`` times (15 s), then it ends the body."""
-    def answer(h):
-        h.send_response(200)
-        h.send_header("Content-Type", "text/event-stream")
-        h.send_header("Connection", "close")
-        h.end_headers()
-        try:
-            h.wfile.write(first)
-            h.wfile.flush()
-            for _ in range(most):
-                time.sleep(every)
-                h.wfile.write(ping)
-                h.wfile.flush()
-        except OSError:
-            pass  # the client hung up: what a deadline does
-        h.close_connection = True
-    return answer
-
-
 def _vllm(serve, stream) -> str:
     return serve({"/v1/models": json.dumps(MODELS), "/metrics": SPEC_METRICS,
                   "/v1/completions": stream})
@@ -170,7 +114,7 @@ def _run(url, **kw):
 
 
 def test_keep_alive_comments_do_not_hold_a_run_past_the_first_token_deadline(serve):
-    url = _vllm(serve, _trickle())
+    url = _vllm(serve, trickle())
     events, msg = _run(url, first_token_deadline=1.5)
     assert len(events) == 1
     assert msg == (f"The server at {url} sent no token within 1.5 seconds; "
@@ -178,14 +122,14 @@ def test_keep_alive_comments_do_not_hold_a_run_past_the_first_token_deadline(ser
 
 
 def test_a_silent_server_ends_at_the_first_token_deadline(serve):
-    url = _vllm(serve, _trickle(ping=b"", every=0.25, most=60))  # headers, then nothing
+    url = _vllm(serve, trickle(ping=b"", every=0.25, most=60))  # headers, then nothing
     _, msg = _run(url, first_token_deadline=1)
     assert "sent no token within 1 seconds" in msg
 
 
 def test_a_stream_that_stalls_after_a_token_ends_at_the_total_deadline(serve, monkeypatch):
     monkeypatch.setenv("MTP_VIZ_VLLM_DEADLINE", "2")
-    url = _vllm(serve, _trickle(first=b"data: " + json.dumps(TOKEN_CHUNK).encode() + b"\n\n"))
+    url = _vllm(serve, trickle(first=b"data: " + json.dumps(TOKEN_CHUNK).encode() + b"\n\n"))
     events, msg = _run(url)
     assert msg == (f"The server at {url} did not finish within 2 seconds; "
                    "MTP_VIZ_VLLM_DEADLINE sets how long to wait.")
@@ -195,7 +139,7 @@ def test_a_stream_that_stalls_after_a_token_ends_at_the_total_deadline(serve, mo
 def test_the_first_token_deadline_comes_from_the_environment(serve, monkeypatch):
     monkeypatch.setenv("MTP_VIZ_VLLM_FIRST_TOKEN_DEADLINE", "1")
     monkeypatch.setenv("MTP_VIZ_VLLM_DEADLINE", "not a number")   # falls back to 300
-    _, msg = _run(_vllm(serve, _trickle()))
+    _, msg = _run(_vllm(serve, trickle()))
     assert "sent no token within 1 seconds" in msg
 
 

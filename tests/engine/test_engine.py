@@ -10,8 +10,9 @@ from mtp_viz.engine.drafters.mtp import MTPDrafter
 from mtp_viz.engine.drafters.model import ModelDrafter
 from mtp_viz.engine.drafters.lookup import PromptLookupDrafter
 from mtp_viz.engine.loop import autoregressive, speculative
-from mtp_viz.engine.events import Accepted, Bonus, Done, Drafted, Event, Rejected, Start, Step, Token, event_from_dict
+from mtp_viz.engine.events import Accepted, Bonus, Event, Step, Token, event_from_dict
 from mtp_viz.engine.schedules import make_schedule
+from invariants import check_invariants, generated
 
 V, WINDOW = 512, 16
 N = 40
@@ -47,43 +48,6 @@ def make_drafter(kind, target, prompt, reference):
     if kind == "script":
         return ScriptDrafter(len(prompt), reference, wrong_every=3, vocab=V)
     raise AssertionError(kind)
-
-
-def generated(events):
-    return [e.token_id for e in events if isinstance(e, (Accepted, Bonus, Token))]
-
-
-def check_invariants(events, max_new_tokens):
-    assert isinstance(events[0], Start) and isinstance(events[-1], Done)
-    done = events[-1]
-    assert list(done.generated_ids) == generated(events)
-    assert done.new_tokens <= max_new_tokens
-    steps = [e for e in events if isinstance(e, Step)]
-    assert done.target_forwards == len(steps)
-    # per step: drafted* accepted* rejected* bonus? step, indices in order
-    order = {"drafted": 0, "accepted": 1, "token": 1, "rejected": 2, "bonus": 3, "step": 4}
-    cur, rank, counts = [], -1, {}
-    for e in events[1:-1]:
-        r = order[e.type]
-        assert r >= rank, f"{e.type} after rank {rank}"
-        rank = r
-        counts[e.type] = counts.get(e.type, 0) + 1
-        cur.append(e)
-        if isinstance(e, Step):
-            drafted = [x for x in cur if isinstance(x, Drafted)]
-            acc = [x for x in cur if isinstance(x, Accepted)]
-            rej = [x for x in cur if isinstance(x, Rejected)]
-            assert [x.index for x in drafted] == list(range(len(drafted)))
-            assert [x.index for x in acc] == list(range(len(acc)))
-            assert all(x.step == e.step for x in drafted + acc + rej)
-            assert e.draft_len == len(drafted)
-            assert e.accepted == len(acc) and e.agreed >= e.accepted  # one meaning everywhere
-            if not e.cut:
-                assert len(acc) + len(rej) == len(drafted) and e.agreed == e.accepted
-            for a, d in zip(acc + rej, drafted):
-                assert a.token_id == d.token_id
-            cur, rank = [], -1
-    return steps
 
 
 @pytest.mark.parametrize("kind", ["mtp", "mtp_ordered", "model", "lookup", "script"])

@@ -4,12 +4,9 @@ timings, and the one-sentence failures. Servers that are down, redirect or are n
 are small real HTTP servers on 127.0.0.1 (or a closed port). The same views against real
 vLLM servers are in test_vllm_ui.py.
 """
-import socket
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
 
+from hostile import SECRET, closed_url, reply, serve
 from mtp_viz.sources.vllm import client as vllm_client
 from mtp_viz.app.views import charts, theory as panels, tokens as view
 from mtp_viz.app.runtime import runs, service
@@ -22,7 +19,6 @@ from mtp_viz.engine.events import Accepted, Bonus, Done, Drafted, Rejected, Star
 from mtp_viz.analysis.metrics import theory_check
 from mtp_viz.sources.vllm.stream import Received, step_events
 
-SECRET = "/srv/private/what-the-server-says"
 LOCKED = service.AllowList("tiny")
 OPEN = service.AllowList("")
 
@@ -95,54 +91,16 @@ def test_a_locked_deployment_without_listed_servers_offers_no_vllm_source(monkey
         ("vLLM server (enter its URL)", vllm_handlers.VLLM)]
 
 
-def _serve(answer):
-    """A real HTTP server on 127.0.0.1 whose handler is ``answer(request_handler)``; it
-    records the paths it was asked for."""
-    seen = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def _any(self):
-            seen.append(self.path)
-            answer(self)
-
-        do_GET = do_POST = _any
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.server_address[1]}", seen
-
-
-def _reply(code, body="", headers=()):
-    def answer(h):
-        data = body.encode()
-        h.send_response(code)
-        for k, v in headers:
-            h.send_header(k, v)
-        h.send_header("Content-Length", str(len(data)))
-        h.end_headers()
-        h.wfile.write(data)
-    return answer
-
-
 def test_a_redirect_is_not_followed():
-    inner, inner_url, inner_seen = _serve(_reply(200, '{"data": []}'))
-    outer, outer_url, outer_seen = _serve(_reply(302, SECRET, [("Location", inner_url + "/v1/models")]))
+    inner, inner_url = serve(reply(200, '{"data": []}'))
+    outer, outer_url = serve(reply(302, SECRET, [("Location", inner_url + "/v1/models")]))
     try:
         with pytest.raises(UserError) as e:
             vllm_client.served_models(outer_url)
         assert "HTTP 302" in str(e.value) and SECRET not in str(e.value)
-        assert outer_seen == ["/v1/models"] and inner_seen == []
+        assert outer.seen == ["/v1/models"] and inner.seen == []
     finally:
         inner.shutdown(), outer.shutdown()
-
-
-def _closed_port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{s.getsockname()[1]}"
 
 
 # ---------------------------------------------------------------- views of a vLLM stream
@@ -255,7 +213,7 @@ def test_run_refuses_with_one_sentence_before_contacting_anything(policy, kw, se
 
 
 def test_a_server_that_is_down_is_one_sentence_and_nothing_else_runs():
-    url = _closed_port()
+    url = closed_url()
     vh = _handlers(ServerPolicy(OPEN, ""))
     sess = runs.Session()
     frames = list(vh.run(_values(vllm_url=url, vllm_baseline_url=url, step_mode=True), sess))
@@ -267,7 +225,7 @@ def test_a_server_that_is_down_is_one_sentence_and_nothing_else_runs():
 
 
 def test_load_checks_servers_and_the_dashboard_never_quotes_them():
-    server, url, _ = _serve(_reply(200, f"<html>{SECRET}</html>"))
+    server, url = serve(reply(200, f"<html>{SECRET}</html>"))
     try:
         vh = _handlers(ServerPolicy(OPEN, ""))
         line = vh.load(vllm_handlers.VLLM, "", "", url, "")[0]

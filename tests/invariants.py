@@ -1,0 +1,42 @@
+"""The contract every event stream keeps (docs/events.md), checked on a finished run:
+the engine's tests and its property tests run it on every stream they generate."""
+from __future__ import annotations
+
+from mtp_viz.engine.events import Accepted, Bonus, Done, Drafted, Rejected, Start, Step, Token
+
+
+def generated(events):
+    return [e.token_id for e in events if isinstance(e, (Accepted, Bonus, Token))]
+
+
+def check_invariants(events, max_new_tokens):
+    assert isinstance(events[0], Start) and isinstance(events[-1], Done)
+    done = events[-1]
+    assert list(done.generated_ids) == generated(events)
+    assert done.new_tokens <= max_new_tokens
+    steps = [e for e in events if isinstance(e, Step)]
+    assert done.target_forwards == len(steps)
+    # per step: drafted* accepted* rejected* bonus? step, indices in order
+    order = {"drafted": 0, "accepted": 1, "token": 1, "rejected": 2, "bonus": 3, "step": 4}
+    cur, rank, counts = [], -1, {}
+    for e in events[1:-1]:
+        r = order[e.type]
+        assert r >= rank, f"{e.type} after rank {rank}"
+        rank = r
+        counts[e.type] = counts.get(e.type, 0) + 1
+        cur.append(e)
+        if isinstance(e, Step):
+            drafted = [x for x in cur if isinstance(x, Drafted)]
+            acc = [x for x in cur if isinstance(x, Accepted)]
+            rej = [x for x in cur if isinstance(x, Rejected)]
+            assert [x.index for x in drafted] == list(range(len(drafted)))
+            assert [x.index for x in acc] == list(range(len(acc)))
+            assert all(x.step == e.step for x in drafted + acc + rej)
+            assert e.draft_len == len(drafted)
+            assert e.accepted == len(acc) and e.agreed >= e.accepted  # one meaning everywhere
+            if not e.cut:
+                assert len(acc) + len(rej) == len(drafted) and e.agreed == e.accepted
+            for a, d in zip(acc + rej, drafted):
+                assert a.token_id == d.token_id
+            cur, rank = [], -1
+    return steps
