@@ -24,46 +24,36 @@ pytestmark = pytest.mark.browser
 
 
 class Gated:
-    """The bundled pair, whose speculative run waits after its first two steps until
-    the run's own stop switch is set (at most two minutes): Stop and a closed tab are
-    then tested without any race against the run finishing first."""
+    """The app's model work (:func:`mtp_viz.sources.local.runs`) on the bundled pair,
+    except that the speculative run waits after its first two steps until the run's own
+    stop switch is set (at most two minutes): Stop and a closed tab are then tested
+    without any race against the run finishing first."""
 
-    def __init__(self, pair):
-        self.pair, self.waiting, self.finished = pair, threading.Event(), threading.Event()
+    def __init__(self):
+        self.waiting, self.finished = threading.Event(), threading.Event()
         self.stopped_by_switch = False
 
-    def __getattr__(self, name):
-        return getattr(self.pair, name)
-
-    def generate(self, prompt, *, stop=None, mode="speculative", **kw):
-        events = self.pair.generate(prompt, stop=stop, mode=mode, **kw)
-
-        def gated():
-            steps = 0
-            try:
-                for e in events:
-                    yield e
-                    steps += e.type == "step"
-                    if steps == 2 and mode == "speculative":
-                        self.waiting.set()
-                        self.stopped_by_switch = stop.wait(120)
-            finally:
-                self.finished.set()
-        return gated()
+    def __call__(self, pair, s, stop=None, pause=None, schedules=None):
+        from mtp_viz.sources.local import runs
+        steps, parked = 0, False
+        try:
+            for mode, e in runs(pair, s, stop, pause, schedules):
+                yield mode, e
+                steps += mode == "speculative" and e.type == "step"
+                if steps == 2 and not parked:
+                    parked = True
+                    self.waiting.set()
+                    self.stopped_by_switch = stop.wait(120)
+        finally:
+            self.finished.set()
 
 
 @pytest.fixture(scope="module")
 def gated_server():
-    from mtp_viz.app.runtime import service
     from mtp_viz.app.page import layout as ui
-    from mtp_viz.sources.models import load_pair
-    gate = {}
-
-    def load(target, drafter):
-        gate["pair"] = Gated(load_pair(target, drafter))
-        return gate["pair"]
-
-    demo = ui.build_demo(loader=service.PairLoader(load), target="tiny")
+    gate = {"pair": Gated()}
+    demo = ui.build_demo(target="tiny")
+    demo.mtp_app.handlers.runs = gate["pair"]  # what a Run calls (Handlers.source)
     url = serve(demo)
     yield demo, url, gate
     demo.close()

@@ -204,18 +204,17 @@ def _wire_runs(page: Page, h: Handlers, vh: VllmHandlers) -> dict[str, Any]:
 
     shown = dict(show_progress="minimal", show_progress_on=page.status, **HIDDEN)
     model_slot = dict(concurrency_id="model", **shown)
-    run_ev = page.run_btn.click(route, [page.model, local_go, remote_go], [local_go, remote_go],
-                                queue=False, **HIDDEN)
-    local_go.change(run, set(form) | {page.session}, outputs, **model_slot)
-    remote_go.change(run_remote, set(form) | {page.session}, outputs, concurrency_id="vllm",
-                     concurrency_limit=service.env_int("MTP_VIZ_VLLM_CONCURRENCY", 4), **shown)
+    page.run_btn.click(route, [page.model, local_go, remote_go], [local_go, remote_go], queue=False, **HIDDEN)
+    run_ev = local_go.change(run, set(form) | {page.session}, outputs, **model_slot)
+    remote_ev = remote_go.change(run_remote, set(form) | {page.session}, outputs, concurrency_id="vllm",
+                                 concurrency_limit=service.env_int("MTP_VIZ_VLLM_CONCURRENCY", 4), **shown)
     page.measure_btn.click(measure, set(form) | {page.session, page.repeats}, outputs, **model_slot)
     recorded = dict(concurrency_limit=8, show_progress="hidden", **HIDDEN)  # no model: many at once
     trace = [page.session, page.speed]
     replay_ev = page.replay_btn.click(h.replay, trace, outputs, **recorded)
     upload_ev = page.trace_upload.upload(h.replay_trace, [page.trace_upload, *trace], outputs, **recorded)
     example_ev = page.trace_example.change(h.replay_example, [page.trace_example, *trace], outputs, **recorded)
-    return {"run": run_ev, "upload": upload_ev, "example": example_ev, "replay": replay_ev}
+    return {"run": run_ev, "remote": remote_ev, "upload": upload_ev, "example": example_ev, "replay": replay_ev}
 
 
 __all__ = ["FORM", "HIDDEN", "Page", "examples_for", "hint_html", "prompt_choices", "wire"]
