@@ -152,3 +152,45 @@ def leave(http, url: str, kw: dict, timeout: float) -> float:
 def http_client():
     import httpx
     return httpx.Client(timeout=httpx.Timeout(30.0), trust_env=False)
+
+
+class Trickler:
+    """A visitor in headless Chromium who points the app's vLLM source at a server that
+    trickles keep-alive comments and never a token (``tests/hostile.py``), presses Run
+    and keeps the tab open: a remote run that holds its slot for as long as it waits.
+    Playwright's sync API: use it from one thread only."""
+
+    def __init__(self, app_url: str):
+        sys.path.insert(0, str(ROOT / "tests"))
+        from browsing import ARGS, CHROMIUM, open_app
+        from hostile import MODELS, SPEC_METRICS, serve, trickle
+        from playwright import sync_api
+        self.silent, self.server_url = serve({"/v1/models": json.dumps(MODELS), "/metrics": SPEC_METRICS,
+                                              "/v1/completions": trickle(every=0.5, most=1200)})  # 10 min at most
+        self._pw = sync_api.sync_playwright().start()
+        self._browser = self._pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        self.page = open_app(self._browser, app_url)
+        self.page.click("#model input")
+        self.page.get_by_role("option", name="vLLM server (enter its URL)").click()
+        self.page.locator("#vllm-url").get_by_role("textbox").fill(self.server_url)
+
+    def start(self) -> None:
+        """Press Run; return once the run waits on the server for its first token."""
+        self.page.click("#run")
+        self.page.wait_for_selector("#spec-output:has-text('Waiting for the server')", timeout=60_000)
+
+    def waiting(self) -> bool:
+        """Is the run still waiting on the silent server (holding its slot)?"""
+        return "Waiting for the server" in self.page.inner_text("#spec-output")
+
+    def stop(self) -> str:
+        """Press Stop; the status line once the run has ended."""
+        self.page.click("#stop")
+        self.page.wait_for_selector("#status:has-text('Stopped.')", timeout=60_000)
+        return self.page.inner_text("#status")
+
+    def close(self) -> None:
+        self._browser.close()
+        self._pw.stop()
+        self.silent.shutdown()
+        self.silent.server_close()

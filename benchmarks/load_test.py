@@ -17,6 +17,10 @@ each seeded sampled client's tokens equal its solo seeded run, each bad input is
 with exactly one ``error`` event holding its sentence, and nothing else errs or hangs.
 Queue wait is submit → first streamed value; latency is submit → final value.
 
+Then a visitor in headless Chromium points the vLLM source at a server that trickles
+keep-alive comments and never a token, and presses Run: waves of greedy clients alone and
+beside that waiting run must show the same latency (``--trickle``).
+
 Then memory: the soak runs greedy requests one after another from one session; the
 flood sends one-off plain HTTP calls, each a new Gradio session (``MTP_VIZ_MAX_SESSIONS``
 bounds what those cost). Each must grow the server's resident memory by less than
@@ -29,6 +33,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import sys
 import threading
 import time
@@ -217,6 +222,38 @@ def leave_check(url: str, timeout: float) -> dict:
     return {"long_run_s": alone, "wait_behind_leaver_s": wait, "freed": wait < alone / 2}
 
 
+def trickle_check(url: str, refs: dict, clients: int, repeats: int, timeout: float) -> dict:
+    """Does a remote run on a silent vLLM server hold the local engine? Waves of
+    ``clients`` greedy clients, alone and then while a visitor's vLLM run waits on a
+    server that trickles keep-alive comments (``load_clients.Trickler``), alternated
+    ``repeats`` times. The run must still be waiting when each wave ends (it held its
+    slot throughout) and the waves' median latency must not move: at most 1.25x + 0.25 s
+    of the median alone (before the fix, every local run queued behind the remote one)."""
+    from load_clients import Trickler
+    specs = [dict(kind="greedy", label=str(i % len(PROMPTS)), kw=dict(prompt=PROMPTS[i % len(PROMPTS)]))
+             for i in range(clients)]
+    latencies, problems, waiting, stopped = {"alone": [], "beside": []}, [], [], []
+    trickler = Trickler(url)
+    try:
+        for _ in range(repeats):
+            for beside in (False, True):
+                if beside:
+                    trickler.start()
+                outcomes = wave(url, specs, refs, timeout)
+                if beside:
+                    waiting.append(trickler.waiting())
+                    stopped.append("Stopped." in trickler.stop())
+                latencies["beside" if beside else "alone"] += [o.latency for o in outcomes if o.latency is not None]
+                problems += [asdict(o) for o in outcomes if not o.ok]
+    finally:
+        trickler.close()
+    alone, beside = (statistics.median(v) if v else None for v in latencies.values())  # None: none finished
+    ok = alone is not None and beside is not None and beside <= 1.25 * alone + 0.25
+    return {"clients": clients, "repeats": repeats, "latency_alone_p50_s": alone, "latency_beside_p50_s": beside,
+            "ratio": beside / alone if ok else None, "still_waiting": all(waiting), "stopped": all(stopped),
+            "problems": problems, "held_nothing": ok and all(waiting) and not problems}
+
+
 def flood(url: str, calls: int, timeout: float, server: Server) -> dict:
     """``calls`` cheap requests (bad input, answered before any model work) over the
     plain HTTP API, each a new Gradio session: what many one-off callers cost the
@@ -283,6 +320,15 @@ def report_md(r: dict) -> str:
         lines += ["", f"**A client that leaves frees the engine:** a {LEAVE_TOKENS}-token run takes "
                   f"{lc['long_run_s']:.2f} s alone; left after its first value, the run queued behind it "
                   f"waited {lc['wait_behind_leaver_s']:.2f} s ({'yes' if lc['freed'] else 'NO'})."]
+    tc = r.get("trickle_check")
+    if tc:
+        lines += ["", f"**A silent vLLM server holds no local run:** {tc['clients']} greedy clients at once, "
+                  f"{tc['repeats']} waves each way: latency p50 {seconds(tc['latency_alone_p50_s'])} alone, "
+                  f"{seconds(tc['latency_beside_p50_s'])} while a visitor's vLLM run (headless Chromium) waited on "
+                  f"a server that trickles keep-alive comments and never a token "
+                  f"({'–' if tc['ratio'] is None else format(tc['ratio'], '.2f')}x); that run "
+                  f"still waiting at the end of every wave: {'yes' if tc['still_waiting'] else 'NO'}; Stop ended it: "
+                  f"{'yes' if tc['stopped'] else 'NO'} ({'PASS' if tc['held_nothing'] else 'FAIL'})."]
     if s:
         lines += ["", f"**Soak:** {s['runs']} sequential greedy runs, {s['completed_runs']} completed, "
                   f"cross-talk {s['cross_talk']}, unexpected {s['unexpected']}; server RSS "
@@ -298,7 +344,7 @@ def report_md(r: dict) -> str:
                   f"(**{fl['growth_mb']:+.1f} MB**, goal < {r['limit_mb']:.0f} MB).",
                   "", "RSS during the flood (calls: MB): " + ", ".join(f"{n}: {m:.0f}" for n, m in fl["rss_mb"])]
     lines += ["", f"**Verdict:** {'PASS' if r['passed'] else 'FAIL'}" + (f" ({r['aborted']})" if r.get("aborted") else "")]
-    problems = [p for w in [*r["waves"], s or {}, fl or {}] for p in w.get("problems", [])]
+    problems = [p for w in [*r["waves"], tc or {}, s or {}, fl or {}] for p in w.get("problems", [])]
     if problems:
         lines += ["", "Problems:", ""] + [f"- {p['kind']} {p['label']}: {p['problem']}: {p['detail']}"
                                           for p in problems[:30]]
@@ -318,6 +364,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--soak", type=int, default=200, help="sequential runs for the memory soak (0: none)")
     ap.add_argument("--flood", type=int, default=1000,
                     help="one-off plain HTTP calls (each a new session) for the session-memory check (0: none)")
+    ap.add_argument("--trickle", type=int, default=3,
+                    help="greedy clients per wave of the silent-vLLM check, in headless Chromium (0: none)")
+    ap.add_argument("--trickle-repeats", type=int, default=3, help="waves alone and beside it, each")
     ap.add_argument("--max-sessions", type=int, help="the server's MTP_VIZ_MAX_SESSIONS (default: the app's)")
     ap.add_argument("--limit-mb", type=float, default=50.0, help="most server RSS growth the soak or flood may show")
     ap.add_argument("--client-timeout", type=float, default=300.0, help="seconds one request may take")
@@ -350,8 +399,9 @@ def main(argv: list[str] | None = None) -> int:
             for rnd in range(args.rounds):
                 plans.append((n, rnd + 1, [client_spec(i, serial + i) for i in range(n)]))
                 serial += n
-        soak_specs = [dict(kind="greedy", label=str(i % len(PROMPTS))) for i in range(min(args.soak, len(PROMPTS)))]
-        refs = references(server.url, [s for _, _, specs in plans for s in specs] + soak_specs,
+        alone = [dict(kind="greedy", label=str(i % len(PROMPTS)))
+                 for i in range(min(max(args.soak, args.trickle), len(PROMPTS)))]  # the soak's, the trickle check's
+        refs = references(server.url, [s for _, _, specs in plans for s in specs] + alone,
                           args.client_timeout)
         greedy = [tuple(v) for (k, _), v in refs.items() if k == "greedy"]
         r["references_distinct"] = len(set(greedy)) == len(greedy)  # else cross-talk could hide
@@ -368,6 +418,11 @@ def main(argv: list[str] | None = None) -> int:
                   f"RSS {w['rss_after_mb']:.0f} MB", flush=True)
         r["rss_after_waves_mb"] = server.rss_mb()
         r["leave_check"] = leave_check(server.url, args.client_timeout)
+        if args.trickle:
+            r["trickle_check"] = tc = trickle_check(server.url, refs, args.trickle, args.trickle_repeats,
+                                                    args.client_timeout)
+            print(f"trickle: p50 latency {seconds(tc['latency_alone_p50_s'])} alone, "
+                  f"{seconds(tc['latency_beside_p50_s'])} beside a silent vLLM run", flush=True)
         if args.soak:
             r["soak"] = soak(server.url, args.soak, refs, args.client_timeout, server)
             print(f"soak: {args.soak} runs, RSS growth {r['soak']['growth_mb']:+.1f} MB", flush=True)
@@ -382,7 +437,8 @@ def main(argv: list[str] | None = None) -> int:
     r["passed"] = (r["references_distinct"] and all(
         p["completed_runs"] == p["normal_runs"] and p["expected_errors"] == p["bad_inputs"]
         and p["left_mid_stream"] == p["leavers"] and not p["cross_talk"] and not p["unexpected"] for p in parts)
-        and r["leave_check"]["freed"] and all(r[k]["growth_mb"] < args.limit_mb for k in ("soak", "flood") if k in r))
+        and r["leave_check"]["freed"] and r.get("trickle_check", {"held_nothing": True})["held_nothing"]
+        and all(r[k]["growth_mb"] < args.limit_mb for k in ("soak", "flood") if k in r))
     write(args.out, r)
     print(report_md(r))
     return 0 if r["passed"] else 1

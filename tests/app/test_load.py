@@ -1,7 +1,8 @@
 """The load test (``benchmarks/load_test.py``) run for real at small scale: a real
 ``python app.py`` with the bundled tiny pair, three concurrent clients (a greedy run, a
-bad input, a client that leaves mid-stream), a ten-run soak and a flood of one-off
-calls; and the bound on the sessions Gradio keeps (``MTP_VIZ_MAX_SESSIONS``)."""
+bad input, a client that leaves mid-stream), a visitor in headless Chromium whose vLLM
+run waits on a trickling server beside two greedy clients, a ten-run soak and a flood of
+one-off calls; and the bound on the sessions Gradio keeps (``MTP_VIZ_MAX_SESSIONS``)."""
 from __future__ import annotations
 
 import importlib.util
@@ -24,8 +25,9 @@ def _module():
 def test_small_load_test_against_the_real_app(tmp_path):
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"}
     proc = subprocess.run([sys.executable, str(SCRIPT), "--clients", "3", "--rounds", "1", "--soak", "10",
-                           "--flood", "30", "--max-sessions", "10", "--out", str(tmp_path), "--max-seconds", "240"],
-                          env=env, capture_output=True, text=True, timeout=300)
+                           "--flood", "30", "--trickle", "2", "--trickle-repeats", "2", "--max-sessions", "10",
+                           "--out", str(tmp_path), "--max-seconds", "300"],
+                          env=env, capture_output=True, text=True, timeout=360)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     r = json.loads((tmp_path / "load_test.json").read_text())
     assert r["passed"] and r["references_distinct"] and not r.get("aborted")
@@ -37,6 +39,9 @@ def test_small_load_test_against_the_real_app(tmp_path):
     # their medians need not be ordered (a fast-failing bad input lowers only the waits)
     assert w["queue_wait_p50_s"] > 0 and w["latency_p50_s"] > 0
     assert r["leave_check"]["freed"]  # the run behind a leaver waited less than half the leaver's run
+    t = r["trickle_check"]  # a remote run waiting on a silent server holds no local run
+    assert t["held_nothing"] and t["still_waiting"] and t["stopped"] and t["problems"] == []
+    assert t["latency_beside_p50_s"] <= 1.25 * t["latency_alone_p50_s"] + 0.25
     s = r["soak"]
     assert (s["runs"], s["completed_runs"], s["cross_talk"], s["unexpected"]) == (10, 10, 0, 0)
     assert len(s["rss_mb"]) == 11 and s["rss_mb"][0][1] > 100  # a real server holding a real model
