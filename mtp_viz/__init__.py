@@ -17,6 +17,7 @@ __version__ = "0.1.0"
 # public name -> the module that defines it
 _PUBLIC = {
     "load_pair": "mtp_viz.sources.models",
+    "from_models": "mtp_viz.sources.models",
     "ModelPair": "mtp_viz.sources.pair",
     "RunSettings": "mtp_viz.sources.settings",
     "Source": "mtp_viz.sources.base",

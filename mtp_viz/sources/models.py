@@ -14,7 +14,7 @@ from .local import out_of_memory
 from .pair import ASSISTANT_TYPES, GEMMA4_TYPES, ModelPair, model_path, text_config
 from .presets import PRESETS, is_local, resolve
 
-__all__ = ["load_pair", "out_of_memory", "pick_device", "pick_dtype", "set_threads"]
+__all__ = ["check_pair", "from_models", "load_pair", "out_of_memory", "pick_device", "pick_dtype", "set_threads"]
 
 
 def pick_device(device: str | None = None) -> str:
@@ -137,19 +137,7 @@ def load_pair(target: str, drafter: str | None = None, *, drafter_kind: str = "a
         drafter = preset_drafter or (_default_drafter(target_spec) if is_gemma4 else None)
 
     drafter_config = _load(AutoConfig.from_pretrained, drafter) if drafter else None
-    if drafter_config is not None:
-        if drafter_config.model_type in ASSISTANT_TYPES and not is_gemma4:
-            raise UserError(f"The Gemma 4 MTP drafter {clip(drafter)} needs a Gemma 4 target, "
-                            f"but {clip(target)} is not a Gemma 4 model.")
-        t_text, d_text = text_config(config), text_config(drafter_config)
-        if d_text.vocab_size != t_text.vocab_size:
-            raise UserError(f"{clip(drafter)} and {clip(target)} do not share a vocabulary "
-                            f"({d_text.vocab_size} vs {t_text.vocab_size} tokens).")
-        backbone = getattr(drafter_config, "backbone_hidden_size", None)
-        if backbone is not None and backbone != t_text.hidden_size:
-            raise UserError(f"The MTP drafter {clip(drafter)} was made for a target of width {backbone}, "
-                            f"but {clip(target)} has width {t_text.hidden_size}.")
-
+    check_pair(config, drafter_config, str(target), drafter)
     tokenizer = _load(AutoTokenizer.from_pretrained, target_spec, config=config)
     kwargs = dict(dtype=torch_dtype)
     if device != "cpu":
@@ -160,3 +148,45 @@ def load_pair(target: str, drafter: str | None = None, *, drafter_kind: str = "a
                            **kwargs).eval() if drafter else None)
     return ModelPair(target_model, drafter_model, tokenizer, str(target), drafter, device,
                      target_spec=target_spec)
+
+
+def check_pair(config, drafter_config, target: str, drafter: str | None) -> None:
+    """One sentence if the drafter cannot serve the target: an MTP assistant for a
+    model that is not Gemma 4, another vocabulary, or an assistant made for another
+    width (it reads the target's last hidden state). Names as the user gave them."""
+    if drafter_config is None:
+        return
+    if drafter_config.model_type in ASSISTANT_TYPES and config.model_type not in GEMMA4_TYPES:
+        raise UserError(f"The Gemma 4 MTP drafter {clip(drafter)} needs a Gemma 4 target, "
+                        f"but {clip(target)} is not a Gemma 4 model.")
+    t_text, d_text = text_config(config), text_config(drafter_config)
+    if d_text.vocab_size != t_text.vocab_size:
+        raise UserError(f"{clip(drafter)} and {clip(target)} do not share a vocabulary "
+                        f"({d_text.vocab_size} vs {t_text.vocab_size} tokens).")
+    backbone = getattr(drafter_config, "backbone_hidden_size", None)
+    if backbone is not None and backbone != t_text.hidden_size:
+        raise UserError(f"The MTP drafter {clip(drafter)} was made for a target of width {backbone}, "
+                        f"but {clip(target)} has width {t_text.hidden_size}.")
+
+
+def from_models(target, drafter=None, processor=None) -> ModelPair:
+    """A pair over models already in memory (a notebook's ``target_model`` and
+    ``assistant_model``), on whatever device, dtype and device map they were loaded
+    with: nothing is copied, moved or loaded again.
+
+    ``drafter``: a Gemma 4 MTP assistant, an independent draft model with the same
+    vocabulary, or None (prompt lookup). ``processor``: the ``AutoProcessor`` (its chat
+    template is used for chat prompts) or the tokenizer; by default the tokenizer is
+    loaded from where the target came from."""
+    if not hasattr(target, "config") or not hasattr(target, "generate"):
+        raise UserError("from_models needs the target model itself (a transformers model), "
+                        f"not {type(target).__name__}.")
+    name = getattr(target.config, "_name_or_path", "") or type(target).__name__
+    drafter_name = (getattr(drafter.config, "_name_or_path", "") or type(drafter).__name__) if drafter else None
+    check_pair(target.config, drafter.config if drafter is not None else None, name, drafter_name)
+    if processor is None:
+        from transformers import AutoTokenizer
+        processor = _load(AutoTokenizer.from_pretrained, name)
+    tokenizer = getattr(processor, "tokenizer", processor)  # a processor holds its tokenizer
+    template = getattr(processor, "chat_template", None) or getattr(tokenizer, "chat_template", None)
+    return ModelPair(target, drafter, tokenizer, name, drafter_name, str(target.device), template=template)

@@ -44,6 +44,7 @@ class ModelPair:
     drafter_name: str | None
     device: str
     target_spec: str = ""          # what the target was loaded from (for the processor probe)
+    template: str | None = None    # a chat template given with the models (from_models' processor)
     schedules: ScheduleCache = field(default_factory=ScheduleCache, repr=False)  # across generations
 
     @property
@@ -80,7 +81,7 @@ class ModelPair:
         """The tokenizer's chat template; multimodal Gemma 4 checkpoints may keep it with
         the processor instead, which is probed only here, on first need, and only
         where one can exist (a hub id, or a folder with processor files)."""
-        template = getattr(self.tokenizer, "chat_template", None)
+        template = self.template or getattr(self.tokenizer, "chat_template", None)
         if template or not self.is_gemma4 or not self.target_spec:
             return template
         if is_local(self.target_spec) and not any(
