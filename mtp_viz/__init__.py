@@ -26,6 +26,7 @@ _PUBLIC = {
     "Servers": "mtp_viz.sources.vllm.source",
     "TraceSource": "mtp_viz.sources.recorded",
     "open_source": "mtp_viz.sources",
+    "launch": "mtp_viz.notebook",
     "Sampling": "mtp_viz.engine.decoding",
     "UserError": "mtp_viz.errors",
     **{name: "mtp_viz.engine.events" for name in (

@@ -227,11 +227,13 @@ def _page(app: AppState, first: FirstPair, choices: list, policy: ServerPolicy) 
 
 
 def build_demo(loader: service.PairLoader | None = None, target: str | None = None,
-               drafter: str | None = None) -> gr.Blocks:
+               drafter: str | None = None, pair: Any = None) -> gr.Blocks:
     """The whole page. Loads no model; ``demo.mtp_app`` (an :class:`AppState`) holds the
-    pair cache and the handlers it uses. The pair selected at start is
-    ``target``/``drafter`` if given, else :func:`service.default_pair` (environment,
-    cached E2B, bundled tiny pair)."""
+    pair cache and the handlers it uses. The pair selected at start is ``pair`` (one
+    already in memory, served as it is), else ``target``/``drafter`` if given, else
+    :func:`service.default_pair` (environment, cached E2B, bundled tiny pair)."""
+    if pair is not None:
+        loader, target, drafter = service.PairLoader(runs.preloaded(pair)), pair.name, pair.drafter_name
     loader = loader or service.PairLoader(runs.load_and_warm)
     presets = service.presets(loader.allow)
     first = _first_pair(presets, loader.allow, target, drafter)

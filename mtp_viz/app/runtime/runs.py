@@ -245,13 +245,26 @@ def warm_up(source: Source, new_tokens: int = 8, top: int = 0) -> None:
 def load_and_warm(target: str, drafter: str | None) -> Any:
     """The app's :class:`.service.PairLoader` work: set torch's threads on purpose, load
     the pair, and warm it through the app's path (:func:`warm_up`)."""
-    from mtp_viz.app.views import inspector
     from mtp_viz.sources import models  # imports torch: only here, on first use
-    from mtp_viz.sources.local import LocalSource
     models.set_threads(service.threads())
-    pair = models.load_pair(target, drafter)
+    return warm(models.load_pair(target, drafter))
+
+
+def warm(pair: Any) -> Any:
+    """``pair``, warmed through the app's path (:func:`warm_up`) so its first run is timed warm."""
+    from mtp_viz.app.views import inspector
+    from mtp_viz.sources.local import LocalSource
     warm_up(LocalSource(pair), top=inspector.TOP)
     return pair
+
+
+def preloaded(pair: Any) -> Callable[[str, str | None], Any]:
+    """The app's loading work when it is given a pair already in memory (a notebook's,
+    :func:`mtp_viz.launch`): that pair for its own name, warmed but not loaded again
+    (and torch's threads left as its owner set them); any other pair as usual."""
+    key = service.pair_key(pair.name, pair.drafter_name)
+    return lambda target, drafter: warm(pair) if service.pair_key(target, drafter) == key \
+        else load_and_warm(target, drafter)
 
 
 def final_frame(sess: Session, threads: int = 0) -> Frame:

@@ -1,0 +1,36 @@
+"""A run as a notebook cell's output: the app's token spans (same kinds, colours and
+shapes, from :mod:`.tokens`) and its stats line, under the app's own stylesheet. Pure:
+events in, HTML out; :mod:`mtp_viz.notebook` puts it on the page."""
+from __future__ import annotations
+
+import html
+from typing import Sequence
+
+from mtp_viz.engine.events import Done, Error, Event, Start
+
+from . import stats, tokens
+
+_CELL_CSS = """
+.mv-notebook { font-family: system-ui, sans-serif; color: #111827; max-width: 960px; }
+.mv-notebook .mv-nb-head { font-size: 0.85rem; color: #4b5563; margin: 0 0 4px; }
+.mv-notebook .mv-text { border: 1px solid #e5e7eb; border-radius: 8px; padding: 8px 10px; }
+"""
+
+
+def cell_html(events: Sequence[Event], *, css: str = "", legend: bool = True) -> str:
+    """One run so far: what it is, the legend, the tokens (a pending draft last) and
+    the stats line; an error event as its sentence."""
+    start = next((e for e in events if isinstance(e, Start)), None)
+    error = next((e for e in events if isinstance(e, Error)), None)
+    done = any(isinstance(e, Done) for e in events)
+    head = "Waiting for the first event…" if start is None else (
+        f"{html.escape(start.mode)} · prompt {start.prompt_tokens} tokens"
+        + (f" · drafter {html.escape(str(start.settings['drafter']))}" if start.settings.get("drafter") else "")
+        + ("" if done or error else " · running"))
+    body = tokens.tokens_html(events, placeholder="Tokens appear here.")
+    tail = tokens.message_html(error.message, level="error") if error else stats.stats_html(stats.run_stats(events))
+    return (f'<div class="mv-notebook"><style>{css}{_CELL_CSS}</style><p class="mv-nb-head">{head}</p>'
+            f'{tokens.legend_html() if legend else ""}{body}{tail}</div>')
+
+
+__all__ = ["cell_html"]

@@ -1,0 +1,101 @@
+"""mtp-viz in a notebook (Jupyter, Colab, VS Code): a run drawn inline while it
+happens, and the whole app over a pair already in memory.
+
+    pair = mtp_viz.from_models(target_model, assistant_model, processor)
+    events = pair.show("Why is the sky blue?", max_new_tokens=64)   # tokens, stats, charts
+    demo = mtp_viz.launch(pair)                                      # the app, inline
+
+Outside a notebook :func:`show_events` prints the CLI's styled terminal view instead.
+A front end like the CLI: it consumes a source's events and imports IPython only when
+it draws.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Iterable
+
+from mtp_viz.engine.events import Event
+
+__all__ = ["in_notebook", "launch", "show_anatomy", "show_events"]
+
+FRAME_SECONDS = 0.25   # the inline view is redrawn at most this often while a run streams
+
+
+def in_notebook() -> bool:
+    """Whether this process is a notebook kernel (Jupyter, VS Code, Colab) that can
+    show HTML, rather than a terminal (plain ``python`` or the ``ipython`` shell)."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return shell is not None and (hasattr(shell, "kernel") or "google.colab" in sys.modules)
+
+
+def show_events(events: Iterable[Event], *, charts: bool = True, out=None) -> list[Event]:
+    """Draw ``events`` as they arrive and return them all: in a notebook, the app's
+    token spans and stats line in one output that is redrawn while the run streams,
+    then its charts; elsewhere, the terminal view on ``out`` (default stdout)."""
+    seen: list[Event] = []
+
+    def kept(stream):
+        for e in stream:
+            seen.append(e)
+            yield e
+
+    if not in_notebook():
+        from mtp_viz.cli.generate import print_styled
+        out = out or sys.stdout
+        print_styled(kept(events), color=getattr(out, "isatty", lambda: False)(), out=out)
+        return seen
+    from IPython.display import HTML, display
+
+    from mtp_viz.app.views.notebook import cell_html
+    css = _css()
+    handle, drawn = display(HTML(cell_html([], css=css)), display_id=True), 0.0
+    for _ in kept(events):
+        if time.monotonic() - drawn >= FRAME_SECONDS:  # throttled: drawing never slows the run much
+            handle.update(HTML(cell_html(seen, css=css)))
+            drawn = time.monotonic()
+    handle.update(HTML(cell_html(seen, css=css)))
+    if charts:
+        _show_charts(seen)
+    return seen
+
+
+def _css() -> str:
+    from mtp_viz.paths import assets_dir
+    return (assets_dir() / "app.css").read_text(encoding="utf-8")
+
+
+def show_anatomy(pair: Any, events: Iterable[Event] = ()) -> None:
+    """The app's anatomy panel of ``pair`` (what the drafter reads from the target, and
+    where ``events``' rejections fell), inline; a notebook only."""
+    from IPython.display import HTML, display
+
+    from mtp_viz.analysis.anatomy import anatomy
+    from mtp_viz.app.views.anatomy import anatomy_html
+    display(HTML(f'<div class="mv-notebook"><style>{_css()}</style>{anatomy_html(anatomy(pair), list(events))}</div>'))
+
+
+def _show_charts(events: list[Event]) -> None:
+    """The app's charts of one run, as plotly figures (plotly picks the renderer the
+    notebook front end needs: Jupyter's, Colab's or VS Code's)."""
+    from IPython.display import display
+
+    from mtp_viz.app.views import charts
+    from mtp_viz.engine.events import Start
+    spec = any(isinstance(e, Start) and e.mode == "speculative" for e in events)
+    runs = (events, ()) if spec else ((), events)  # the charts take (speculative, autoregressive)
+    for chart in charts.CHARTS:
+        display(chart.figure(*runs))
+
+
+def launch(pair: Any, **kwargs: Any):
+    """The whole app on ``pair`` (from :func:`mtp_viz.from_models` or
+    :func:`mtp_viz.load_pair`), with no second load: inline in a notebook, else on a
+    local port (``port=``; else Gradio's default). Returns the Gradio app;
+    ``demo.close()`` stops it. Other ``kwargs`` go to Gradio's ``launch`` (``height=``...)."""
+    from mtp_viz.app.page import layout
+    demo = layout.build_demo(pair=pair)
+    layout.launch(demo, host=kwargs.pop("host", None), port=kwargs.pop("port", None),
+                  **{"inline": in_notebook(), "prevent_thread_lock": True, "quiet": True, **kwargs})
+    return demo
