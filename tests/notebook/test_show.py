@@ -1,0 +1,109 @@
+"""The notebook front end for real: ``pair.show()`` in a Jupyter kernel draws the app's
+token spans while the run streams, then its charts; outside a notebook it prints the
+terminal view; ``mtp_viz.launch(pair)`` serves the app on a pair already in memory."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from kernels import code_cell, execute, outputs
+
+PROMPT = "def parse(line):\n"
+
+LOAD = """
+import json, torch, mtp_viz
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from mtp_viz.sources.presets import resolve
+torch.set_num_threads(1)
+TARGET, ASSISTANT = resolve("tiny")
+target_model = AutoModelForCausalLM.from_pretrained(TARGET)
+assistant_model = AutoModelForCausalLM.from_pretrained(ASSISTANT)
+pair = mtp_viz.from_models(target_model, assistant_model, AutoTokenizer.from_pretrained(TARGET))
+"""
+
+
+@pytest.fixture(scope="module")
+def tiny_in_memory():
+    import mtp_viz
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from mtp_viz.sources.presets import resolve
+    target, assistant = resolve("tiny")
+    return mtp_viz.from_models(AutoModelForCausalLM.from_pretrained(target),
+                               AutoModelForCausalLM.from_pretrained(assistant), AutoTokenizer.from_pretrained(target))
+
+
+def ids(events) -> list[int]:
+    return [e.token_id for e in events if e.type in ("accepted", "bonus", "token")]
+
+
+def test_show_in_a_real_kernel_draws_the_app_token_spans_then_the_charts(tmp_path):
+    import nbformat
+    nb = nbformat.v4.new_notebook(cells=[
+        code_cell(LOAD),
+        code_cell(f"events = pair.show({PROMPT!r}, max_new_tokens=24, chat=False)"),
+        code_cell("print(json.dumps([e.token_id for e in events if e.type in ('accepted', 'bonus')]))"),
+        code_cell("chat = pair.show([{'role': 'user', 'content': 'import os'}], mode='autoregressive', "
+                  "max_new_tokens=8)\nprint(len([e for e in chat if e.type == 'token']))"),
+    ])
+    done = execute(nb, tmp_path)
+    assert outputs(done, "error") == []
+    streams = [o.text for o in outputs(done, "stream") if o.name == "stdout"]
+    spec_ids = json.loads(streams[0])
+    html = outputs(done, "text/html")
+    spec_cell = next(h for h in html if 'data-kind="accepted"' in h or 'data-kind="bonus"' in h)
+    # the live output was redrawn to the whole run: one span per kept token, the stats line
+    kept = re.findall(r'<span class="tok[^"]*" data-kind="(?:accepted|bonus)"[^>]* data-step=', spec_cell)
+    assert len(kept) == len(spec_ids) == 24
+    assert "tokens/s" in spec_cell and "speculative" in spec_cell and "mv-legend" in spec_cell
+    assert ".tok[data-kind=\"accepted\"]" in spec_cell  # the app's own stylesheet came along
+    figures = outputs(done, "application/vnd.plotly.v1+json")
+    assert len(figures) >= 2 * 5  # every chart of CHARTS, after each run
+    titles = [f["layout"]["title"]["text"] for f in figures[:5]]
+    assert "Acceptance rate per step" in titles[0]
+    # a message list is a prompt too, and an autoregressive run has its own spans
+    assert int(streams[1]) == 8
+    assert any(len(re.findall(r'data-kind="token"[^>]* data-step=', h)) == 8 for h in html)
+
+
+def test_the_inline_view_is_the_same_run_as_generate(tiny_in_memory):
+    """What show returns is the run generate gives (greedy: the same tokens)."""
+    import io
+
+    from mtp_viz.notebook import show_events
+    out = io.StringIO()
+    shown = show_events(tiny_in_memory.generate(PROMPT, max_new_tokens=24, chat=False), out=out)
+    again = list(tiny_in_memory.generate(PROMPT, max_new_tokens=24, chat=False))
+    assert ids(shown) == ids(again) and len(ids(shown)) == 24
+    text = "".join(e.text for e in shown if e.type in ("accepted", "bonus"))
+    printed = out.getvalue()
+    assert printed.startswith(text) and "24 new tokens" in printed and "\x1b[" not in printed  # no tty: no colour
+
+
+def test_show_outside_a_notebook_prints_the_terminal_view(tiny_in_memory, capsys):
+    events = tiny_in_memory.show(PROMPT, max_new_tokens=12, chat=False)
+    printed = capsys.readouterr().out
+    assert len(ids(events)) == 12 and "12 new tokens" in printed and "tokens/forward" in printed
+
+
+def test_launch_serves_the_app_on_the_pair_in_memory(tiny_in_memory):
+    """No second load: the app's loader hands out the very pair it was given, and its
+    /generate gives that pair's tokens."""
+    import socket
+
+    import mtp_viz
+    from gradio_client import Client
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    demo = mtp_viz.launch(tiny_in_memory, port=port)
+    try:
+        events = Client(f"http://127.0.0.1:{port}/", verbose=False).predict(
+            prompt=PROMPT, max_new_tokens=16, chat=False, api_name="/generate")
+        assert [e["token_id"] for e in events if e["type"] in ("accepted", "bonus")] == \
+            ids(tiny_in_memory.generate(PROMPT, max_new_tokens=16, chat=False))
+        state = demo.mtp_app.loader.state(tiny_in_memory.name, tiny_in_memory.drafter_name)
+        assert state.pair is tiny_in_memory
+    finally:
+        demo.close()
