@@ -1,13 +1,11 @@
-"""Fixtures of the browser tests: headless Chromium, the app served on the bundled tiny
-pair, and a page on it. Module-scoped: each test module gets its own browser and app."""
+"""Fixtures of the browser tests: the app served on the bundled tiny pair, and a page
+on it (headless Chromium itself, ``browser``, is tests/conftest.py's). Module-scoped:
+each test module gets its own browser and app."""
 from __future__ import annotations
-
-import os
-from pathlib import Path
 
 import pytest
 
-from browsing import ARGS, CHROMIUM, open_app
+from browsing import open_app
 from serving import serve
 
 
@@ -19,20 +17,6 @@ def server():
     url = serve(demo)
     yield demo, url
     demo.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not Path(CHROMIUM).exists():
-        message = "needs Debian's chromium (apt-get install chromium fonts-dejavu-core)"
-        if os.environ.get("CI"):  # CI installs it: a missing browser is a failure there
-            pytest.fail(message)
-        pytest.skip(message)
-    from playwright import sync_api
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
 
 
 @pytest.fixture
