@@ -29,7 +29,7 @@ def gemma_target(V=512, window=16, seed=0, sharpen=1.0, layers=4):
     return model
 
 
-def gemma_assistant(V=512, window=16, seed=1, ordered=False, k=4):
+def gemma_assistant(V=512, window=16, seed=1, ordered=False, k=4, backbone=64):
     torch.manual_seed(seed)
     text = Gemma4TextConfig(
         vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -37,7 +37,7 @@ def gemma_assistant(V=512, window=16, seed=1, ordered=False, k=4):
         vocab_size_per_layer_input=0, hidden_size_per_layer_input=0, sliding_window=window,
         layer_types=["sliding_attention", "full_attention"], num_kv_shared_layers=2)
     extra = dict(num_centroids=16, centroid_intermediate_top_k=4) if ordered else {}
-    cfg = Gemma4AssistantConfig(text_config=text, backbone_hidden_size=64,
+    cfg = Gemma4AssistantConfig(text_config=text, backbone_hidden_size=backbone,
                                 use_ordered_embeddings=ordered, **extra)
     model = Gemma4AssistantForCausalLM(cfg).eval()
     if ordered:  # a permutation of the vocabulary into 16 clusters
@@ -122,6 +122,11 @@ def llama(V=512, hidden=64, layers=2, seed=3):
                       num_hidden_layers=layers, num_attention_heads=2, num_key_value_heads=1,
                       pad_token_id=0, eos_token_id=1, bos_token_id=2)
     return LlamaForCausalLM(cfg).eval()
+
+
+# A chat template in the word tokenizer's words: "w10 w11" as a user turn is [5, 10, 11, 6, 7]
+CHAT_TEMPLATE = ("{% for m in messages %}w5 {{ m['content'] }} w6{% endfor %}"
+                 "{% if add_generation_prompt %} w7{% endif %}")
 
 
 def word_tokenizer(V=512):

@@ -178,13 +178,17 @@ def from_models(target, drafter=None, processor=None) -> ModelPair:
     vocabulary, or None (prompt lookup). ``processor``: the ``AutoProcessor`` (its chat
     template is used for chat prompts) or the tokenizer; by default the tokenizer is
     loaded from where the target came from."""
-    if not hasattr(target, "config") or not hasattr(target, "generate"):
-        raise UserError("from_models needs the target model itself (a transformers model), "
-                        f"not {type(target).__name__}.")
+    for role, model in (("target", target), ("drafter", drafter)):
+        if (model is not None or role == "target") and not (hasattr(model, "config") and hasattr(model, "generate")):
+            raise UserError(f"from_models needs the {role} model itself (a transformers model), "
+                            f"not {type(model).__name__}.")
     name = getattr(target.config, "_name_or_path", "") or type(target).__name__
     drafter_name = (getattr(drafter.config, "_name_or_path", "") or type(drafter).__name__) if drafter else None
     check_pair(target.config, drafter.config if drafter is not None else None, name, drafter_name)
     if processor is None:
+        if not getattr(target.config, "_name_or_path", ""):
+            raise UserError("from_models needs the processor or tokenizer for a target that was not "
+                            "loaded from a folder or the Hub.")
         from transformers import AutoTokenizer
         processor = _load(AutoTokenizer.from_pretrained, name)
     tokenizer = getattr(processor, "tokenizer", processor)  # a processor holds its tokenizer

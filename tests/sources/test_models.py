@@ -3,15 +3,12 @@ the engine leaves torch's global RNG alone; schedules carry across generations."
 import pytest
 import torch
 
-from factories import save_gemma_pair
+from factories import CHAT_TEMPLATE as TEMPLATE, save_gemma_pair
 from mtp_viz.engine.drafters.mtp import MTPDrafter
 from mtp_viz.engine.drafters.lookup import PromptLookupDrafter
 from mtp_viz.errors import UserError
 from mtp_viz.sources.models import load_pair
 from mtp_viz.sources.presets import PRESETS, resolve
-
-TEMPLATE = ("{% for m in messages %}w5 {{ m['content'] }} w6{% endfor %}"
-            "{% if add_generation_prompt %} w7{% endif %}")
 
 
 @pytest.fixture(scope="module")
