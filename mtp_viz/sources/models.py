@@ -13,6 +13,7 @@ from mtp_viz.errors import UserError, clip
 from .local import out_of_memory
 from .pair import ASSISTANT_TYPES, GEMMA4_TYPES, ModelPair, model_path, text_config
 from .presets import PRESETS, is_local, resolve
+from .settings import dtype_name
 
 __all__ = ["check_pair", "from_models", "load_pair", "out_of_memory", "pick_device", "pick_dtype", "set_threads"]
 
@@ -29,14 +30,12 @@ def pick_device(device: str | None = None) -> str:
 
 
 def pick_dtype(device: str, dtype: str | None = None):
-    """bf16 on accelerators, float32 on CPU (bf16 matmuls are slow on most CPUs)."""
+    """The dtype asked for, else bf16 on accelerators and float32 on CPU (bf16 matmuls
+    are slow on most CPUs, but float32 takes twice the memory: :mod:`.memory`)."""
     import torch
-    if dtype:
-        try:
-            return {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16,
-                    "float16": torch.float16, "fp32": torch.float32, "float32": torch.float32}[dtype]
-        except KeyError:
-            raise UserError(f"Unknown dtype {clip(repr(dtype))}; use bfloat16, float16 or float32.") from None
+    name = dtype_name(dtype)
+    if name:
+        return getattr(torch, name)
     return torch.float32 if device == "cpu" else torch.bfloat16
 
 

@@ -244,12 +244,12 @@ def warm_up(source: Source, new_tokens: int = 8, top: int = 0) -> None:
 
 def load_and_warm(target: str, drafter: str | None) -> Any:
     """The app's :class:`.service.PairLoader` work: set torch's threads on purpose, load
-    the pair, and warm it through the app's path (:func:`warm_up`)."""
+    the pair (in ``MTP_VIZ_DTYPE`` if set), and warm it through the app's path (:func:`warm_up`)."""
     from mtp_viz.app.views import inspector
     from mtp_viz.sources import models  # imports torch: only here, on first use
     from mtp_viz.sources.local import LocalSource
     models.set_threads(service.threads())
-    pair = models.load_pair(target, drafter)
+    pair = models.load_pair(target, drafter, dtype=service.env_dtype())
     warm_up(LocalSource(pair), top=inspector.TOP)
     return pair
 
