@@ -1,8 +1,10 @@
 """Loading model pairs: presets, hub ids, local folders, the bundled offline pair.
 
-``load_pair`` returns a :class:`mtp_viz.sources.pair.ModelPair`. ``trust_remote_code``
-is never enabled. Every failure a user can cause becomes a one-sentence ``UserError`` that
-names the model only as the user wrote it: no resolved paths, no file contents.
+``load_pair`` returns a :class:`mtp_viz.sources.pair.ModelPair`; it reads the configs
+first and refuses a pair that will not fit in memory before any weight loads
+(:mod:`.memory`). ``trust_remote_code`` is never enabled. Every failure a user can
+cause becomes a one-sentence ``UserError`` that names the model only as the user wrote
+it: no resolved paths, no file contents.
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from pathlib import Path
 from mtp_viz.errors import UserError, clip
 
 from .local import out_of_memory
+from .memory import check_fits
 from .pair import ASSISTANT_TYPES, GEMMA4_TYPES, ModelPair, model_path, text_config
 from .presets import PRESETS, is_local, resolve
 from .settings import dtype_name
@@ -137,6 +140,8 @@ def load_pair(target: str, drafter: str | None = None, *, drafter_kind: str = "a
 
     drafter_config = _load(AutoConfig.from_pretrained, drafter) if drafter else None
     check_pair(config, drafter_config, str(target), drafter)
+    # before any weights load: one sentence, not swapping or the kernel's OOM killer
+    check_fits(str(target) if is_local(target_spec) else target_spec, (config, drafter_config), torch_dtype, device)
     tokenizer = _load(AutoTokenizer.from_pretrained, target_spec, config=config)
     kwargs = dict(dtype=torch_dtype)
     if device != "cpu":
