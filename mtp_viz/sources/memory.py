@@ -16,6 +16,7 @@ checked.
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from mtp_viz.errors import UserError, clip
@@ -80,7 +81,12 @@ def available_bytes(device: str) -> int | None:
     """Free memory on ``device`` ("cpu", "cuda", "cuda:1", ...), or None where unknown."""
     if device.startswith("cuda"):
         import torch
-        return int(torch.cuda.mem_get_info(torch.device(device))[0])
+        if "spaces" in sys.modules and not torch.cuda.is_initialized():
+            return None  # ZeroGPU: no GPU is attached outside spaces.GPU, and CUDA must stay uninitialised
+        try:
+            return int(torch.cuda.mem_get_info(torch.device(device))[0])
+        except (RuntimeError, AssertionError, ValueError):  # no usable device by that name: loading says so
+            return None
     return cpu_available() if device == "cpu" else None
 
 

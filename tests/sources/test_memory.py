@@ -88,6 +88,8 @@ def test_free_memory_is_read_from_the_kernel_and_the_cgroup(monkeypatch, tmp_pat
     (cg / "memory.max").write_text("max\n")  # no limit: the kernel's figure
     assert memory.cpu_available() == 8 * 1024 ** 3
     assert memory.available_bytes("mps") is None  # unknown: nothing is checked
+    if not torch.cuda.is_available():
+        assert memory.available_bytes("cuda") is None  # no such device: loading gives the sentence
 
 
 def test_no_check_without_a_figure_or_for_a_quantized_checkpoint(monkeypatch):
