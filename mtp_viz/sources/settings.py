@@ -24,7 +24,7 @@ MAX_TOP = 50            # most top candidates per position a run may record
 QUOTE = 40              # characters of a bad value quoted back in a sentence
 
 
-# the dtypes a pair may load in, by every name a user may write them (torch's name last)
+# the dtypes a pair may load in: every name a user may write -> torch's name for it
 DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
           "fp32": "float32", "float32": "float32"}
 
