@@ -4,11 +4,15 @@ Importing this module builds ``demo`` without loading a model or starting a serv
 Environment: MTP_VIZ_TARGET / MTP_VIZ_DRAFTER pick the model pair (hub id or local
 folder; default Gemma 4 E2B when cached, else the bundled tiny pair),
 GRADIO_SERVER_NAME / GRADIO_SERVER_PORT where to listen, MTP_VIZ_MAX_NEW_TOKENS_CAP
-the most tokens one request may ask for.
+the most tokens one request may ask for, MTP_VIZ_DTYPE the dtype pairs load in.
 """
 from mtp_viz.app.page.layout import build_demo, launch
 
 demo = build_demo()
 
 if __name__ == "__main__":
-    launch(demo)
+    from mtp_viz.errors import UserError
+    try:
+        launch(demo)
+    except UserError as e:  # a misconfiguration (e.g. MTP_VIZ_DTYPE) is one line, not a traceback
+        raise SystemExit(f"mtp-viz: error: {e}") from None

@@ -10,22 +10,26 @@ from transformers import (
 from mtp_viz.engine.drafters.base import DraftContext, Proposal
 
 
-def gemma_target(V=512, window=16, seed=0, sharpen=1.0, layers=4):
-    torch.manual_seed(seed)
-    cfg = Gemma4TextConfig(
+def gemma_text_config(V=512, window=16, layers=4, **extra):
+    """The small Gemma 4 target's text config (``extra``: e.g. the mixture-of-experts fields)."""
+    return Gemma4TextConfig(
         vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
         num_attention_heads=2, num_key_value_heads=1, head_dim=32, global_head_dim=32,
         vocab_size_per_layer_input=V, hidden_size_per_layer_input=8, sliding_window=window,
         layer_types=["sliding_attention"] * (layers - 1) + ["full_attention"],
-        max_position_embeddings=2048, pad_token_id=0, eos_token_id=1, bos_token_id=2)
-    model = Gemma4ForCausalLM(cfg).eval()
+        max_position_embeddings=2048, pad_token_id=0, eos_token_id=1, bos_token_id=2, **extra)
+
+
+def gemma_target(V=512, window=16, seed=0, sharpen=1.0, layers=4):
+    torch.manual_seed(seed)
+    model = Gemma4ForCausalLM(gemma_text_config(V, window, layers)).eval()
     if sharpen != 1.0:  # peakier distributions make statistical tests more powerful
         with torch.no_grad():
             model.lm_head.weight.mul_(sharpen)
     return model
 
 
-def gemma_assistant(V=512, window=16, seed=1, ordered=False, k=4):
+def gemma_assistant(V=512, window=16, seed=1, ordered=False, k=4, backbone=64):
     torch.manual_seed(seed)
     text = Gemma4TextConfig(
         vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -33,7 +37,7 @@ def gemma_assistant(V=512, window=16, seed=1, ordered=False, k=4):
         vocab_size_per_layer_input=0, hidden_size_per_layer_input=0, sliding_window=window,
         layer_types=["sliding_attention", "full_attention"], num_kv_shared_layers=2)
     extra = dict(num_centroids=16, centroid_intermediate_top_k=4) if ordered else {}
-    cfg = Gemma4AssistantConfig(text_config=text, backbone_hidden_size=64,
+    cfg = Gemma4AssistantConfig(text_config=text, backbone_hidden_size=backbone,
                                 use_ordered_embeddings=ordered, **extra)
     model = Gemma4AssistantForCausalLM(cfg).eval()
     if ordered:  # a permutation of the vocabulary into 16 clusters
@@ -54,12 +58,75 @@ def gemma_small_lm(V=512, window=16, seed=2):
     return Gemma4ForCausalLM(cfg).eval()
 
 
+# ---- the classes real checkpoints load as (TESTING.md, "The classes real checkpoints load as")
+MOE = dict(enable_moe_block=True, num_experts=8, top_k_experts=2, moe_intermediate_size=32)  # 26B-A4B's fields
+
+
+def gemma_multimodal(V=512, window=16, seed=0, moe=False):
+    """What E2B/E4B/31B (and, with ``moe``, 26B-A4B) load as: the multimodal wrapper
+    ``Gemma4ForConditionalGeneration``, its vision and audio towers left out."""
+    from transformers import Gemma4Config, Gemma4ForConditionalGeneration
+    torch.manual_seed(seed)
+    text = gemma_text_config(V, window, **(MOE if moe else {}))
+    return Gemma4ForConditionalGeneration(
+        Gemma4Config(text_config=text.to_dict(), vision_config=None, audio_config=None)).eval()
+
+
+def _unified_text(V, window, width, layers, **extra):
+    from transformers import Gemma4UnifiedTextConfig
+    return Gemma4UnifiedTextConfig(
+        vocab_size=V, hidden_size=width, intermediate_size=2 * width, num_hidden_layers=layers,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=32, global_head_dim=32, sliding_window=window,
+        layer_types=["sliding_attention"] * (layers - 1) + ["full_attention"], max_position_embeddings=2048,
+        pad_token_id=0, eos_token_id=1, bos_token_id=2, **extra)
+
+
+def unified_target(V=512, window=16, seed=0, wrapper=True):
+    """The 12B family's target: ``Gemma4UnifiedForConditionalGeneration`` (towers left
+    out), or with ``wrapper=False`` the text-only ``Gemma4UnifiedForCausalLM``."""
+    from transformers import Gemma4UnifiedConfig, Gemma4UnifiedForCausalLM, Gemma4UnifiedForConditionalGeneration
+    torch.manual_seed(seed)
+    text = _unified_text(V, window, 64, 4)
+    if not wrapper:
+        return Gemma4UnifiedForCausalLM(text).eval()
+    return Gemma4UnifiedForConditionalGeneration(
+        Gemma4UnifiedConfig(text_config=text.to_dict(), vision_config=None, audio_config=None)).eval()
+
+
+def unified_assistant(V=512, window=16, seed=1, k=4):
+    """The 12B family's MTP assistant (``Gemma4UnifiedAssistantForCausalLM``) for a
+    target of width 64, as ``google/gemma-4-12B-it-assistant`` is for one of width 3840."""
+    from transformers import Gemma4UnifiedAssistantConfig, Gemma4UnifiedAssistantForCausalLM
+    torch.manual_seed(seed)
+    text = _unified_text(V, window, 32, 2, num_kv_shared_layers=2)
+    model = Gemma4UnifiedAssistantForCausalLM(
+        Gemma4UnifiedAssistantConfig(text_config=text.to_dict(), backbone_hidden_size=64)).eval()
+    model.generation_config.num_assistant_tokens = k  # a fresh config has none; transformers needs it
+    return model
+
+
+def save_pair(root, target, assistant, tok):
+    """Save a target and its assistant (each with the tokenizer) as a checkpoint is laid
+    out: ``<root>/target`` and ``<root>/target-assistant``."""
+    from pathlib import Path
+    root = Path(root)
+    for name, model in (("target", target), ("target-assistant", assistant)):
+        model.save_pretrained(root / name)
+        tok.save_pretrained(root / name)
+    return root / "target", root / "target-assistant"
+
+
 def llama(V=512, hidden=64, layers=2, seed=3):
     torch.manual_seed(seed)
     cfg = LlamaConfig(vocab_size=V, hidden_size=hidden, intermediate_size=2 * hidden,
                       num_hidden_layers=layers, num_attention_heads=2, num_key_value_heads=1,
                       pad_token_id=0, eos_token_id=1, bos_token_id=2)
     return LlamaForCausalLM(cfg).eval()
+
+
+# A chat template in the word tokenizer's words: "w10 w11" as a user turn is [5, 10, 11, 6, 7]
+CHAT_TEMPLATE = ("{% for m in messages %}w5 {{ m['content'] }} w6{% endfor %}"
+                 "{% if add_generation_prompt %} w7{% endif %}")
 
 
 def word_tokenizer(V=512):
@@ -112,13 +179,8 @@ class ScriptDrafter:
 
 def save_gemma_pair(root, V=512, window=16, chat_template=None):
     """Save a random target + MTP assistant (+ word tokenizer) as two local folders."""
-    from pathlib import Path
-    root = Path(root)
     target, assistant = gemma_target(V, window), gemma_assistant(V, window)
     tok = word_tokenizer(V)
     if chat_template:
         tok.chat_template = chat_template
-    for name, model in (("target", target), ("target-assistant", assistant)):
-        model.save_pretrained(root / name)
-        tok.save_pretrained(root / name)
-    return root / "target", root / "target-assistant"
+    return save_pair(root, target, assistant, tok)

@@ -41,6 +41,8 @@ QUICK = dict(max_new_tokens=24, repeats=1, draft_tokens=(2, 4), per_category=1)
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default="tiny", help="target model: hub id, local folder or 'tiny'")
     p.add_argument("--drafter", default=None, help="MTP assistant (default: the target's usual one)")
+    p.add_argument("--dtype", default=None, help="bfloat16, float16 or float32 (default: bfloat16 on a GPU, "
+                   "float32 on a CPU, which takes twice the memory)")
     p.add_argument("--prompts", default=None,
                    help="prompt suite JSON (default: the bundled category suite, mtp_viz/assets/prompts.json)")
     p.add_argument("--categories", default=None, help="comma-separated categories to keep")
@@ -173,9 +175,9 @@ class Runner:
 
 def run(args: argparse.Namespace) -> int:
     if args.server or args.baseline_server:
-        if args.draft_tokens or args.drafter or args.stale_kv:
-            raise UserError("--draft-tokens, --drafter and --stale-kv apply to the local engine; a "
-                            "vLLM server's drafter and draft length are set when it starts.")
+        if args.draft_tokens or args.drafter or args.stale_kv or args.dtype:
+            raise UserError("--draft-tokens, --drafter, --dtype and --stale-kv apply to the local engine; a "
+                            "vLLM server's drafter, draft length and dtype are set when it starts.")
         from .bench_server import run as run_server
         return run_server(args)
     quick = args.quick
@@ -206,7 +208,7 @@ def _run(args, sampling, prompts, settings, n, repeats, quick, greedy) -> int:
 
     from . import bench_report
     t_load = time.perf_counter()
-    pair = load_pair(args.target, args.drafter)
+    pair = load_pair(args.target, args.drafter, dtype=args.dtype)
     if pair.drafter_model is None:
         raise UserError("The bench needs an MTP drafter; pass --drafter.")
     drafter = pair.make_drafter("mtp")
@@ -260,7 +262,8 @@ def _run(args, sampling, prompts, settings, n, repeats, quick, greedy) -> int:
         bar.close()
         runner.close()
     meta = {
-        "target": args.target, "drafter": args.drafter, "max_new_tokens": n, "repeats": repeats,
+        "target": args.target, "drafter": args.drafter, "dtype": str(pair.target.dtype).removeprefix("torch."),
+        "max_new_tokens": n, "repeats": repeats,
         "prompts": len(prompts), "settings": [s.name for s in settings],
         "temperature": sampling.temperature, "stale_kv": args.stale_kv, "chat": not args.no_chat,
         "quick": quick, "parity_failures": mismatches, **bench_report.environment(),

@@ -31,7 +31,7 @@ STYLE = {  # ANSI SGR codes; kinds stay distinguishable without color (bold, und
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default="tiny",
-                   help="preset (tiny, e2b, e4b, 31b, 26b-a4b), hub id or local folder (default: tiny)")
+                   help="preset (tiny, e2b, e4b, 12b, 31b, 26b-a4b), hub id or local folder (default: tiny)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--drafter", help="drafter hub id or folder (default: the target's MTP assistant)")
     g.add_argument("--prompt-lookup", action="store_true", help="draft by n-gram lookup, no second model")
@@ -48,7 +48,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-chat-template", action="store_true", help="feed the prompt as raw text")
     p.add_argument("--jsonl", action="store_true", help="one JSON event per line on stdout")
     p.add_argument("--device", default=None, help="cpu, cuda, mps (default: best available)")
-    p.add_argument("--dtype", default=None, help="bfloat16, float16 or float32")
+    p.add_argument("--dtype", default=None, help="bfloat16, float16 or float32 (default: bfloat16 on a GPU, "
+                   "float32 on a CPU, which takes twice the memory)")
     p.add_argument("--color", choices=["auto", "always", "never"], default="auto")
     p.add_argument("--server", metavar="URL",
                    help="stream from a vLLM server (OpenAI-compatible) instead of the local engine")

@@ -1,8 +1,10 @@
 """Loading model pairs: presets, hub ids, local folders, the bundled offline pair.
 
-``load_pair`` returns a :class:`mtp_viz.sources.pair.ModelPair`. ``trust_remote_code``
-is never enabled. Every failure a user can cause becomes a one-sentence ``UserError`` that
-names the model only as the user wrote it: no resolved paths, no file contents.
+``load_pair`` returns a :class:`mtp_viz.sources.pair.ModelPair`; it reads the configs
+first and refuses a pair that will not fit in memory before any weight loads
+(:mod:`.memory`). ``trust_remote_code`` is never enabled. Every failure a user can
+cause becomes a one-sentence ``UserError`` that names the model only as the user wrote
+it: no resolved paths, no file contents.
 """
 from __future__ import annotations
 
@@ -11,8 +13,10 @@ from pathlib import Path
 from mtp_viz.errors import UserError, clip
 
 from .local import out_of_memory
+from .memory import check_fits
 from .pair import ASSISTANT_TYPES, GEMMA4_TYPES, ModelPair, model_path, text_config
 from .presets import PRESETS, is_local, resolve
+from .settings import dtype_name
 
 __all__ = ["check_pair", "from_models", "load_pair", "out_of_memory", "pick_device", "pick_dtype", "set_threads"]
 
@@ -29,14 +33,12 @@ def pick_device(device: str | None = None) -> str:
 
 
 def pick_dtype(device: str, dtype: str | None = None):
-    """bf16 on accelerators, float32 on CPU (bf16 matmuls are slow on most CPUs)."""
+    """The dtype asked for, else bf16 on accelerators and float32 on CPU (bf16 matmuls
+    are slow on most CPUs, but float32 takes twice the memory: :mod:`.memory`)."""
     import torch
-    if dtype:
-        try:
-            return {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16,
-                    "float16": torch.float16, "fp32": torch.float32, "float32": torch.float32}[dtype]
-        except KeyError:
-            raise UserError(f"Unknown dtype {clip(repr(dtype))}; use bfloat16, float16 or float32.") from None
+    name = dtype_name(dtype)
+    if name:
+        return getattr(torch, name)
     return torch.float32 if device == "cpu" else torch.bfloat16
 
 
@@ -138,6 +140,8 @@ def load_pair(target: str, drafter: str | None = None, *, drafter_kind: str = "a
 
     drafter_config = _load(AutoConfig.from_pretrained, drafter) if drafter else None
     check_pair(config, drafter_config, str(target), drafter)
+    # before any weights load: one sentence, not swapping or the kernel's OOM killer
+    check_fits(str(target) if is_local(target_spec) else target_spec, (config, drafter_config), torch_dtype, device)
     tokenizer = _load(AutoTokenizer.from_pretrained, target_spec, config=config)
     kwargs = dict(dtype=torch_dtype)
     if device != "cpu":
@@ -178,13 +182,17 @@ def from_models(target, drafter=None, processor=None) -> ModelPair:
     vocabulary, or None (prompt lookup). ``processor``: the ``AutoProcessor`` (its chat
     template is used for chat prompts) or the tokenizer; by default the tokenizer is
     loaded from where the target came from."""
-    if not hasattr(target, "config") or not hasattr(target, "generate"):
-        raise UserError("from_models needs the target model itself (a transformers model), "
-                        f"not {type(target).__name__}.")
+    for role, model in (("target", target), ("drafter", drafter)):
+        if (model is not None or role == "target") and not (hasattr(model, "config") and hasattr(model, "generate")):
+            raise UserError(f"from_models needs the {role} model itself (a transformers model), "
+                            f"not {type(model).__name__}.")
     name = getattr(target.config, "_name_or_path", "") or type(target).__name__
     drafter_name = (getattr(drafter.config, "_name_or_path", "") or type(drafter).__name__) if drafter else None
     check_pair(target.config, drafter.config if drafter is not None else None, name, drafter_name)
     if processor is None:
+        if not getattr(target.config, "_name_or_path", ""):
+            raise UserError("from_models needs the processor or tokenizer for a target that was not "
+                            "loaded from a folder or the Hub.")
         from transformers import AutoTokenizer
         processor = _load(AutoTokenizer.from_pretrained, name)
     tokenizer = getattr(processor, "tokenizer", processor)  # a processor holds its tokenizer

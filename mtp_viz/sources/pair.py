@@ -17,7 +17,7 @@ from .presets import is_local
 from .settings import RunSettings, quote
 
 ASSISTANT_TYPES = ("gemma4_assistant", "gemma4_unified_assistant")
-GEMMA4_TYPES = ("gemma4", "gemma4_text", "gemma4_unified")
+GEMMA4_TYPES = ("gemma4", "gemma4_text", "gemma4_unified", "gemma4_unified_text")  # wrappers and text-only
 PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
 
 

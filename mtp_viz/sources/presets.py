@@ -1,7 +1,12 @@
 """Known model pairs. Pure data: importing this loads neither torch nor a model.
 
-Sizes are approximate bf16 weights on disk; memory is what the pair needs to run at
-batch size 1 with a short context (weights plus a little KV cache).
+Sizes are approximate bf16 weights on disk. Memory is what the pair needs to run at
+batch size 1 with a short context (weights plus a little KV cache), in both dtypes a
+pair loads in: bfloat16, the default on a GPU, and float32, the default on a CPU
+(``pick_dtype``; ``--dtype`` and ``MTP_VIZ_DTYPE`` choose). float32 takes four bytes per
+parameter where bfloat16 takes two, so it needs twice the memory: E2B's 5.1B parameters
+are ≈ 10 GB in bfloat16 and ≈ 20 GB in float32. ``load_pair`` checks the figure for
+the model at hand before loading it (:mod:`.memory`).
 """
 from __future__ import annotations
 
@@ -18,22 +23,36 @@ class Preset:
     target: str
     drafter: str | None
     download: str
-    memory: str
+    memory_bf16: str          # to run it in bfloat16 (a GPU's default)
+    memory_float32: str       # to run it in float32 (a CPU's default): twice the bf16 figure
+    hardware: str = ""        # what that takes
     note: str = ""
 
 
+# The 12B family's figures are estimates from its shape (its config was not at hand):
+# a text model of width 3840 laid out as Gemma 3 12B's (48 layers, FFN 15360, 16 query
+# and 8 K/V heads of 256, vocabulary 262144) counts 12.14B parameters on the meta
+# device, its vision tower perhaps 0.4B more, and the assistant (4 layers of width
+# 1024: a 262144 × 1024 embedding is 0.27B of its 0.34B) brings it to ≈ 12.9B:
+# ≈ 25.8 GB at 2 bytes a parameter (bf16), ≈ 52 GB at 4 (float32), plus the KV cache.
 PRESETS: dict[str, Preset] = {p.key: p for p in [
     Preset("tiny", "Bundled tiny pair (offline, CPU)", "assets/tiny/target", "assets/tiny/drafter",
-           "in the repository", "< 200 MB RAM",
+           "in the repository", "< 200 MB", "< 200 MB", "",
            "A small Gemma 4 pair trained on Python's standard library; runs anywhere."),
     Preset("e2b", "Gemma 4 E2B + MTP assistant", "google/gemma-4-E2B-it",
-           "google/gemma-4-E2B-it-assistant", "≈ 10 GB", "≈ 11 GB (GPU with 12 GB+, or 16 GB RAM on CPU, slow)"),
+           "google/gemma-4-E2B-it-assistant", "≈ 10 GB", "≈ 11 GB", "≈ 22 GB",
+           "a GPU with 12 GB+; on a CPU (slow) 32 GB RAM, or 16 GB in bfloat16"),
     Preset("e4b", "Gemma 4 E4B + MTP assistant", "google/gemma-4-E4B-it",
-           "google/gemma-4-E4B-it-assistant", "≈ 16 GB", "≈ 17 GB (GPU with 24 GB)"),
+           "google/gemma-4-E4B-it-assistant", "≈ 16 GB", "≈ 17 GB", "≈ 34 GB",
+           "a GPU with 24 GB; on a CPU (slow) 48 GB RAM, or 24 GB in bfloat16"),
+    Preset("12b", "Gemma 4 12B + MTP assistant", "google/gemma-4-12B-it",
+           "google/gemma-4-12B-it-assistant", "≈ 26 GB", "≈ 28 GB", "≈ 56 GB",
+           "a GPU with 32 GB+",
+           "The unified 12B family; its sizes are estimates from its shape, not measured."),
     Preset("31b", "Gemma 4 31B + MTP assistant", "google/gemma-4-31B-it",
-           "google/gemma-4-31B-it-assistant", "≈ 62 GB", "≈ 66 GB (one 80 GB GPU)"),
+           "google/gemma-4-31B-it-assistant", "≈ 62 GB", "≈ 66 GB", "≈ 132 GB", "one 80 GB GPU"),
     Preset("26b-a4b", "Gemma 4 26B-A4B (MoE) + MTP assistant", "google/gemma-4-26B-A4B-it",
-           "google/gemma-4-26B-A4B-it-assistant", "≈ 52 GB", "≈ 55 GB (one 80 GB GPU)",
+           "google/gemma-4-26B-A4B-it-assistant", "≈ 52 GB", "≈ 55 GB", "≈ 110 GB", "one 80 GB GPU",
            "Mixture of experts: drafts may route to other experts, so at batch size 1 "
            "verification can cost as much as it saves and MTP may not speed it up."),
 ]}

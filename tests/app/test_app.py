@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+import torch
 
 from factories import gemma_assistant, gemma_target
 from mtp_viz.app.handlers import local
@@ -452,6 +453,39 @@ def test_handlers_refuse_what_only_the_model_can_check(real_pair, prompt, cap, s
     msgs = _status(list(h.run(_values(prompt=prompt, chat=False), None)))
     assert sentence in msgs[-1] and "mv-msg-error" in msgs[-1]
     assert "Done." in _status(list(h.run(_values(prompt="w10 w11 w12", chat=False), None)))[-1]
+
+
+def test_dtype_from_environment(monkeypatch):
+    monkeypatch.delenv("MTP_VIZ_DTYPE", raising=False)
+    assert service.env_dtype() is None  # the device's default
+    for value, name in (("bf16", "bfloat16"), (" BFloat16 ", "bfloat16"), ("fp32", "float32"), ("", None)):
+        monkeypatch.setenv("MTP_VIZ_DTYPE", value)
+        assert service.env_dtype() == name, value
+    monkeypatch.setenv("MTP_VIZ_DTYPE", "int4")
+    with pytest.raises(UserError) as e:
+        service.env_dtype()
+    assert str(e.value) == "Unknown MTP_VIZ_DTYPE 'int4'; use bfloat16, float16 or float32."
+
+
+def test_the_app_refuses_to_start_on_a_bad_dtype(monkeypatch, capsys):
+    """Before the default pair loads or anything is served: one line, exit status 2."""
+    from mtp_viz.cli.main import main
+    monkeypatch.setenv("MTP_VIZ_DTYPE", "float8")
+    started = []
+    monkeypatch.setattr(service.PairLoader, "start", lambda self, *a: started.append(a))
+    assert main(["ui", "--target", "tiny"]) == 2
+    assert capsys.readouterr().err.strip() == ("mtp-viz: error: Unknown MTP_VIZ_DTYPE 'float8'; use bfloat16, "
+                                               "float16 or float32.")
+    assert started == []
+
+
+def test_the_app_loads_pairs_in_the_dtype_asked_for(monkeypatch):
+    monkeypatch.setenv("MTP_VIZ_DTYPE", "bfloat16")
+    monkeypatch.setattr(runs, "warm_up", lambda source, top=0: None)  # the load is what is checked
+    from mtp_viz.sources import models
+    monkeypatch.setattr(models, "set_threads", lambda n: None)  # keep this process's thread count
+    pair = runs.load_and_warm("tiny", None)
+    assert pair.target.dtype == pair.drafter_model.dtype == torch.bfloat16
 
 
 def test_frame_rate_from_environment(monkeypatch):

@@ -109,6 +109,19 @@ def saved_pair(tmp_path_factory):
     return root
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--dtype", "fp8"], "Unknown dtype 'fp8'; use bfloat16, float16 or float32."),
+    (["--dtype", "bfloat16", "--server", "http://127.0.0.1:9"], "--draft-tokens, --drafter, --dtype and "
+     "--stale-kv apply to the local engine"),
+])
+def test_bench_dtype_is_checked_before_anything_loads(saved_pair, argv, message, capsys):
+    from mtp_viz.cli.main import main
+    assert main(["bench", "--target", str(saved_pair / "target"), "--drafter", str(saved_pair / "drafter"),
+                 "--quick", "--no-progress", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+
+
 @pytest.mark.slow
 def test_bench_quick_end_to_end(saved_pair, tmp_path, capsys):
     from mtp_viz.cli.main import main

@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from factories import llama, save_gemma_pair, word_tokenizer
 from mtp_viz.cli.main import main
@@ -67,6 +68,7 @@ def test_styled_output_and_summary(pair, capsys):
     (["--prompt", "w10 \udcff"], "The prompt is not valid UTF-8 text."),
     (["--prompt", "w10 " * 5000], "exceeds the model's context of"),
     (["--drafter", "/no/such/drafter"], "There is no loadable model folder at /no/such/drafter."),
+    (["--dtype", "fp8"], "Unknown dtype 'fp8'; use bfloat16, float16 or float32."),
 ])
 def test_user_errors_exit_2_with_one_line(pair, argv, message, capsys):
     target, _ = pair
@@ -76,6 +78,19 @@ def test_user_errors_exit_2_with_one_line(pair, argv, message, capsys):
     assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
     assert not err.endswith("..")
     assert main(base + ["--max-new-tokens", "2", "--jsonl"]) == 0  # and the next run works
+
+
+def test_dtype_reaches_the_load(pair, capsys, monkeypatch):
+    """``--dtype bfloat16`` loads the pair in bfloat16 (half of float32's memory on a CPU)."""
+    from mtp_viz.sources import models
+    loaded = []
+    real = models.load_pair
+    monkeypatch.setattr(models, "load_pair", lambda *a, **kw: loaded.append(real(*a, **kw)) or loaded[-1])
+    target, _ = pair
+    assert main(["generate", "--target", str(target), "--prompt", PROMPT, "--max-new-tokens", "4", "--jsonl",
+                 "--dtype", "bfloat16"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["new_tokens"] == 4
+    assert [(p.target.dtype, p.drafter_model.dtype) for p in loaded] == [(torch.bfloat16, torch.bfloat16)]
 
 
 def test_empty_prompt(pair, capsys):

@@ -3,15 +3,12 @@ the engine leaves torch's global RNG alone; schedules carry across generations."
 import pytest
 import torch
 
-from factories import save_gemma_pair
+from factories import CHAT_TEMPLATE as TEMPLATE, save_gemma_pair
 from mtp_viz.engine.drafters.mtp import MTPDrafter
 from mtp_viz.engine.drafters.lookup import PromptLookupDrafter
 from mtp_viz.errors import UserError
 from mtp_viz.sources.models import load_pair
 from mtp_viz.sources.presets import PRESETS, resolve
-
-TEMPLATE = ("{% for m in messages %}w5 {{ m['content'] }} w6{% endfor %}"
-            "{% if add_generation_prompt %} w7{% endif %}")
 
 
 @pytest.fixture(scope="module")
@@ -101,9 +98,20 @@ def test_prompts_past_the_context_are_refused_before_any_forward(folders):
 
 
 def test_presets_resolve():
-    assert set(PRESETS) == {"tiny", "e2b", "e4b", "31b", "26b-a4b"}
+    assert set(PRESETS) == {"tiny", "e2b", "e4b", "12b", "31b", "26b-a4b"}
     assert resolve("e2b") == ("google/gemma-4-E2B-it", "google/gemma-4-E2B-it-assistant")
+    assert resolve("12B") == ("google/gemma-4-12B-it", "google/gemma-4-12B-it-assistant")
     target, drafter = resolve("tiny")
     assert target.endswith("assets/tiny/target") and drafter.endswith("assets/tiny/drafter")
     assert resolve("some/model") == ("some/model", None)
     assert "mixture of experts" in PRESETS["26b-a4b"].note.lower()
+    assert "estimate" in PRESETS["12b"].note
+
+
+@pytest.mark.parametrize("key", [k for k in PRESETS if k != "tiny"])
+def test_each_preset_states_its_memory_in_both_dtypes(key):
+    """float32 takes 4 bytes a parameter where bfloat16 takes 2: twice the memory."""
+    p = PRESETS[key]
+    bf16, fp32 = (float(s.removeprefix("≈ ").removesuffix(" GB")) for s in (p.memory_bf16, p.memory_float32))
+    download = float(p.download.removeprefix("≈ ").removesuffix(" GB"))
+    assert download < bf16 and fp32 == 2 * bf16

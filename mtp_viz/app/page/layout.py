@@ -269,7 +269,9 @@ def launch(demo: gr.Blocks, *, host: str | None = None, port: int | None = None,
     ``MTP_VIZ_CONCURRENCY`` runs at once (default 1, so timings never share the CPU)
     and ``MTP_VIZ_QUEUE_SIZE`` waiting requests at most. Gradio keeps a copy of the
     page's config (~0.15 MB here) for every session, and every plain HTTP API call is a
-    session: ``MTP_VIZ_MAX_SESSIONS`` bounds them (least recently used out)."""
+    session: ``MTP_VIZ_MAX_SESSIONS`` bounds them (least recently used out). A bad
+    ``MTP_VIZ_DTYPE`` is one sentence before anything loads or serves."""
+    service.env_dtype()
     app: AppState = demo.mtp_app  # type: ignore[attr-defined]
     loader, (target, drafter) = app.loader, app.default
     loader.start(target, drafter)

@@ -244,10 +244,10 @@ def warm_up(source: Source, new_tokens: int = 8, top: int = 0) -> None:
 
 def load_and_warm(target: str, drafter: str | None) -> Any:
     """The app's :class:`.service.PairLoader` work: set torch's threads on purpose, load
-    the pair, and warm it through the app's path (:func:`warm_up`)."""
+    the pair (in ``MTP_VIZ_DTYPE`` if set), and warm it through the app's path (:func:`warm_up`)."""
     from mtp_viz.sources import models  # imports torch: only here, on first use
     models.set_threads(service.threads())
-    return warm(models.load_pair(target, drafter))
+    return warm(models.load_pair(target, drafter, dtype=service.env_dtype()))
 
 
 def warm(pair: Any) -> Any:

@@ -20,6 +20,7 @@ from typing import Any, Callable
 from mtp_viz.errors import UserError
 from mtp_viz.paths import assets_dir
 from mtp_viz.sources.presets import PRESETS, canonical, resolve
+from mtp_viz.sources.settings import dtype_name
 
 E2B = ("google/gemma-4-E2B-it", "google/gemma-4-E2B-it-assistant")
 LOAD_SLOTS = 2  # loads running at once; more wait their turn (each is memory-hungry)
@@ -52,6 +53,13 @@ def env_frame_interval() -> float:
 def env_prompt_cap() -> int:
     """The longest prompt, in tokens, the app accepts (``MTP_VIZ_MAX_PROMPT_TOKENS``)."""
     return env_int("MTP_VIZ_MAX_PROMPT_TOKENS", 2048)
+
+
+def env_dtype() -> str | None:
+    """The dtype every pair loads in (``MTP_VIZ_DTYPE``: bfloat16, float16 or float32);
+    unset, the device's default (float32 on a CPU, twice bfloat16's memory). Anything
+    else is one sentence: :func:`.layout.launch` refuses to start on it."""
+    return dtype_name(os.environ.get("MTP_VIZ_DTYPE"), "MTP_VIZ_DTYPE")
 
 
 def env_sessions() -> int:
@@ -91,7 +99,9 @@ def presets(allow: AllowList) -> dict[str, dict[str, Any]]:
     for key, p in PRESETS.items():
         if allow.active and canonical(key) not in allow.keys:
             continue
-        hint = f"Download {p.download}, memory {p.memory}."
+        memory = (p.memory_bf16 if p.memory_bf16 == p.memory_float32 else
+                  f"{p.memory_bf16} in bfloat16, {p.memory_float32} in float32 (a CPU's default)")
+        hint = f"Download {p.download}; memory {memory}" + (f": {p.hardware}." if p.hardware else ".")
         if p.note:
             hint += " " + p.note
         # the bundled pair is loaded by name, so models resolves its folders
