@@ -13,6 +13,7 @@ from transformers.generation.candidate_generator import SinglePositionMultiToken
 from transformers.generation.streamers import BaseStreamer, TextIteratorStreamer, TextStreamer
 
 import mtp_viz
+import mtp_viz.prompts
 from factories import gemma_assistant, gemma_small_lm, gemma_target
 from invariants import check_invariants, generated
 from mtp_viz.engine.events import Accepted, Bonus, Drafted, Error, Rejected, Start, Step
@@ -105,6 +106,27 @@ def test_tiny_pair_output_unchanged_and_events_are_the_run(tiny, sched, sample):
     assert done.text == tiny.tokenizer.decode(out[0, len(ids):]) and done.stop_reason == "max_new_tokens"
     assert done.drafter_forwards == done.drafted == sum(x.draft_len for x in steps)  # one forward per draft
     assert "".join(e.text for e in rec.events if isinstance(e, (Accepted, Bonus))) == done.text
+
+
+def test_the_recorded_drafts_and_verdicts_are_the_engines_with_transformers_kv(tiny):
+    """An independent check of what the recorder reads: mtp-viz's engine with
+    stale_kv=True (the drafter KV transformers 5.24 keeps after a rejection) drafts the
+    same tokens, keeps the same ones and gives the same probabilities, step by step."""
+    from mtp_viz.engine.schedules import make_schedule
+    t, a = tiny.target, tiny.drafter_model
+    prompt = mtp_viz.prompts.load_prompts(mtp_viz.prompts.code_suite())[1].text
+    with schedule(a, "constant", 4), record(t) as rec:
+        generate(t, a, tiny.encode(prompt, chat=False), n=64)
+    ours = list(tiny.generate(prompt, draft_tokens=4, schedule=make_schedule("constant", 4, 16), max_new_tokens=64,
+                              chat=False, stale_kv=True))
+
+    def seen(events):
+        return [(e.type, e.step, getattr(e, "index", 0), getattr(e, "token_id", getattr(e, "accepted", 0)))
+                for e in events if e.type not in ("start", "done")]
+    assert seen(rec.events) == seen(ours) and any(e.type == "rejected" for e in ours)
+    for x, y in zip(rec.events[1:-1], ours[1:-1]):
+        assert getattr(x, "p", 0) == pytest.approx(getattr(y, "p", 0), abs=1e-4)
+        assert getattr(x, "q", 0) == pytest.approx(getattr(y, "q", 0), abs=1e-4)
 
 
 def test_the_mtp_generator_keeps_its_draft_length_under_the_heuristic_schedule(tiny):
