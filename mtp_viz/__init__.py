@@ -25,6 +25,7 @@ _PUBLIC = {
     "VllmSource": "mtp_viz.sources.vllm.source",
     "Servers": "mtp_viz.sources.vllm.source",
     "TraceSource": "mtp_viz.sources.recorded",
+    "record": "mtp_viz.sources.hf_generate",
     "open_source": "mtp_viz.sources",
     "launch": "mtp_viz.notebook",
     "Sampling": "mtp_viz.engine.decoding",
