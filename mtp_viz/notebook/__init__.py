@@ -77,16 +77,22 @@ def show_anatomy(pair: Any, events: Iterable[Event] = ()) -> None:
 
 
 def _show_charts(events: list[Event]) -> None:
-    """The app's charts of one run, as plotly figures (plotly picks the renderer the
-    notebook front end needs: Jupyter's, Colab's or VS Code's)."""
+    """The app's charts of one run. Each output carries plotly's own MIME type (JupyterLab,
+    VS Code and Colab draw it natively) and an HTML fallback (classic Notebook, nbconvert's
+    page), the first with plotly.js inlined: no network needed, as in the app's export."""
+    import plotly.io as pio
     from IPython.display import display
 
     from mtp_viz.app.views import charts
     from mtp_viz.engine.events import Start
     spec = any(isinstance(e, Start) and e.mode == "speculative" for e in events)
     runs = (events, ()) if spec else ((), events)  # the charts take (speculative, autoregressive)
-    for chart in charts.CHARTS:
-        display(chart.figure(*runs))
+    for i, chart in enumerate(charts.CHARTS):
+        fig = chart.figure(*runs).to_dict()
+        fig["layout"]["template"] = {}  # built unvalidated with template "none" (see views.export)
+        display({"application/vnd.plotly.v1+json": fig,
+                 "text/html": pio.to_html(fig, full_html=False, include_plotlyjs=i == 0, validate=False)},
+                raw=True)
 
 
 def launch(pair: Any, **kwargs: Any):

@@ -4,6 +4,8 @@
         out = target.generate(**inputs, assistant_model=assistant, max_new_tokens=64, do_sample=False)
     rec.events    # start, drafted, accepted, rejected, bonus, step, ..., done (docs/events.md)
     rec.source    # the same run as a Source (a TraceSource): the app, the CLI, trace files
+    rec.show()    # drawn inline in a notebook (mtp_viz.notebook), else in the terminal
+    rec.save("run.jsonl")  # a trace file: the app's upload and mtp-viz replay play it
 
 The call itself is the reader's, unchanged, and so is its output. Inside the ``with``
 block every ``generate`` call on ``target`` that is given an ``assistant_model`` (and
@@ -116,6 +118,7 @@ class Recording:
         self._saved: dict[str, Any] = {}
         self._local = threading.local()   # the call in progress on each thread
         self._entered = False
+        self._found: Any = None             # the tokenizer found where the model came from (False: none)
 
     @property
     def events(self) -> list[Event]:
@@ -129,6 +132,35 @@ class Recording:
         if not self.calls:
             raise UserError("Nothing was recorded: call generate with an assistant_model inside record().")
         return TraceSource(self.events)
+
+    def show(self):
+        """The latest recorded call drawn as :meth:`ModelPair.show` draws a run (inline in
+        a notebook, else the terminal view); returns its events."""
+        from mtp_viz.notebook import show_events  # a front end, imported only when drawing
+        return show_events(self.source.recorded["speculative"])
+
+    def save(self, path) -> Any:
+        """The latest recorded call as a trace file, which the app's trace upload and
+        ``mtp-viz replay`` play; returns its path."""
+        from . import trace
+        return trace.write(path, self.source.recorded["speculative"])
+
+    def _text_tokenizer(self, given=None):
+        """What fills the events' text: the tokenizer given to :func:`record`, else the
+        one given to generate, else the one saved where the model was loaded from (found
+        locally only; none means token ids without text)."""
+        if self.tokenizer is not None or given is not None:
+            return self.tokenizer if self.tokenizer is not None else given
+        if self._found is None:
+            self._found = False
+            name = getattr(getattr(self.model, "config", None), "_name_or_path", "")
+            if name:
+                from transformers import AutoTokenizer
+                try:
+                    self._found = AutoTokenizer.from_pretrained(name, local_files_only=True, trust_remote_code=False)
+                except Exception:  # noqa: BLE001 - no tokenizer saved there: the events carry ids only
+                    self._found = False
+        return self._found or None
 
     # -- installing and restoring ----------------------------------------------------
     def __enter__(self) -> "Recording":
@@ -162,7 +194,7 @@ class Recording:
         def generate(*args, **kwargs):
             if not self._records(args, kwargs):
                 return original(*args, **kwargs)
-            call = _Call(self)
+            call = _Call(self, self._text_tokenizer(kwargs.get("tokenizer")))
             kwargs["streamer"] = _Streamer(call, kwargs.get("streamer"))
             self._local.call = call
             try:
@@ -240,10 +272,10 @@ def _guarded(fn: Callable) -> Callable:
 class _Call:
     """One recorded generate call: the state between the hooks, and its events."""
 
-    def __init__(self, rec: Recording):
+    def __init__(self, rec: Recording, tokenizer=None):
         from mtp_viz.engine.text import Detokenizer
         self.rec = rec
-        self.detok = Detokenizer(rec.tokenizer) if rec.tokenizer is not None else None
+        self.detok = Detokenizer(tokenizer) if tokenizer is not None else None
         self.generator = None              # set when generate builds its candidate generator
         self.events: list[Event] = []
         self.broken = False

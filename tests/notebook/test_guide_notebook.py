@@ -47,13 +47,15 @@ def test_every_cell_runs_on_a_real_kernel_and_shows_mtp_viz_views(executed):
 
 
 def test_a_browser_finds_the_inline_views_token_spans(executed, browser, tmp_path):
-    """nbconvert's page of the executed notebook, in headless Chromium: the token spans
-    are there, styled by the app's stylesheet (an accepted token is green)."""
+    """nbconvert's page of the executed notebook, in headless Chromium, offline: the
+    token spans are there, styled by the app's stylesheet (an accepted token has a
+    background), and the charts drew (plotly.js came inlined with the first of each run)."""
     from nbconvert import HTMLExporter
     page_html, _ = HTMLExporter().from_notebook_node(executed)
     path = tmp_path / "notebook.html"
     path.write_text(page_html, encoding="utf-8")
     page = browser.new_page()
+    page.route("http*://**", lambda route: route.abort())  # the reader may be offline: so is this page
     try:
         page.goto(path.as_uri())
         spans = page.locator(".mv-notebook .tok[data-step]")
@@ -62,5 +64,7 @@ def test_a_browser_finds_the_inline_views_token_spans(executed, browser, tmp_pat
         colour = page.locator('.mv-notebook .tok[data-kind="accepted"][data-step]').first.evaluate(
             "e => getComputedStyle(e).backgroundColor")
         assert colour not in ("rgba(0, 0, 0, 0)", "transparent")
+        page.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= 15",
+                               timeout=60_000)
     finally:
         page.close()

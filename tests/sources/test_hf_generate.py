@@ -379,3 +379,25 @@ def test_a_missing_generator_hook_is_one_sentence(rand):
 
 def test_the_public_name():
     assert mtp_viz.record is record and "record" in mtp_viz.__all__
+
+
+def test_show_draws_the_recorded_call_and_save_writes_a_trace_the_reader_reads(tmp_path, capsys):
+    """Without a tokenizer given, the one saved where the model was loaded from fills
+    the text; rec.show() prints it (no notebook here), rec.save() writes a trace whose
+    events read back equal."""
+    import mtp_viz
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from mtp_viz.sources import trace
+    from mtp_viz.sources.presets import resolve
+    target_dir, drafter_dir = resolve("tiny")
+    target, drafter = AutoModelForCausalLM.from_pretrained(target_dir), AutoModelForCausalLM.from_pretrained(drafter_dir)
+    ids = AutoTokenizer.from_pretrained(target_dir)("def parse(line):\n", return_tensors="pt")
+    with mtp_viz.record(target) as rec:
+        out = target.generate(**ids, assistant_model=drafter, max_new_tokens=20, do_sample=False)
+    shown = rec.show()
+    text = "".join(e.text for e in shown if e.type in ("accepted", "bonus"))
+    assert text and capsys.readouterr().out.startswith(text)
+    assert AutoTokenizer.from_pretrained(target_dir).decode(out[0, ids["input_ids"].shape[-1]:]) == text
+    path = rec.save(tmp_path / "recorded.jsonl")
+    assert trace.read(path) == rec.events
