@@ -17,7 +17,7 @@ from typing import Any, Iterable
 
 from mtp_viz.engine.events import Event
 
-__all__ = ["in_notebook", "launch", "show_anatomy", "show_events"]
+__all__ = ["in_notebook", "launch", "show_anatomy", "show_events", "show_side_by_side"]
 
 FRAME_SECONDS = 0.25   # the inline view is redrawn at most this often while a run streams
 
@@ -74,6 +74,15 @@ def show_anatomy(pair: Any, events: Iterable[Event] = ()) -> None:
     from mtp_viz.analysis.anatomy import anatomy
     from mtp_viz.app.views.anatomy import anatomy_html
     display(HTML(f'<div class="mv-notebook"><style>{_css()}</style>{anatomy_html(anatomy(pair), list(events))}</div>'))
+
+
+def show_side_by_side(runs: dict[str, Iterable[Event]]) -> None:
+    """Finished runs of one prompt next to each other, by name (``{"transformers generate":
+    rec.events, "mtp-viz engine": events}``): their tokens and stats lines; a notebook only."""
+    from IPython.display import HTML, display
+
+    from mtp_viz.app.views.notebook import side_by_side_html
+    display(HTML(side_by_side_html({name: list(events) for name, events in runs.items()}, css=_css())))
 
 
 def _show_charts(events: list[Event]) -> None:

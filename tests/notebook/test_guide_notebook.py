@@ -44,6 +44,8 @@ def test_every_cell_runs_on_a_real_kernel_and_shows_mtp_viz_views(executed):
     assert len(runs) >= 3  # transformers' call, its heuristic call, mtp-viz's engine
     assert all(re.search(r'data-kind="(?:accepted|bonus)"[^>]* data-step=', h) for h in runs)
     assert len(outputs(executed, "application/vnd.plotly.v1+json")) >= 15
+    side = [h for h in html if 'class="mv-nb-side"' in h]  # transformers' recorded call beside mtp-viz's engine
+    assert len(side) == 1 and "transformers generate, heuristic" in side[0] and "mtp-viz engine" in side[0]
 
 
 def test_a_browser_finds_the_inline_views_token_spans(executed, browser, tmp_path):

@@ -11,6 +11,8 @@ from mtp_viz.engine.events import Done, Error, Event, Start
 from . import stats, tokens
 
 _CELL_CSS = """
+.mv-nb-side { display: grid; grid-template-columns: 1fr 1fr; gap: 12px; }
+.mv-nb-side h4 { margin: 0 0 4px; font-size: 0.95rem; }
 .mv-notebook { font-family: system-ui, sans-serif; color: #111827; max-width: 960px; }
 .mv-notebook .mv-nb-head { font-size: 0.85rem; color: #4b5563; margin: 0 0 4px; }
 .mv-notebook .mv-text { border: 1px solid #e5e7eb; border-radius: 8px; padding: 8px 10px; }
@@ -33,4 +35,13 @@ def cell_html(events: Sequence[Event], *, css: str = "", legend: bool = True) ->
             f'{tokens.legend_html() if legend else ""}{body}{tail}</div>')
 
 
-__all__ = ["cell_html"]
+def side_by_side_html(runs: dict[str, Sequence[Event]], *, css: str = "") -> str:
+    """Named runs of the same prompt next to each other (transformers' recorded call
+    beside mtp-viz's engine, say), each with its own tokens and stats line."""
+    cols = "".join(f'<div><h4>{html.escape(name)}</h4>{cell_html(events, legend=False)}</div>'
+                   for name, events in runs.items())
+    return (f'<div class="mv-notebook"><style>{css}{_CELL_CSS}</style>{tokens.legend_html()}'
+            f'<div class="mv-nb-side">{cols}</div></div>')
+
+
+__all__ = ["cell_html", "side_by_side_html"]
