@@ -107,3 +107,21 @@ def test_launch_serves_the_app_on_the_pair_in_memory(tiny_in_memory):
         assert state.pair is tiny_in_memory
     finally:
         demo.close()
+
+
+def test_the_bench_runner_measures_a_pair_in_memory(tiny_in_memory):
+    """The bench's Runner on from_models' pair: its speculative run, transformers'
+    reference and plain decoding agree (greedy), with the records the report reads."""
+    from mtp_viz.cli.bench import Runner, Setting
+    from mtp_viz.engine.decoding import Sampling
+    pair = tiny_in_memory
+    runner = Runner(pair, pair.make_drafter("mtp"), 24, Sampling(), False, 16)
+    try:
+        ids = pair.encode(PROMPT, chat=False)
+        ours, _ = runner.ours(ids, Setting("constant", 4))
+        reference, _ = runner.reference(ids, 4)
+        plain, _ = runner.autoregressive(ids)
+    finally:
+        runner.close()
+    assert ours.ids == reference.ids == plain.ids and len(ours.ids) == 24
+    assert ours.target_forwards < plain.target_forwards
