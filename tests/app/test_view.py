@@ -170,3 +170,14 @@ def test_app_modules_do_not_import_torch():
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120,
                    env={"GRADIO_ANALYTICS_ENABLED": "False", "PATH": "/usr/bin:/bin"})
+
+
+def test_a_traces_reason_and_cut_reach_the_draft_length_hover_escaped():
+    """plotly reads tags in hover text; a trace's schedule reason and cut are anyone's."""
+    from mtp_viz.engine.events import Start
+    evil = "<img src=x onerror=alert(1)>"
+    events = [Start("speculative", 3), Step(1, 0, 0, new_tokens=1, next_draft_len=4, reason=evil),
+              Step(2, 4, 2, new_tokens=3, cut=evil), Step(3, 4, 4, new_tokens=5)]
+    fig = charts.draft_length_figure(events)
+    hover = " ".join(fig.to_dict()["data"][1]["hovertext"])
+    assert "<img" not in hover and hover.count("&lt;img src=x onerror=alert(1)&gt;") == 2

@@ -89,7 +89,7 @@ def _rejections(a: Anatomy, events: Sequence[Event]) -> str:
         return ('<p class="mv-an-clusters">Run a prompt to see, for each rejected draft, whether the target\'s '
                 'token was among the clusters the drafter scored.</p>')
     outside = [e for e in known if e.target_in_clusters == "no"]
-    items = "".join(f'<li data-step="{e.step}" data-index="{e.index}" data-in-clusters="{e.target_in_clusters}">'
+    items = "".join(f'<li data-step="{e.step}" data-index="{e.index}" data-in-clusters="{html.escape(str(e.target_in_clusters), quote=True)}">'
                     f'step {e.step}, draft {e.index + 1}: '
                     f'{"never a candidate" if e.target_in_clusters == "no" else "a candidate, ranked lower"}</li>'
                     for e in known[:40])

@@ -8,6 +8,8 @@ calls them all alike; most read only the first.
 """
 from __future__ import annotations
 
+import html
+
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
@@ -75,9 +77,10 @@ def draft_length_figure(events: Sequence[Event], ar_events: Sequence[Event] = ()
     data = []
     if steps:
         x = [s.step for s in steps]
-        why = ["first step"] + [f"step {p.step}: {p.reason or 'schedule'}" for p in steps[:-1]]
+        # a trace's reason and cut are anyone's text: escaped, since plotly reads tags in hover text
+        why = ["first step"] + [f"step {p.step}: {html.escape(p.reason or 'schedule')}" for p in steps[:-1]]
         hover = [f"step {s.step}: drafted {s.draft_len}, accepted {s.accepted}<br>length set by {w}"
-                 + (f"<br>cut by {s.cut}" if s.cut else "") for s, w in zip(steps, why)]
+                 + (f"<br>cut by {html.escape(s.cut)}" if s.cut else "") for s, w in zip(steps, why)]
         data = [dict(type="bar", x=x, y=[s.accepted for s in steps], name="accepted",
                      marker=dict(color=COLORS["accepted"]), opacity=0.45, hoverinfo="skip"),
                 dict(type="scatter", mode="lines+markers", x=x, y=[s.draft_len for s in steps],
