@@ -32,7 +32,8 @@ from .prometheus import SpecDecodeCounters, parse, spec_decode
 __all__ = ["base_url", "get_json", "post_stream", "sse_chunks", "served_models", "scrape", "ServerModel",
            "env_seconds"]
 
-CONNECT_TIMEOUT = 10.0   # seconds for GETs (models, metrics)
+CONNECT_TIMEOUT = 10.0   # seconds for GETs (models, metrics): to connect, and for each read
+PAGE_DEADLINE = 30.0     # seconds for a whole GET page, however the server paces its bytes
 READ_TIMEOUT = 600.0     # seconds the stream may stay silent (a long prefill on a busy server)
 DEADLINE = 300.0         # seconds one streamed request may take in all (MTP_VIZ_VLLM_DEADLINE)
 FIRST_TOKEN_DEADLINE = 60.0   # seconds until its first token (MTP_VIZ_VLLM_FIRST_TOKEN_DEADLINE)
@@ -96,12 +97,36 @@ def _size(n: int) -> str:
     return f"{n // 2**20} MiB" if n % 2**20 == 0 else f"{n} bytes"
 
 
+def _read_page(r, url: str, path: str, timeout: float, seconds: float) -> bytes:
+    """At most MAX_PAGE_BYTES + 1 bytes of a page, all within ``seconds``: a server that
+    trickles a byte just inside each read's ``timeout`` is cut at that deadline (each
+    read may wait the smaller of the two: its timeout, or what is left)."""
+    deadline, sock, data = time.monotonic() + seconds, _socket_of(r), b""
+    late = UserError(f"The server at {clip(url)} did not send its {path} within {seconds:.0f} seconds.")
+    while len(data) <= MAX_PAGE_BYTES:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise late
+        if sock is not None:
+            sock.settimeout(min(timeout, left))
+        try:
+            chunk = r.read1(min(65536, MAX_PAGE_BYTES + 1 - len(data)))
+        except (socket.timeout, TimeoutError):
+            if left < timeout:  # the page's deadline, not the read's timeout, ran out
+                raise late from None
+            raise
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
 def get_text(url: str, path: str, timeout: float = CONNECT_TIMEOUT) -> str:
-    """GET ``path``, at most :data:`MAX_PAGE_BYTES` of it; a 404 says the server is not
-    what the user thought it was."""
+    """GET ``path``, at most :data:`MAX_PAGE_BYTES` of it, within :data:`PAGE_DEADLINE`
+    seconds in all; a 404 says the server is not what the user thought it was."""
     try:
         with _open(url, path, None, timeout) as r:
-            data = r.read(MAX_PAGE_BYTES + 1)  # never more than the cap, whatever it claims
+            data = _read_page(r, url, path, timeout, max(timeout, PAGE_DEADLINE))
     except urllib.error.HTTPError as e:
         raise UserError(f"{clip(url)} is not a vLLM server: it answers {path} with HTTP {e.code}.") from None
     except (socket.timeout, TimeoutError) as e:
