@@ -33,6 +33,7 @@ from mtp_viz.sources.vllm import client as vllm_client
 from mtp_viz.sources.vllm.prometheus import delta
 from mtp_viz.sources.vllm.source import Servers, VllmSource
 
+from . import bench_traffic as traffic
 from .bench_report import Record
 
 QUICK = dict(max_new_tokens=24, repeats=1, per_category=1)
@@ -46,6 +47,12 @@ def add_arguments(p) -> None:
                    help="with --server: a vLLM server of the same model without speculation")
     p.add_argument("--model", help="with --server: the served model's name (default: its first)")
     p.add_argument("--baseline-model", help="the baseline server's model name (default: its first)")
+    p.add_argument("--concurrency", metavar="LEVELS",
+                   help="with --server and --baseline-server: also sweep these numbers of concurrent "
+                        "closed-loop clients, e.g. 1,2,4,8 (at most 16)")
+    p.add_argument("--requests", type=int, default=None,
+                   help="with --concurrency: requests per level and server (default: 2 x the largest level, "
+                        "at least 8)")
 
 
 def _run_one(source: VllmSource, prompt: str, mode: str, n: int, args) -> tuple[Record, list]:
@@ -71,6 +78,9 @@ def run(args) -> int:
     prompts = load_prompts(args.prompts, args.categories,
                            args.per_category or (QUICK["per_category"] if quick else 0))
     url, base = args.server, args.baseline_server
+    levels = traffic.parse_levels(args.concurrency) if args.concurrency else None
+    if levels and not base:
+        raise UserError("--concurrency compares two servers: give --baseline-server too.")
     source = VllmSource(Servers(url, base, args.model, args.baseline_model))
     modes = ["speculative"] + (["autoregressive"] if base else [])
     warm = {mode: _run_one(source, prompts[0].text, mode, min(n, 8), args)[1]  # untimed; checks both
@@ -100,13 +110,55 @@ def run(args) -> int:
         "draft_tokens": len(before.accepted_per_pos), "quick": quick,
         "baseline_speculates": base_speculates})
     result["runs"] = [rec.as_dict() for rec in records]
-    out = Path(args.out)
+    if levels:
+        result.update(_sweep(source.servers, prompts, levels, n, args))
+    return _write(result, Path(args.out))
+
+
+def _sweep(servers: Servers, prompts, levels: list[int], n: int, args) -> dict[str, Any]:
+    greedy = args.temperature <= 0
+    requests = args.requests or max(8, 2 * max(levels))
+
+    def settings(prompt: str, mode: str) -> RunSettings:
+        return RunSettings(prompt, modes=(mode,), max_new_tokens=n, chat=not args.no_chat,
+                           sampling=Sampling(max(args.temperature, 0.0), seed=None if greedy else args.seed))
+    print(f"mtp-viz bench: traffic at {', '.join(map(str, levels))} concurrent requests, "
+          f"{requests} requests per level and server", file=sys.stderr)
+    return traffic.sweep(servers, [p.text for p in prompts], levels, requests, settings, greedy=greedy,
+                         progress=lambda line: print(f"  {line}", file=sys.stderr))
+
+
+def _write(result: dict[str, Any], out: Path) -> int:
     out.mkdir(parents=True, exist_ok=True)
+    md = markdown(result) + ("\n" + traffic.markdown(result) if "traffic" in result else "")
     (out / "bench.json").write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    (out / "bench.md").write_text(markdown(result), encoding="utf-8")
-    print(markdown(result))
-    print(f"wrote {out / 'bench.json'}, {out / 'bench.md'}", file=sys.stderr)
+    (out / "bench.md").write_text(md, encoding="utf-8")
+    written = [out / "bench.json", out / "bench.md"]
+    if "traffic" in result:
+        (out / "bench.html").write_text(_html(md, traffic.figures(result["traffic"])), encoding="utf-8")
+        written.append(out / "bench.html")
+    print(md)
+    print(f"wrote {', '.join(map(str, written))}", file=sys.stderr)
     return 0
+
+
+def _html(md: str, figures) -> str:
+    """The report as one offline page: its tables, then the traffic charts (plotly.js inlined once)."""
+    import html
+
+    import plotly.io as pio
+
+    from .bench_report import _md_table_html
+    def plain(fig) -> dict:  # built unvalidated with template "none": plotly's writer wants a template object
+        d = fig.to_dict()
+        d["layout"]["template"] = {}
+        return d
+    plots = "".join(pio.to_html(plain(f), full_html=False, include_plotlyjs=i == 0, validate=False)
+                    for i, f in enumerate(figures))
+    return ('<!doctype html><html lang="en"><head><meta charset="utf-8"><title>mtp-viz bench: vLLM servers</title>'
+            '<style>body{font-family:system-ui,sans-serif;max-width:1100px;margin:24px auto;padding:0 16px}'
+            'table{border-collapse:collapse}td,th{border:1px solid #d1d5db;padding:3px 8px}</style></head><body>'
+            f'<h1>{html.escape("mtp-viz bench: vLLM servers")}</h1>{_md_table_html(md)}{plots}</body></html>')
 
 
 def _tps(records, mode, category=None) -> dict[int, float]:

@@ -129,3 +129,30 @@ def test_the_dashboard_charts_the_servers_traffic(page, servers):
     page.click("#dashboard-watch")
     page.wait_for_selector("#dashboard-summary:has-text('This server does not speculate')", timeout=60_000)
     page.wait_for_selector("#dashboard-position-plot:has-text('This server does not speculate')", timeout=30_000)
+
+
+def test_the_traffic_panel_sweeps_both_servers_and_stop_ends_a_sweep(page, servers):
+    """Two levels, four requests each on both servers: progress, the three charts with
+    data, a table of four rows and identical greedy outputs; then a longer sweep that
+    Stop ends after its first level."""
+    url, baseline = servers
+    page.locator("#vllm-traffic").scroll_into_view_if_needed()
+    page.locator("#traffic-url").get_by_role("textbox").fill(url)
+    page.locator("#traffic-baseline-url").get_by_role("textbox").fill(baseline)
+    page.locator("#traffic-levels").get_by_role("textbox").fill("1,2")
+    page.locator("#traffic-requests input").fill("4")
+    page.locator("#traffic-tokens input").fill("16")
+    page.click("#traffic-run")
+    page.wait_for_selector("#traffic-status:has-text('Running: ')", timeout=60_000)
+    page.wait_for_selector("#traffic-status:has-text('Done: ')", timeout=300_000)
+    assert "identical on both servers" in page.inner_text("#traffic-status")
+    assert page.locator("#traffic-table tr").count() == 1 + 4
+    for plot in ("speedup", "throughput", "acceptance"):
+        page.wait_for_selector(f"#traffic-{plot}-plot .js-plotly-plot g.trace", state="attached", timeout=30_000)
+    assert page.locator("#traffic-throughput-plot g.trace").count() == 2  # both servers
+    page.locator("#traffic-levels").get_by_role("textbox").fill("1,2,4,8")
+    page.click("#traffic-run")
+    page.wait_for_selector("#traffic-status:has-text('on the baseline server')", timeout=120_000)
+    page.click("#traffic-stop")
+    page.wait_for_selector("#traffic-status:has-text('Stopped: ')", timeout=120_000)
+    assert page.locator("#traffic-table tr").count() < 1 + 8

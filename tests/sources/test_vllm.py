@@ -162,3 +162,25 @@ def test_bench_against_the_baseline(url, baseline, tmp_path):
     assert sp["speedup"] > 0 and sp["same_tokens_as_baseline"] is True and 1 <= sp["tau"] <= 5
     assert len(sp["per_position_conditional"]) == 4 and not result["meta"]["baseline_speculates"]
     assert result["server_counters"]["verify_steps"] > 0
+
+
+def test_bench_sweeps_concurrency_against_both_servers(url, baseline, tmp_path):
+    """--concurrency 1,2: both servers at both levels, closed loop; the rows' fields, the
+    speedup, identical greedy outputs, and the HTML report's charts."""
+    assert main(["bench", "--server", url, "--baseline-server", baseline, "--quick", "--no-chat",
+                 "--prompts", str(assets_dir() / "tiny" / "eval_prompts.json"), "--per-category", "2",
+                 "--max-new-tokens", "24", "--concurrency", "1,2", "--requests", "4", "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "bench.json").read_text())
+    rows = result["traffic"]
+    assert sorted((r["concurrency"], r["server"]) for r in rows) == [
+        (1, "baseline"), (1, "speculative"), (2, "baseline"), (2, "speculative")]
+    for r in rows:
+        assert r["requests"] == 4 and r["tokens_per_second"] > 0
+        assert 0 < r["ttft_ms_p50"] <= r["ttft_ms_p90"] and 0 < r["tpot_ms_p50"] <= r["tpot_ms_p90"]
+        spec = r["server"] == "speculative"
+        assert (0 < r["acceptance_rate"] <= 1 and 1 <= r["tau"] <= 5 and r["speedup"] > 0) if spec else \
+            (r["acceptance_rate"] is None and r["tau"] is None and r["speedup"] is None)
+    assert result["same_tokens"] is True
+    page = (tmp_path / "bench.html").read_text()
+    assert page.count('class="plotly-graph-div"') == 3 and "Under load" in page
+    assert "### Under load" in (tmp_path / "bench.md").read_text()

@@ -21,6 +21,7 @@ from typing import Any
 import gradio as gr
 
 from mtp_viz.app.handlers.local import CUSTOM, Handlers
+from mtp_viz.app.handlers.traffic import TrafficHandlers
 from mtp_viz.app.handlers.vllm import VllmHandlers
 from mtp_viz.app.runtime import runs, service
 from mtp_viz.app.runtime.guard import ServerPolicy
@@ -250,6 +251,7 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
         wiring.wire(demo, _page(app, first, choices, policy), h, app.vllm)
         if policy.offered:
             vllm.dashboard_section(app.vllm)
+            vllm.traffic_section(TrafficHandlers(policy))
         gr.api(h.api_generate, api_name="generate", concurrency_id="model")
     demo.mtp_app = app  # type: ignore[attr-defined]
     return demo

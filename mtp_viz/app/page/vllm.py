@@ -7,7 +7,9 @@ from typing import Any
 
 import gradio as gr
 
+from mtp_viz.app.handlers.traffic import MAX_TOKENS, Sweep, TrafficHandlers
 from mtp_viz.app.handlers.vllm import DASHBOARD_SECONDS, VLLM, VllmHandlers
+from mtp_viz.cli.bench_traffic import MAX_CONCURRENCY, MAX_REQUESTS
 from mtp_viz.app.runtime.guard import ServerPolicy
 from mtp_viz.app.views import dashboard, tokens
 from mtp_viz.sources.vllm.prometheus import SpecDecodeCounters
@@ -67,3 +69,39 @@ def dashboard_section(vh: VllmHandlers) -> None:
     watch.click(vh.watch, url, outputs, **opts)
     timer.tick(vh.poll, state, outputs, **opts)
     stop.click(lambda: gr.Timer(active=False), None, timer, queue=False, api_visibility="private")
+
+
+def traffic_section(th: TrafficHandlers) -> None:
+    """The Traffic panel (``#vllm-traffic``): a concurrency sweep against a speculating
+    server and a baseline, with its three charts and its table (``mtp-viz bench
+    --concurrency`` in the browser). One sweep at a time in the whole app: two at once
+    would load the same servers and measure each other."""
+    first = th.policy.listed[0] if th.policy.locked and th.policy.listed else ""
+    gr.Markdown("### Traffic: does MTP still pay off when many requests share the server?", elem_id="traffic-title")
+    with gr.Column(elem_id="vllm-traffic"):
+        gr.Markdown(f"At each level, that many clients send requests back to back (closed loop) to the speculating "
+                    f"server, then to the baseline (the order flips from level to level). Throughput is all output "
+                    f"tokens over the level's wall time; TPOT is each request's time per output token after the "
+                    f"first. At most {MAX_CONCURRENCY} at once, {MAX_REQUESTS} requests per level; the prompts are "
+                    "the bundled pair's held-out code prompts, greedy.")
+        with gr.Row(equal_height=True):
+            url = gr.Textbox(first, label="vLLM server (MTP)", placeholder="http://127.0.0.1:8000",
+                             elem_id="traffic-url", info=_url_info(th.policy), scale=3)
+            baseline = gr.Textbox("", label="Baseline server", placeholder="http://127.0.0.1:8001",
+                                  elem_id="traffic-baseline-url", scale=3)
+        with gr.Row(equal_height=True):
+            levels = gr.Textbox("1,2,4,8", label="Concurrent requests (levels)", elem_id="traffic-levels", scale=2)
+            requests = gr.Number(16, label="Requests per level", precision=0, elem_id="traffic-requests", scale=1)
+            max_tokens = gr.Number(64, label=f"New tokens per request (≤ {MAX_TOKENS})", precision=0,
+                                   elem_id="traffic-tokens", scale=1)
+            run = gr.Button("Sweep", variant="primary", elem_id="traffic-run", scale=0, min_width=90)
+            stop = gr.Button("Stop", elem_id="traffic-stop", scale=0, min_width=90)
+        status = gr.HTML(tokens.message_html("Give both servers' URLs and press Sweep."), elem_id="traffic-status")
+        with gr.Row():
+            plots = [gr.Plot(f, elem_id=i, show_label=False) for f, i in zip(
+                th.figures([]), ("traffic-speedup-plot", "traffic-throughput-plot", "traffic-acceptance-plot"))]
+        table = gr.HTML("", elem_id="traffic-table")
+    sweep = gr.State(Sweep)
+    run.click(th.sweep, [url, baseline, levels, requests, max_tokens, sweep], [status, *plots, table],
+              concurrency_id="traffic", concurrency_limit=1, show_progress="hidden", api_visibility="private")
+    stop.click(th.stop, sweep, None, queue=False, api_visibility="private")

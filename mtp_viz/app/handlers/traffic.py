@@ -1,0 +1,113 @@
+"""The Traffic panel's handlers: a concurrency sweep against two vLLM servers (the one
+that speculates and a baseline), level by level, with progress and Stop; the sweep
+itself is :mod:`mtp_viz.cli.bench_traffic`, as ``mtp-viz bench --concurrency`` runs it.
+No torch here. Both URLs go through the deployment's :class:`ServerPolicy` first."""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from mtp_viz.app.runtime.guard import ServerPolicy
+from mtp_viz.app.views import tokens
+from mtp_viz.cli import bench_traffic as traffic
+from mtp_viz.engine.decoding import Sampling
+from mtp_viz.errors import UserError
+from mtp_viz.prompts import code_suite, load_prompts
+from mtp_viz.sources.settings import RunSettings
+from mtp_viz.sources.vllm.source import Servers
+
+MAX_TOKENS = 256   # new tokens per request at most, in the panel
+
+
+class Sweep:
+    """One visitor's sweep in progress: Stop sets ``stop``."""
+
+    def __init__(self):
+        self.stop = threading.Event()
+
+
+def _whole(value: Any, name: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) \
+            or not low <= value <= high:
+        raise UserError(f"{name} must be a whole number from {low} to {high}.")
+    return int(value)
+
+
+class TrafficHandlers:
+    def __init__(self, policy: ServerPolicy):
+        self.policy = policy
+
+    def figures(self, rows: list[dict[str, Any]]) -> list:
+        return traffic.figures(rows)
+
+    def sweep(self, url: str, baseline: str, levels: str, requests: Any, max_tokens: Any, sweep: Sweep | None):
+        """Yields ``(status, speedup, throughput, acceptance, table)`` as each level starts
+        and once at the end; a bad value or an unreachable server is one sentence."""
+        sweep = sweep or Sweep()
+        sweep.stop.clear()
+        empty = self.figures([])
+        try:
+            servers = Servers(self.policy.check(url), self.policy.check(baseline))
+            levels_ = traffic.parse_levels(levels)
+            requests_ = _whole(requests, "Requests per level", 1, traffic.MAX_REQUESTS)
+            n = _whole(max_tokens, "New tokens per request", 1, MAX_TOKENS)
+        except UserError as e:
+            yield (tokens.message_html(str(e), level="error"), *empty, "")
+            return
+        prompts = [p.text for p in load_prompts(code_suite())]
+
+        def settings(prompt: str, mode: str) -> RunSettings:
+            return RunSettings(prompt, modes=(mode,), max_new_tokens=n, chat=False, sampling=Sampling())
+        result: dict[str, Any] = {"traffic": [], "same_tokens": None}
+        try:
+            for line, result in traffic.sweeping(servers, prompts, levels_, requests_, settings,
+                                                 greedy=True, stop=sweep.stop):
+                if line:
+                    yield (tokens.message_html(f"Running: {line} ({requests_} requests)…"),
+                           *self.figures(result["traffic"]), self._table(result))
+        except UserError as e:
+            yield (tokens.message_html(str(e), level="error"), *self.figures(result["traffic"]), self._table(result))
+            return
+        stopped = sweep.stop.is_set()
+        yield (tokens.message_html(("Stopped: " if stopped else "Done: ") + self._line(result),
+                                   level="warn" if stopped else "info"),
+               *self.figures(result["traffic"]), self._table(result))
+
+    @staticmethod
+    def stop(sweep: Sweep | None) -> None:
+        if sweep is not None:
+            sweep.stop.set()
+
+    @staticmethod
+    def _line(result: dict[str, Any]) -> str:
+        spec = traffic.summary(result["traffic"])
+        if not spec:
+            return "no level finished."
+        same = result["same_tokens"]
+        parts = [f"{r['concurrency']} at once ×{r['speedup']:.2f}" for r in spec if r["speedup"] is not None]
+        return ("speedup " + ", ".join(parts) + "; greedy outputs "
+                + ("identical on both servers." if same else "DIFFER between the servers." if same is False
+                   else "not compared."))
+
+    @staticmethod
+    def _table(result: dict[str, Any]) -> str:
+        """The rows as a small escaped HTML table (``#traffic-table``)."""
+        import html
+        head = ("concurrency", "server", "requests", "tok/s", "TTFT p50 ms", "TPOT p50 ms", "TPOT p90 ms",
+                "accept", "τ", "speedup")
+        keys = ("concurrency", "server", "requests", "tokens_per_second", "ttft_ms_p50", "tpot_ms_p50",
+                "tpot_ms_p90", "acceptance_rate", "tau", "speedup")
+
+        def cell(k, v):
+            if v is None:
+                return "–"
+            if k == "acceptance_rate":
+                return f"{v:.1%}"
+            return f"{v:.2f}" if isinstance(v, float) else html.escape(str(v))
+        rows = "".join("<tr>" + "".join(f"<td>{cell(k, r[k])}</td>" for k in keys) + "</tr>"
+                       for r in result["traffic"])
+        return (f'<table class="mv-traffic"><tr>{"".join(f"<th>{h}</th>" for h in head)}</tr>{rows}</table>'
+                if rows else "")
+
+
+__all__ = ["MAX_TOKENS", "Sweep", "TrafficHandlers"]

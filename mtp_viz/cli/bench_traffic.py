@@ -1,0 +1,246 @@
+"""Traffic: does speculation still pay off when many requests share a vLLM server?
+
+``mtp-viz bench --server URL --baseline-server URL --concurrency 1,2,4,8`` (and the app's
+Traffic panel) runs, at each level N, N closed-loop clients against the speculating
+server and then against the baseline (which goes first flips from level to level, so
+drift of the machine falls on both alike): each client sends its next request as soon as
+its last one ended, until the level's ``requests`` are done. A level's throughput is all
+its output tokens over its wall time (first request sent to last response ended).
+
+Per request, from its own stream (:mod:`mtp_viz.sources.vllm.stream`): time to first
+token (the prefill's token, step 1's ``t``), time per output token after it ((whole
+request − TTFT) ÷ (tokens − 1)), and, on the speculating server, its per-step arrays
+(acceptance = accepted ÷ drafted, τ = tokens per verify step after the prefill, bonus
+included). Speedup at a level: the speculating server's throughput over the baseline's;
+``tpot_ratio``: the baseline's p50 time per output token over the speculating one's
+(above 1: each user's stream is faster with speculation).
+"""
+from __future__ import annotations
+
+import math
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Sequence
+
+from mtp_viz.engine.events import Done, Error, Event, Step
+from mtp_viz.errors import UserError
+from mtp_viz.sources.settings import RunSettings
+from mtp_viz.sources.vllm.source import Servers, VllmSource
+
+MAX_CONCURRENCY = 16   # the most clients at once a sweep may ask for (the app's limit too)
+MAX_REQUESTS = 256     # requests per level at most
+ROLE = {"speculative": "speculative", "autoregressive": "baseline"}  # mode -> the row's `server`
+
+
+def parse_levels(text: str) -> list[int]:
+    """``"1,2,4,8"`` -> [1, 2, 4, 8]; one sentence for anything else."""
+    try:
+        levels = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        levels = []
+    if not levels or any(not 1 <= n <= MAX_CONCURRENCY for n in levels):
+        raise UserError(f"Concurrency levels must be whole numbers from 1 to {MAX_CONCURRENCY}, "
+                        "separated by commas (like 1,2,4,8).")
+    return sorted(set(levels))
+
+
+@dataclass
+class Request:
+    """One finished request of a level."""
+    prompt: int
+    tokens: int
+    seconds: float
+    ttft: float
+    ids: tuple[int, ...] = ()
+    drafted: int = 0
+    accepted: int = 0
+    verify_steps: int = 0
+
+
+@dataclass
+class Level:
+    concurrency: int
+    server: str                     # "speculative" or "baseline"
+    wall: float = 0.0
+    done: list[Request] = field(default_factory=list)
+
+
+def pct(values: Sequence[float], q: float) -> float | None:
+    """Nearest-rank q-quantile; None when empty."""
+    v = sorted(values)
+    return v[max(0, math.ceil(q * len(v)) - 1)] if v else None
+
+
+def _request(events: list[Event], prompt: int) -> Request:
+    errors = [e for e in events if isinstance(e, Error)]
+    if errors:
+        raise UserError(errors[0].message)
+    done = events[-1]
+    if not isinstance(done, Done):
+        raise UserError("A server's stream ended without its last chunk.")
+    steps = [e for e in events if isinstance(e, Step)]
+    ttft = steps[0].t if steps else done.seconds
+    return Request(prompt, done.new_tokens, done.seconds, ttft, tuple(done.generated_ids),
+                   sum(s.draft_len for s in steps), sum(s.accepted for s in steps),
+                   sum(1 for s in steps if s.step > 1))
+
+
+def run_level(servers: Servers, mode: str, prompts: Sequence[str], concurrency: int, requests: int,
+              settings: Callable[[str, str], RunSettings], stop: threading.Event | None = None) -> Level:
+    """``requests`` requests by ``concurrency`` closed-loop clients to one server; request
+    i takes prompt i mod len(prompts). Stops taking new requests when ``stop`` is set."""
+    source, level = VllmSource(servers), Level(concurrency, ROLE[mode])
+    lock, taken = threading.Lock(), [0]
+
+    def client() -> list[Request]:
+        mine = []
+        while not (stop is not None and stop.is_set()):
+            with lock:
+                i = taken[0]
+                if i >= requests:
+                    return mine
+                taken[0] += 1
+            p = i % len(prompts)
+            mine.append(_request(list(source.events(settings(prompts[p], mode), stop)), p))
+        return mine
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(concurrency, thread_name_prefix="mtp-viz-traffic") as pool:
+        futures = [pool.submit(client) for _ in range(concurrency)]
+        for f in futures:
+            level.done += f.result()   # a client's failure is the level's: its sentence
+    level.wall = time.perf_counter() - t0
+    return level
+
+
+def row(level: Level) -> dict[str, Any]:
+    """One ``traffic`` row of bench.json (speedup filled in by :func:`pair_rows`)."""
+    r, tokens = level.done, sum(q.tokens for q in level.done)
+    tpot = [(q.seconds - q.ttft) / (q.tokens - 1) * 1000 for q in r if q.tokens > 1]
+    drafted, accepted = sum(q.drafted for q in r), sum(q.accepted for q in r)
+    steps = sum(q.verify_steps for q in r)
+    spec = level.server == "speculative"
+    return {"concurrency": level.concurrency, "server": level.server, "requests": len(r),
+            "tokens_per_second": tokens / level.wall if level.wall > 0 else None,
+            "ttft_ms_p50": _ms(pct([q.ttft for q in r], 0.5)), "ttft_ms_p90": _ms(pct([q.ttft for q in r], 0.9)),
+            "tpot_ms_p50": pct(tpot, 0.5), "tpot_ms_p90": pct(tpot, 0.9),
+            "acceptance_rate": accepted / drafted if spec and drafted else None,
+            # τ after the prefill: each verify step's tokens (its kept drafts + the target's one)
+            "tau": (tokens - len(r)) / steps if spec and steps else None,
+            "speedup": None, "tpot_ratio": None}
+
+
+def _ms(s: float | None) -> float | None:
+    return None if s is None else s * 1000
+
+
+def pair_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each speculative row gets its level's speedup over the baseline row (throughput)
+    and the baseline's p50 time per output token over its own."""
+    base = {r["concurrency"]: r for r in rows if r["server"] == "baseline"}
+    for r in rows:
+        b = base.get(r["concurrency"])
+        if r["server"] == "speculative" and b:
+            if r["tokens_per_second"] and b["tokens_per_second"]:
+                r["speedup"] = r["tokens_per_second"] / b["tokens_per_second"]
+            if r["tpot_ms_p50"] and b["tpot_ms_p50"]:
+                r["tpot_ratio"] = b["tpot_ms_p50"] / r["tpot_ms_p50"]
+    return rows
+
+
+def sweeping(servers: Servers, prompts: Sequence[str], levels: Sequence[int], requests: int,
+             settings: Callable[[str, str], RunSettings], *, greedy: bool,
+             stop: threading.Event | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every level on both servers, as it goes: before each level ``(what runs next, the
+    result so far)``, and at the end ``("", the result)``. A result is ``{"traffic":
+    rows, "same_tokens": ...}``; ``same_tokens`` (greedy only) says whether each prompt's
+    output was the same on the two servers at every level (None when sampling)."""
+    if not 1 <= requests <= MAX_REQUESTS:
+        raise UserError(f"Requests per level must be a whole number from 1 to {MAX_REQUESTS}.")
+    if servers.baseline is None:
+        raise UserError("A traffic sweep compares two servers: give the baseline server's URL too.")
+    rows: list[dict[str, Any]] = []
+    outputs: dict[tuple[str, int], set] = {}
+
+    def result() -> dict[str, Any]:
+        same = None
+        if greedy and outputs:
+            same = all(outputs.get(("speculative", p)) == outputs.get(("autoregressive", p))
+                       and len(outputs.get(("speculative", p), ())) == 1 for p in {p for _, p in outputs})
+        return {"traffic": pair_rows([dict(r) for r in rows]), "same_tokens": same}
+    for k, n in enumerate(levels):
+        for mode in (("speculative", "autoregressive") if k % 2 == 0 else ("autoregressive", "speculative")):
+            if stop is not None and stop.is_set():
+                yield "", result()
+                return
+            yield f"{n} at once on the {ROLE[mode]} server", result()
+            level = run_level(servers, mode, prompts, n, requests, settings, stop)
+            rows.append(row(level))
+            for q in level.done:
+                outputs.setdefault((mode, q.prompt), set()).add(q.ids)
+    yield "", result()
+
+
+def sweep(*args, progress: Callable[[str], None] | None = None, **kwargs) -> dict[str, Any]:
+    """:func:`sweeping` to its end; ``progress`` gets each level's line."""
+    for line, out in sweeping(*args, **kwargs):
+        if line and progress:
+            progress(line)
+    return out
+
+
+def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The speculative rows, one per level: what the charts draw."""
+    return [r for r in rows if r["server"] == "speculative"]
+
+
+def figures(rows: list[dict[str, Any]]) -> list:
+    """Speedup, throughput and acceptance against concurrency (plotly figures)."""
+    import plotly.graph_objects as go
+    by = {s: sorted((r for r in rows if r["server"] == s), key=lambda r: r["concurrency"])
+          for s in ("speculative", "baseline")}
+    spec = by["speculative"]
+
+    def fig(title, data, ytitle, yrange=None, shapes=()):
+        return go.Figure(data=data, layout=dict(
+            title=dict(text=title, x=0.01, xanchor="left", font=dict(size=14)), height=300,
+            margin=dict(l=56, r=12, t=40, b=48), template="none", shapes=list(shapes),
+            legend=dict(orientation="h", y=-0.25), xaxis=dict(title=dict(text="concurrent requests"), type="log",
+                                                              tickvals=[r["concurrency"] for r in spec]),
+            yaxis=dict(title=dict(text=ytitle), range=yrange)), _validate=False)
+    x = [r["concurrency"] for r in spec]
+    line = lambda xs, ys, name, **kw: dict(type="scatter", mode="lines+markers", x=xs, y=ys, name=name, **kw)  # noqa: E731
+    speedup = fig("Speedup: speculative ÷ baseline", [
+        line(x, [r["speedup"] for r in spec], "throughput"),
+        line(x, [r["tpot_ratio"] for r in spec], "per-user speed (baseline TPOT ÷ speculative TPOT)",
+             line=dict(dash="dot"))],
+        "× baseline", shapes=[dict(type="line", xref="paper", x0=0, x1=1, y0=1, y1=1,
+                                   line=dict(color="#9ca3af", dash="dash"))])
+    throughput = fig("Output throughput", [line([r["concurrency"] for r in by[s]],
+                                                [r["tokens_per_second"] for r in by[s]], s) for s in by], "tokens/s")
+    acceptance = fig("Acceptance on the speculating server",
+                     [line(x, [r["acceptance_rate"] for r in spec], "accepted ÷ drafted")], "acceptance", [0, 1])
+    return [speedup, throughput, acceptance]
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The traffic table of the report."""
+    f = lambda x, fmt: "–" if x is None else fmt.format(x)  # noqa: E731
+    lines = ["### Under load: concurrent requests", "",
+             "| concurrency | server | requests | tok/s | TTFT p50 ms | TPOT p50 / p90 ms | accept | τ | speedup "
+             "| per-user ×|", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in result["traffic"]:
+        lines.append(f"| {r['concurrency']} | {r['server']} | {r['requests']} | {f(r['tokens_per_second'], '{:.1f}')} "
+                     f"| {f(r['ttft_ms_p50'], '{:.0f}')} | {f(r['tpot_ms_p50'], '{:.1f}')} / "
+                     f"{f(r['tpot_ms_p90'], '{:.1f}')} | {f(r['acceptance_rate'], '{:.1%}')} | {f(r['tau'], '{:.2f}')} "
+                     f"| {f(r['speedup'], '×{:.2f}')} | {f(r['tpot_ratio'], '×{:.2f}')} |")
+    same = result.get("same_tokens")
+    lines += ["", "Greedy outputs identical on both servers at every level: "
+              + ("–" if same is None else "yes" if same else "NO") + "."]
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["MAX_CONCURRENCY", "MAX_REQUESTS", "figures", "markdown", "pair_rows", "parse_levels", "row",
+           "run_level", "summary", "sweep", "sweeping"]
