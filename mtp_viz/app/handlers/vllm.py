@@ -38,7 +38,7 @@ DASHBOARD_SECONDS = 2.0       # between two scrapes of /metrics
 DASHBOARD_HISTORY = 900       # scrapes kept per watcher: half an hour at 2 s
 HINT = ("A vLLM server with Gemma 4 MTP fills the speculative pane, one without speculation the "
         "baseline pane. vLLM reports how many drafts it rejected at each step (✗N after the step), "
-        "not which tokens; it sends a response's steps with its last chunk. The vLLM dashboard tab "
+        "not which tokens; it sends a response's steps with its last chunk. The vLLM dashboard section "
         "charts the server's counters over all its traffic.")
 
 
