@@ -177,6 +177,12 @@ class ScriptDrafter:
         return Proposal(tokens)
 
 
+def save_moe_pair(root, V=512, window=16):
+    """Save the 26B-A4B's shape (the multimodal wrapper, mixture of experts) with a random
+    MTP assistant and the word tokenizer as two local folders."""
+    return save_pair(root, gemma_multimodal(V, window, moe=True), gemma_assistant(V, window), word_tokenizer(V))
+
+
 def save_gemma_pair(root, V=512, window=16, chat_template=None):
     """Save a random target + MTP assistant (+ word tokenizer) as two local folders."""
     target, assistant = gemma_target(V, window), gemma_assistant(V, window)

@@ -39,4 +39,20 @@ def check_invariants(events, max_new_tokens):
             for a, d in zip(acc + rej, drafted):
                 assert a.token_id == d.token_id
             cur, rank = [], -1
+    check_experts(events[0], steps)
     return steps
+
+
+def check_experts(start, steps):
+    """Counted experts (docs/events.md): one count per MoE layer on every step; a plain
+    step's single token goes to exactly top_k experts, a forward over n tokens to at
+    least top_k and at most min(num_experts, top_k · n)."""
+    moe = start.settings.get("experts") or {}
+    if not moe.get("counted"):
+        assert all(not s.experts_per_layer for s in steps)
+        return
+    k, experts = moe["top_k"], moe["num_experts"]
+    for s in steps:
+        tokens = start.prompt_tokens if s.step == 1 else s.draft_len + 1
+        assert len(s.experts_per_layer) == moe["layers"]
+        assert all(k <= n <= min(experts, k * tokens) for n in s.experts_per_layer), s

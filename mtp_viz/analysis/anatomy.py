@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["Anatomy", "DrafterLayer", "ClusteredHead", "anatomy"]
+__all__ = ["Anatomy", "DrafterLayer", "ClusteredHead", "Experts", "anatomy"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,23 @@ class ClusteredHead:
 
 
 @dataclass(frozen=True)
+class Experts:
+    """A mixture-of-experts target (the 26B-A4B): each of its ``layers`` keeps a dense
+    MLP of width ``mlp_width`` and adds ``num_experts`` experts of width ``expert_width``,
+    of which its router sends every token to ``top_k``."""
+    layers: int
+    num_experts: int
+    top_k: int
+    expert_width: int
+    mlp_width: int
+
+    @property
+    def active_width(self) -> int:
+        """The MLP width one token uses per layer: the dense MLP and its top_k experts."""
+        return self.mlp_width + self.top_k * self.expert_width
+
+
+@dataclass(frozen=True)
 class Anatomy:
     target: str                        # the pair's names, as the user gave them
     drafter: str
@@ -61,6 +78,7 @@ class Anatomy:
     state_width: int = 0               # post_projection's output, fed to the next draft
     layers: tuple[DrafterLayer, ...] = field(default_factory=tuple)
     clustered: ClusteredHead | None = None
+    experts: Experts | None = None     # the target's mixture of experts; None when dense
 
 
 def _params(model) -> int:
@@ -82,13 +100,25 @@ def _producers(target_text) -> dict[str, int]:
     return out
 
 
+def _experts(target) -> Experts | None:
+    """The target's mixture of experts, read from its MoE layers' router and expert weights."""
+    moe = [layer for layer in target.get_decoder().layers if getattr(layer, "enable_moe_block", False)]
+    if not moe:
+        return None
+    layer = moe[0]
+    gate_up = layer.experts.gate_up_proj  # [experts, 2 · expert width, hidden]
+    return Experts(layers=len(moe), num_experts=int(gate_up.shape[0]), top_k=int(layer.router.config.top_k_experts),
+                   expert_width=int(gate_up.shape[1]) // 2, mlp_width=int(layer.mlp.down_proj.weight.shape[1]))
+
+
 def anatomy(pair) -> Anatomy:
     """The loaded pair's drafter, measured from its modules (a :class:`ModelPair`)."""
     target, drafter = pair.target, pair.drafter_model
     t_text = _text(target.config)
     emb = target.get_input_embeddings().weight
     base = dict(target=pair.name, drafter=pair.drafter_id, target_layers=int(t_text.num_hidden_layers),
-                target_width=int(emb.shape[1]), vocab=int(emb.shape[0]), target_params=_params(target))
+                target_width=int(emb.shape[1]), vocab=int(emb.shape[0]), target_params=_params(target),
+                experts=_experts(target))
     if drafter is None:
         return Anatomy(kind="none", **base)
     d_text = _text(drafter.config)

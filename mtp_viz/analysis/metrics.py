@@ -25,6 +25,8 @@ from typing import Iterable, Sequence
 from mtp_viz.engine import theory
 from mtp_viz.engine.events import Bonus, Done, Event, Rejected, Start, Step, Token
 
+from . import experts
+
 __all__ = [
     "StepRecord", "Summary", "step_records", "per_step_acceptance", "per_position_counts",
     "per_position_acceptance", "acceptance_rate", "alpha_estimate", "mean_accepted_length",
@@ -276,6 +278,10 @@ class TheoryCheck:
     per_position_unconditional: tuple = ()
     timed: bool = True                # False: the source reports no draft/verify times (vLLM),
                                       # so c, v and every predicted speedup mean nothing
+    experts_touched: float | None = None  # counted mixture of experts: distinct experts per layer
+                                          # per verification that drafted, averaged (analysis.experts)
+    experts_top_k: int = 0            # ...what one plain token reads per layer
+    experts_total: int = 0            # ...of this many experts per layer
 
 
 def theory_check(events: Iterable[Event], baseline: Iterable[Event] | None = None,
@@ -309,4 +315,14 @@ def theory_check(events: Iterable[Event], baseline: Iterable[Event] | None = Non
         speedup_predicted_v=predicted_v,
         per_position_conditional=tuple(s.per_position_conditional),
         per_position_unconditional=tuple(s.per_position_unconditional),
-        timed=any(r.draft_seconds or r.verify_seconds for r in step_records(events)))
+        timed=any(r.draft_seconds or r.verify_seconds for r in step_records(events)), **_experts_fields(events))
+
+
+def _experts_fields(events: Sequence[Event]) -> dict:
+    """The theory check's experts fields: empty unless the run counted its experts."""
+    moe = experts.moe_of(events) or {}
+    touched = [s.mean for s in experts.expert_steps(events) if s.draft_len > 0]
+    if not touched:
+        return {}
+    return {"experts_touched": sum(touched) / len(touched), "experts_top_k": int(moe.get("top_k", 0)),
+            "experts_total": int(moe.get("num_experts", 0))}

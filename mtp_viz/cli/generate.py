@@ -54,6 +54,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--server", metavar="URL",
                    help="stream from a vLLM server (OpenAI-compatible) instead of the local engine")
     p.add_argument("--model", help="with --server: the served model's name (default: its first)")
+    p.add_argument("--experts", action="store_true",
+                   help="a mixture-of-experts target (26b-a4b): put on every step event the distinct experts "
+                        "each layer's router sent that forward's tokens to (experts_per_layer)")
     p.add_argument("--stale-kv", action="store_true", help=argparse.SUPPRESS)
 
 
@@ -84,7 +87,7 @@ def settings(args: argparse.Namespace) -> RunSettings:
         drafter="lookup" if args.prompt_lookup else "auto", max_new_tokens=args.max_new_tokens,
         draft_tokens=args.draft_tokens, schedule=args.schedule,
         sampling=Sampling(args.temperature, args.top_k, args.top_p, args.seed),
-        chat=not args.no_chat_template, stale_kv=args.stale_kv)
+        chat=not args.no_chat_template, stale_kv=args.stale_kv, experts=args.experts)
 
 
 def open_source(args: argparse.Namespace):
@@ -92,6 +95,9 @@ def open_source(args: argparse.Namespace):
     drafter and draft length were fixed when it started)."""
     from mtp_viz import sources
     if args.server:
+        if args.experts:
+            raise UserError("--experts applies to the local engine: a vLLM server does not report which "
+                            "experts its router chose.")
         local = [flag for flag, on in (("--drafter", args.drafter), ("--prompt-lookup", args.prompt_lookup),
                                        ("--draft-tokens", args.draft_tokens is not None),
                                        ("--schedule", args.schedule != "constant"),

@@ -23,6 +23,11 @@ with their probabilities and text pieces; ``q_top_*`` the drafter's, on ``drafte
 norm(max(0, p − q)) it was drawn from. They are empty when not recorded and then left
 out of ``to_dict``, so a run without them serializes exactly as before and older
 traces read unchanged.
+
+Experts touched (optional, recorded only when the engine is asked with ``experts=True``
+on a mixture-of-experts target; see :mod:`mtp_viz.engine.experts`):
+``Step.experts_per_layer`` holds, per MoE layer, the number of distinct experts that
+step's target forward routed its tokens to. Empty otherwise, and then left out.
 """
 from __future__ import annotations
 
@@ -187,6 +192,9 @@ class Step(Event):
     cut: str = ""                  # "eos" when tokens after an end-of-sequence were dropped
     t: float = 0.0                 # seconds since the start of generation, at the step's end
     agreed: int = 0                # drafts the target agreed with, before any EOS cut (>= accepted)
+    # a mixture-of-experts target, counted on request: per MoE layer, the distinct experts
+    # its router sent this step's forward's tokens to (engine.experts)
+    experts_per_layer: tuple[int, ...] = _optional()
 
 
 @dataclass(frozen=True)

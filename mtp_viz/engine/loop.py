@@ -30,6 +30,7 @@ from transformers import DynamicCache
 
 from .drafters.base import DraftContext, Drafter, Proposal
 from .events import Accepted, Bonus, Done, Drafted, Event, Rejected, Start, Step, Token
+from .experts import NO_TAP, ExpertTap, moe_shape
 from .sampling import Sampler, Sampling, accept
 from .schedules import Schedule, make_schedule
 from .topk import TopK, no_fields
@@ -92,7 +93,7 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
                 sampling: Sampling = Sampling(), schedule: Schedule | str = "constant",
                 draft_tokens: int | None = None, max_draft_tokens: int = 16,
                 eos_token_ids: Sequence[int] = (), detok: Any = None, stale_kv: bool = False,
-                stop=None, pause=None, top: int = 0,
+                stop=None, pause=None, top: int = 0, experts: bool = False,
                 clock: Callable[[], float] = time.perf_counter) -> Iterator[Event]:
     """Speculative decoding with any drafter; yields the event stream of docs/events.md.
 
@@ -102,9 +103,10 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
     which benchmarks/stale_kv.py reproduces exactly). Cropping it, the default, was
     never worse in that experiment and matches how the bundled drafter was trained.
 
-    top=k > 0 records each position's top-k candidates on the events (:mod:`mtp_viz.engine.topk`).
-    ``clock`` times everything (seconds); :mod:`mtp_viz.sources.interleave` passes one that runs
-    only while this generator does.
+    top=k > 0 records each position's top-k candidates (:mod:`mtp_viz.engine.topk`); experts=True,
+    on a mixture-of-experts target, each step's distinct experts per layer (:mod:`.experts`).
+    ``clock`` times everything (seconds); :mod:`mtp_viz.sources.interleave` passes one that
+    runs only while this generator does.
     """
     if isinstance(schedule, str):
         schedule = make_schedule(schedule, initial=draft_tokens or drafter.default_draft_tokens,
@@ -114,8 +116,8 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
     ids = list(prompt_ids)
     yield Start("speculative", len(ids), tuple(ids), {
         "drafter": drafter.kind, "schedule": schedule.name, "draft_tokens": schedule.initial,
-        "max_draft_tokens": schedule.cap, "max_new_tokens": max_new_tokens, **sampling.as_dict(),
-        "clock": clock_basis(clock)})
+        "max_draft_tokens": schedule.cap, **run_setting(target, max_new_tokens, sampling, clock, experts)})
+    tap = ExpertTap(target) if experts else NO_TAP  # no hooks unless asked
     t0 = clock()
     drafter.reset()
     schedule.start()  # resets per-generation state; the prefill step drafts nothing
@@ -123,6 +125,7 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
     want_state = drafter.needs_target_state
 
     # Step 1 is the prefill: no drafts, the target's first token closes it.
+    tap.arm()
     fwd = target_forward(target, cache, ids, want_state, keep=1)
     cache.crop(0)
     proposal, tally = Proposal([]), Tally(forwards=1)
@@ -130,6 +133,7 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
     tops = TopK(top, sampler, drafter, detok) if top else None
     pick = tops.wrap(pick) if tops else pick
     verify_s = clock() - t0
+    routed = tap.take()  # the forward's distinct experts per layer (() unless counted)
     while True:
         # -- accept: decide, cut at EOS / the token limit, emit, crop the cache ----------
         drafts = proposal.tokens
@@ -155,7 +159,7 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
         if not stop_reason and stop is not None and stop.is_set():
             stop_reason = "stopped"
         yield Step(step, len(drafts), kept, len(new), draft_s, verify_s, next_k, reason, cut,
-                   clock() - t0, agreed=n)
+                   clock() - t0, agreed=n, experts_per_layer=routed)
         if stop_reason:
             break
         t0 += _held(pause, "verified", clock)
@@ -180,13 +184,36 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
             t0 += _held(pause, "drafted", clock)
 
         # -- verify: one target forward over the newest token and all drafts ------------
-        t = clock()
-        fwd = target_forward(target, cache, [ids[-1]] + proposal.tokens, want_state,
-                             keep=len(proposal.tokens) + 1)
-        verify_s = clock() - t
+        fwd, verify_s, routed = timed_forward(target, cache, [ids[-1]] + proposal.tokens, want_state,
+                                              len(proposal.tokens) + 1, tap, clock)
         tally.forwards += 1
 
     yield _done(ids, prompt_ids, tally, clock() - t0, stop_reason, text)
+
+
+def timed_forward(target, cache, tokens: list[int], want_state: bool, keep: int, tap,
+                  clock: Callable[[], float]) -> tuple[Forward, float, tuple[int, ...]]:
+    """:func:`target_forward`, its seconds on ``clock``, and the distinct experts per layer
+    ``tap`` counted in it (() unless counting; counted after the clock stops)."""
+    t = clock()
+    tap.arm()
+    fwd = target_forward(target, cache, tokens, want_state, keep)
+    seconds = clock() - t
+    return fwd, seconds, tap.take()
+
+
+def run_setting(target, max_new_tokens: int, sampling: Sampling, clock, experts: bool) -> dict:
+    """The start event's settings both modes share."""
+    return {"max_new_tokens": max_new_tokens, **sampling.as_dict(), "clock": clock_basis(clock),
+            "experts": experts_setting(target, experts)}
+
+
+def experts_setting(target, counted: bool) -> dict:
+    """What ``Start.settings["experts"]`` says of the target: {} for a dense one; for a
+    mixture of experts its ``layers``, ``num_experts``, ``top_k`` and whether this run
+    ``counted`` the experts its forwards touched."""
+    shape = moe_shape(target)
+    return {**shape, "counted": bool(counted)} if shape else {}
 
 
 def clock_basis(clock: Callable[[], float]) -> str:
@@ -278,27 +305,30 @@ def _done(ids, prompt_ids, tally: Tally, seconds, stop_reason, text) -> Done:
 
 def autoregressive(target, prompt_ids: Sequence[int], *, max_new_tokens: int = 64,
                    sampling: Sampling = Sampling(), eos_token_ids: Sequence[int] = (),
-                   detok: Any = None, stop=None, top: int = 0,
+                   detok: Any = None, stop=None, top: int = 0, experts: bool = False,
                    clock: Callable[[], float] = time.perf_counter) -> Iterator[Event]:
     """Plain decoding, one target forward per token, through the same event types
-    (top=k > 0: each token's event also carries the target's top-k candidates)."""
+    (top=k > 0: each token's event also carries the target's top-k candidates;
+    experts=True: each step its distinct experts per layer, as :func:`speculative`)."""
     text, eos = _Text(detok), set(eos_token_ids)
     sampler = Sampler(sampling, device=target.device)
     tops = TopK(top, sampler, detok=detok) if top else None
     ids = list(prompt_ids)
-    yield Start("autoregressive", len(ids), tuple(ids),
-                {"max_new_tokens": max_new_tokens, **sampling.as_dict(), "clock": clock_basis(clock)})
+    yield Start("autoregressive", len(ids), tuple(ids), run_setting(target, max_new_tokens, sampling, clock, experts))
+    tap = ExpertTap(target) if experts else NO_TAP
     t0 = clock()
     cache = new_cache(target)
     feed, stop_reason, step = ids, "", 0
     while not stop_reason:
         step += 1
         t = clock()
+        tap.arm()
         fwd = target_forward(target, cache, feed, False, keep=1)
         p = None if sampler.greedy else sampler.probs(fwd.logits)
         tok = int(fwd.logits[0].argmax()) if sampler.greedy else sampler.pick(p[0])
         p_tok = token_probs(fwd.logits, p, [], 0, tok)[0]
-        verify_s = clock() - t
+        verify_s = clock() - t  # the plain step: its forward and its pick
+        routed = tap.take()
         yield Token(step, tok, text.piece(ids, tok), p_tok, clock() - t0,
                     **(tops.token(ids, fwd.logits, p) if tops else {}))
         ids.append(tok)
@@ -308,6 +338,6 @@ def autoregressive(target, prompt_ids: Sequence[int], *, max_new_tokens: int = 6
             stop_reason = "max_new_tokens"
         elif stop is not None and stop.is_set():
             stop_reason = "stopped"
-        yield Step(step, 0, 0, 1, 0.0, verify_s, 0, "", "", clock() - t0)
+        yield Step(step, 0, 0, 1, 0.0, verify_s, 0, "", "", clock() - t0, experts_per_layer=routed)
         feed = [tok]
     yield _done(ids, prompt_ids, Tally(forwards=step), clock() - t0, stop_reason, text)

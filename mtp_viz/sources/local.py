@@ -19,6 +19,11 @@ from .interleave import interleave, own_clock
 from .settings import MAX_DRAFT_TOKENS, RunSettings
 
 
+# the one sentence for counting experts on a dense target (the CLI, the API, the app)
+DENSE = ("This target is dense: every token uses the same weights, so there are no experts to count; "
+         "counting experts needs a mixture-of-experts target such as the 26B-A4B.")
+
+
 def out_of_memory(err: BaseException) -> bool:
     """Whether ``err`` means memory ran out. Accelerators raise torch's typed error;
     the CPU allocator raises a plain RuntimeError, whose message is its only sign."""
@@ -45,6 +50,8 @@ def run_mode(pair: Any, s: RunSettings, mode: str, *, clock: Callable[[], float]
     is ``schedule`` if given, else the one of ``schedules`` (default: the pair's) for
     these settings, which carries what it learned across generations."""
     from mtp_viz.engine import loop  # imports torch: only once a run starts
+    if s.experts and not pair.is_moe:
+        raise UserError(DENSE)
     ids = pair.encode(s.prompt, s.chat)
     if s.max_prompt_tokens and len(ids) > s.max_prompt_tokens:
         raise UserError(f"The prompt has {len(ids)} tokens; this deployment takes at most "
@@ -53,7 +60,8 @@ def run_mode(pair: Any, s: RunSettings, mode: str, *, clock: Callable[[], float]
         raise UserError(f"The prompt ({len(ids)} tokens) plus {s.max_new_tokens} new tokens exceeds "
                         f"the model's context of {pair.context_length} tokens.")
     common = dict(max_new_tokens=s.max_new_tokens, sampling=s.sampling, eos_token_ids=pair.eos_token_ids,
-                  detok=Detokenizer(pair.tokenizer), stop=stop, top=s.top, **({"clock": clock} if clock else {}))
+                  detok=Detokenizer(pair.tokenizer), stop=stop, top=s.top, experts=s.experts,
+                  **({"clock": clock} if clock else {}))
     if mode == "autoregressive":
         return guarded(loop.autoregressive(pair.target, ids, **common))
     d = pair.make_drafter(s.drafter)
@@ -98,4 +106,4 @@ class LocalSource(Source):
             pass
 
 
-__all__ = ["LocalSource", "guarded", "out_of_memory", "run_mode", "runs"]
+__all__ = ["DENSE", "LocalSource", "guarded", "out_of_memory", "run_mode", "runs"]

@@ -63,6 +63,11 @@ class ModelPair:
         return self.target.config.model_type in GEMMA4_TYPES
 
     @property
+    def is_moe(self) -> bool:
+        """Whether the target is a mixture of experts (Gemma 4's ``enable_moe_block``)."""
+        return bool(getattr(text_config(self.target.config), "enable_moe_block", False))
+
+    @property
     def context_length(self) -> int:
         """The most positions the target can attend to (prompt + generated)."""
         return int(getattr(text_config(self.target.config), "max_position_embeddings", 0) or 0)
@@ -128,7 +133,7 @@ class ModelPair:
                  max_new_tokens: int = 64, draft_tokens: int | None = None, schedule: Any = "constant",
                  temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int | None = None,
                  chat: bool = True, stop=None, stale_kv: bool = False, max_prompt_tokens: int | None = None,
-                 pause=None, top: int = 0, clock=None):
+                 pause=None, top: int = 0, experts: bool = False, clock=None):
         """Check every setting (:meth:`RunSettings.validate`), then return the engine's
         event generator for one prompt in one mode (the Python API; the app and the CLI
         go through :class:`mtp_viz.sources.local.LocalSource`).
@@ -136,14 +141,16 @@ class ModelPair:
         ``schedule`` is a name (this pair's schedule of that name, carried across
         generations) or a :class:`mtp_viz.engine.schedules.Schedule` the caller keeps.
         ``pause`` is step mode's hook (speculative mode only); ``top=k`` records each
-        position's top-k candidates; ``clock`` times the run (default ``time.perf_counter``)."""
+        position's top-k candidates; ``experts=True`` (a mixture-of-experts target only) each
+        step's distinct experts per layer (``Step.experts_per_layer``); ``clock`` times the
+        run (default ``time.perf_counter``)."""
         from mtp_viz.engine.decoding import Sampling
 
         from .local import run_mode
         named = isinstance(schedule, str)
         s = RunSettings(prompt, (mode,), drafter, max_new_tokens, draft_tokens,
                         schedule if named else "constant", Sampling(temperature, top_k, top_p, seed),
-                        chat, top, stale_kv, max_prompt_tokens).validate()
+                        chat, top, stale_kv, max_prompt_tokens, experts).validate()
         return run_mode(self, s, mode, clock=clock, stop=stop, pause=pause,
                         schedule=None if named else schedule)
 

@@ -63,6 +63,7 @@ class RunSettings:
     top: int = 0                            # top candidates recorded per position (the inspector's)
     stale_kv: bool = False                  # an experiment switch (see engine.loop.speculative)
     max_prompt_tokens: int | None = None    # the deployment's cap (MTP_VIZ_MAX_PROMPT_TOKENS)
+    experts: bool = False                   # count each step's experts (mixture-of-experts targets)
 
     @property
     def greedy(self) -> bool:
@@ -98,6 +99,8 @@ class RunSettings:
             raise UserError(f"Top candidates must be a whole number between 0 and {MAX_TOP}.")
         if not isinstance(self.chat, bool):
             raise UserError("Chat must be true or false.")
+        if not isinstance(self.experts, bool):
+            raise UserError("Count experts must be true or false.")
         try:
             self.sampling.validate()
         except ValueError as e:

@@ -34,17 +34,23 @@ MODES = ("speculative", "autoregressive")
 MAX_SECONDS = 24 * 3600.0   # longer than any run the app records; a replay waits this long
 MAX_DRAFT = 256             # the app drafts at most 16; views loop over every position
 MAX_COUNT = 1_000_000_000   # steps, tokens, token ids: more than any run holds
+MAX_EXPERTS = 4096          # experts of one layer: real mixtures have 8 to a few hundred
+MAX_LAYERS = 1024           # mixture-of-experts layers, one count each, drawn by the views
 
 _TIME = (0.0, MAX_SECONDS, "a time from 0 to 24 hours")
 _PROBABILITY = (0.0, 1.0 + 1e-6, "a probability from 0 to 1")   # float32 rounding may pass 1
 _DRAFT = (0, MAX_DRAFT, f"a draft length or position from 0 to {MAX_DRAFT}")
 _COUNT = (0, MAX_COUNT, "a count from 0 to a billion")
+_EXPERTS = (0, MAX_EXPERTS, f"at most {MAX_LAYERS} expert counts from 0 to {MAX_EXPERTS}")
 # The range of an event's field, by name, beyond its type: the views divide by these,
 # loop over them, plot them and wait for them. A number field not named here is a count.
 _RANGES = {"t": _TIME, "seconds": _TIME, "draft_seconds": _TIME, "verify_seconds": _TIME,
            "p": _PROBABILITY, "q": _PROBABILITY, "acceptance_rate": _PROBABILITY,
            "p_top": _PROBABILITY, "q_top": _PROBABILITY, "residual_top": _PROBABILITY,
-           "draft_len": _DRAFT, "next_draft_len": _DRAFT, "index": _DRAFT, "agreed": _DRAFT}
+           "draft_len": _DRAFT, "next_draft_len": _DRAFT, "index": _DRAFT, "agreed": _DRAFT,
+           "experts_per_layer": _EXPERTS}
+# List fields the views loop over whole, by name: the most items each may hold.
+_LENGTHS = {"experts_per_layer": MAX_LAYERS}
 # Fields the views compare with fixed words or write into HTML attributes unescaped.
 _CHOICES = {"kind": ("correction", "extension"), "cut": ("", "eos", "max_new_tokens"),
             "stop_reason": ("", "eos", "max_new_tokens", "stopped"),
@@ -57,6 +63,17 @@ def _between(low: float, high: float):
     return lambda v: low <= v <= high
 
 
+def _moe(v: dict) -> bool:
+    """``Start.settings["experts"]``: {} (a dense target), or the mixture's shape and
+    whether the run counted its experts (see engine.loop.experts_setting)."""
+    if not v:
+        return True
+    whole = all(isinstance(v.get(k), int) and not isinstance(v.get(k), bool)
+                for k in ("layers", "num_experts", "top_k"))
+    return whole and 1 <= v["layers"] <= MAX_LAYERS and 1 <= v["top_k"] <= v["num_experts"] <= MAX_EXPERTS \
+        and isinstance(v.get("counted", False), bool)
+
+
 _SETTINGS = {
     "temperature": (_NUMBER, _between(0, 100), "a number from 0 to 100"),
     "top_p": (_NUMBER, _between(0, 1), "a number from 0 to 1"),
@@ -66,6 +83,7 @@ _SETTINGS = {
     "max_draft_tokens": (_INT, _between(0, MAX_DRAFT), f"a whole number from 0 to {MAX_DRAFT}"),
     "seed": (_INT + (type(None),), None, "a whole number or null"),
     "clock": (_TEXT, ("wall", "cpu").__contains__, '"wall" or "cpu"'),
+    "experts": ((dict,), _moe, "empty or a mixture of experts' layers, num_experts and top_k"),
     **{k: (_TEXT, None, "text") for k in ("drafter", "schedule", "backend", "server", "model", "api")},
     **{k: (_FLAG, None, "true or false") for k in ("chat", "server_speculates")},
 }
@@ -194,7 +212,7 @@ def _check_range(name: str, value: Any, n: int) -> None:
     if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in numbers):
         return  # text, or the settings mapping (checked on its own)
     low, high, words = _RANGES.get(name, _COUNT)
-    if not all(low <= x <= high for x in numbers):
+    if not all(low <= x <= high for x in numbers) or len(numbers) > _LENGTHS.get(name, len(numbers)):
         raise UserError(f"Line {n} of the trace has a {name!r} that is not {words}.")
 
 

@@ -142,12 +142,13 @@ def test_a_chart_is_one_entry_in_the_registry():
                           env=env)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert "extra-plot" in out["figures"] and "extra-plot" in out["final"] and len(out["figures"]) == 6
+    assert "extra-plot" in out["figures"] and "extra-plot" in out["final"] and len(out["figures"]) == 7
     assert out["live"] == ["acceptance-plot", "draft-length-plot", "extra-plot"]  # drawn while a run streams
     assert out["explain"] == ["An extra chart", "It counts the steps. It is a test."] and out["about"]
-    assert out["slots"] == ["timing-plot", "extra-plot"]
+    assert out["slots"] == ["experts-plot", "extra-plot"]
     assert out["rows"][:3] == [["acceptance-plot", "draft-length-plot"],  # then the dashboard's row
-                               ["tokens-per-forward-plot", "position-plot", "timing-plot"], ["extra-plot"]]
+                               ["tokens-per-forward-plot", "position-plot", "timing-plot"],
+                               ["experts-plot", "extra-plot"]]
     assert "extra-plot" in out["run"] and out["frame"] == len(out["run"])  # a run's frames fill it
 
 

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from factories import gemma_assistant, gemma_target, word_tokenizer
-from mtp_viz.app.views import captions, export, tokens as view
+from mtp_viz.app.views import captions, charts, export, tokens as view
 from mtp_viz.app.runtime import runs
 from mtp_viz.sources.local import LocalSource
 from mtp_viz.sources.settings import RunSettings
@@ -166,7 +166,7 @@ def test_the_exported_page_is_self_contained_and_escaped():
     page = export.page_html(spec_run(), ar_run(), css=".x{}")
     assert page.startswith("<!doctype html>") and page.rstrip().endswith("</html>")
     assert not re.search(r"<(script|link)[^>]+(src|href)=", page)      # nothing fetched
-    assert page.count("Plotly.newPlot") == 5 and "plotly.js" in page.lower()
+    assert page.count("Plotly.newPlot") == len(charts.CHARTS) == 6 and "plotly.js" in page.lower()
     assert view.tokens_html(spec_run(), placeholder="Not run.") in page
     assert EVIL not in page and view.legend_html() in page
 

@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 
-from factories import llama, save_gemma_pair, word_tokenizer
+from factories import llama, save_gemma_pair, save_moe_pair, word_tokenizer
 from mtp_viz.cli.main import main
 from mtp_viz.engine.events import event_from_dict
 
@@ -69,6 +69,11 @@ def test_styled_output_and_summary(pair, capsys):
     (["--prompt", "w10 " * 5000], "exceeds the model's context of"),
     (["--drafter", "/no/such/drafter"], "There is no loadable model folder at /no/such/drafter."),
     (["--dtype", "fp8"], "Unknown dtype 'fp8'; use bfloat16, float16 or float32."),
+    (["--experts"], "This target is dense: every token uses the same weights, so there are no experts to "
+                    "count; counting experts needs a mixture-of-experts target such as the 26B-A4B."),
+    (["--experts", "--autoregressive"], "This target is dense: every token uses the same weights"),
+    (["--experts", "--server", "http://127.0.0.1:9"], "--experts applies to the local engine: a vLLM server "
+                                                      "does not report which experts its router chose."),
 ])
 def test_user_errors_exit_2_with_one_line(pair, argv, message, capsys):
     target, _ = pair
@@ -78,6 +83,24 @@ def test_user_errors_exit_2_with_one_line(pair, argv, message, capsys):
     assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
     assert not err.endswith("..")
     assert main(base + ["--max-new-tokens", "2", "--jsonl"]) == 0  # and the next run works
+
+
+@pytest.mark.parametrize("mode", [[], ["--autoregressive"]])
+def test_experts_on_a_mixture_of_experts_target(tmp_path, mode, capsys):
+    """``--experts``: every step event carries the distinct experts per layer; the tokens
+    are those of a run without it."""
+    target, _ = save_moe_pair(tmp_path)
+    base = ["generate", "--target", str(target), "--prompt", PROMPT, "--max-new-tokens", "8", "--jsonl", *mode]
+    runs = []
+    for extra in (["--experts"], []):
+        assert main(base + extra) == 0
+        runs.append([json.loads(line) for line in capsys.readouterr().out.splitlines()])
+    counted, plain = runs
+    assert counted[0]["settings"]["experts"] == {"layers": 4, "num_experts": 8, "top_k": 2, "counted": True}
+    steps = [d for d in counted if d["type"] == "step"]
+    assert steps and all(len(d["experts_per_layer"]) == 4 for d in steps)
+    assert not any("experts_per_layer" in d for d in plain)
+    assert counted[-1]["generated_ids"] == plain[-1]["generated_ids"]
 
 
 def test_dtype_reaches_the_load(pair, capsys, monkeypatch):

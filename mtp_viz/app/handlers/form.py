@@ -79,7 +79,7 @@ def form_settings(v: dict[str, Any], cap: int, prompt_cap: int) -> RunSettings:
         modes=MODES if v["baseline"] else ("speculative",), drafter=v["drafter_kind"],
         max_new_tokens=whole(v["max_new_tokens"], "Max new tokens"),
         draft_tokens=whole(v["draft_tokens"], "Draft tokens"), schedule=v["schedule"], sampling=sampling,
-        chat=bool(v["chat"]), max_prompt_tokens=prompt_cap).validate(cap)
+        chat=bool(v["chat"]), experts=bool(v.get("experts")), max_prompt_tokens=prompt_cap).validate(cap)
 
 
 def api_settings(prompt: Any, mode: Any, drafter: Any, max_new_tokens: Any, draft_tokens: Any,

@@ -24,6 +24,10 @@ from . import form
 from .recorded import OUTPUTS, Recorded, message, outputs
 
 CUSTOM = "custom"
+# #experts' line under its switch: before a pair is loaded, and for a mixture of experts
+EXPERTS_WAITING = "For a mixture-of-experts target (the 26B-A4B); on offer once such a pair is loaded."
+EXPERTS_ON = ("Counts, per layer, the distinct experts each forward's router picks "
+              "(the chart “Experts touched per verification”).")
 API_FRAME_SECONDS = 0.25  # the /generate stream sends the events so far at most this often
 
 
@@ -102,6 +106,19 @@ class Handlers(Recorded):
         if st.status != "ready":
             raise UserError(st.message)
         yield st.pair
+
+    def experts_switch(self, key: str, custom_target: str, custom_drafter: str):
+        """``#experts`` for the picked pair once it is loaded: on offer for a mixture of
+        experts, off with the reason for a dense one (else unchanged)."""
+        try:
+            st = self.loader.state(*self.pick(key, custom_target, custom_drafter))
+        except UserError:
+            return gr.skip()
+        if st.status != "ready":
+            return gr.skip()
+        if st.pair.is_moe:
+            return gr.update(interactive=True, info=EXPERTS_ON)
+        return gr.update(value=False, interactive=False, info=charts.DENSE)
 
     # ------------------------------------------------------------ runs
 
@@ -241,4 +258,4 @@ class Handlers(Recorded):
         yield events
 
 
-__all__ = ["CUSTOM", "OUTPUTS", "Handlers", "outputs", "refused"]
+__all__ = ["CUSTOM", "EXPERTS_ON", "EXPERTS_WAITING", "OUTPUTS", "Handlers", "outputs", "refused"]

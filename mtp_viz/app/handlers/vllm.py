@@ -15,7 +15,7 @@ Every URL goes through :class:`mtp_viz.app.runtime.guard.ServerPolicy` first.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import gradio as gr
@@ -61,7 +61,7 @@ class VllmHandlers:
         sess.new_run()
         try:
             servers = self.servers(values["vllm_url"], values["vllm_baseline_url"])
-            s = self.h.settings(values)
+            s = replace(self.h.settings(values), experts=False)  # a server reports no routing (the chart says so)
             if servers.baseline is None:
                 s = s.only("speculative")
         except UserError as e:

@@ -20,7 +20,7 @@ from typing import Any
 
 import gradio as gr
 
-from mtp_viz.app.handlers.local import CUSTOM, Handlers
+from mtp_viz.app.handlers.local import CUSTOM, EXPERTS_WAITING, Handlers
 from mtp_viz.app.handlers.traffic import TrafficHandlers
 from mtp_viz.app.handlers.vllm import VllmHandlers
 from mtp_viz.app.runtime import runs, service
@@ -174,7 +174,10 @@ def _settings(first: FirstPair) -> dict[str, Any]:
                 drafter_kind=gr.Radio([(d.label, name) for name, d in DRAFTERS.items()], value="mtp",
                                       label="Drafter", elem_id="drafter-kind"),
                 chat=gr.Checkbox(first.key not in ("tiny",), label="Chat template", elem_id="chat"),
-                baseline=gr.Checkbox(True, label="Then run autoregressive", elem_id="baseline"))
+                baseline=gr.Checkbox(True, label="Then run autoregressive", elem_id="baseline"),
+                # on offer once a mixture-of-experts pair is loaded (Handlers.experts_switch)
+                experts=gr.Checkbox(False, label="Count experts", elem_id="experts", interactive=False,
+                                    info=EXPERTS_WAITING))
         with gr.Row():
             c.update(
                 decoding=gr.Radio(["greedy", "sampling"], value="greedy", label="Decoding", elem_id="decoding"),

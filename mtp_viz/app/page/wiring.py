@@ -27,7 +27,8 @@ HIDDEN = dict(api_visibility="private")  # the page's own events; /generate is t
 # The run form's fields: each is a Page attribute and the name its value goes by in
 # Handlers.settings and in links (the vLLM source's two URL fields are added in Page.form).
 FORM = ("prompt", "model", "custom_target", "custom_drafter", "max_new_tokens", "draft_tokens", "schedule",
-        "drafter_kind", "decoding", "temperature", "top_p", "top_k", "seed", "chat", "baseline", "step_mode")
+        "drafter_kind", "decoding", "temperature", "top_p", "top_k", "seed", "chat", "baseline", "experts",
+        "step_mode")
 
 
 @dataclass(frozen=True, eq=False)
@@ -62,6 +63,7 @@ class Page:
     drafter_kind: gr.Radio
     chat: gr.Checkbox
     baseline: gr.Checkbox
+    experts: gr.Checkbox     # count experts: a mixture-of-experts target only
     decoding: gr.Radio
     temperature: gr.Slider
     top_p: gr.Slider
@@ -134,6 +136,8 @@ def wire(demo: gr.Blocks, page: Page, h: Handlers, vh: VllmHandlers) -> None:
     load_inputs = [page.model, page.custom_target, page.custom_drafter]
     inspector.attach(h, page.session, page.inspector_panel, page.anatomy_panel, load_inputs, loads,
                      [started["run"]])
+    for ev in [*loads, started["run"]]:  # Count experts follows the pair once it is loaded
+        ev.then(h.experts_switch, load_inputs, page.experts, queue=False, show_progress="hidden", **HIDDEN)
     # a new run, a measurement, a race replay or a trace: the old token's inspector goes
     gr.on([page.run_btn.click, page.measure_btn.click, page.replay_btn.click, page.trace_upload.upload,
            page.trace_example.change], lambda: "", None, page.inspector_panel, queue=False, **HIDDEN)

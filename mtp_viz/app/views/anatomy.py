@@ -3,8 +3,9 @@
 Pure: an :class:`mtp_viz.analysis.anatomy.Anatomy` (plain numbers read from the loaded modules)
 and a run's events in, HTML with an inline SVG out. The panel's root carries the
 numbers as data attributes (``data-target-layers``, ``data-target-width``,
-``data-drafter-layers``, ``data-drafter-width``, ``data-centroids``); model names are
-escaped.
+``data-drafter-layers``, ``data-drafter-width``, ``data-centroids``, and for a
+mixture-of-experts target ``data-moe-layers``, ``data-experts``, ``data-top-k-experts``);
+model names are escaped.
 """
 from __future__ import annotations
 
@@ -46,9 +47,10 @@ def _svg(a: Anatomy) -> str:
                  f"of {a.vocab}; others: floor", cls="mv-an-head")
             if c else _box(660, 150, 190, 110, "lm_head", f"{a.drafter_width} → {a.vocab}",
                            "full softmax", "no clustered head", cls="mv-an-head"))
+    moe = (f"{a.experts.num_experts} experts, top {a.experts.top_k} per token",) if a.experts else ()
     parts = [
         _box(10, 20, 200, 80, "target", f"{a.target_layers} layers × width {a.target_width}",
-             f"vocabulary {a.vocab}", cls="mv-an-target"),
+             f"vocabulary {a.vocab}", *moe, cls="mv-an-target"),
         _box(440, 20, 330, 80, "target's shared KV (read only)", kv, f"K/V heads × dim: {kv_shape}",
              cls="mv-an-kv"),
         _box(10, 150, 200, 110, "input of draft j", f"concat(E[last token] ({a.target_width}),",
@@ -100,6 +102,20 @@ def _rejections(a: Anatomy, events: Sequence[Event]) -> str:
             f'ranked lower for {len(known) - len(outside)}.</p><ul class="mv-an-list">{items}{more}</ul>')
 
 
+def _experts(a: Anatomy) -> str:
+    """The target's mixture of experts, and what it means for verifying drafts."""
+    x = a.experts
+    if x is None:
+        return ""
+    return (f'<p class="mv-an-experts" data-moe-layers="{x.layers}" data-experts="{x.num_experts}" '
+            f'data-top-k-experts="{x.top_k}">The target is a <b>mixture of experts</b>: each of its {x.layers} '
+            f'layers keeps a dense MLP of width {x.mlp_width} and adds {x.num_experts} experts of width '
+            f'{x.expert_width}, and its router sends every token to {x.top_k} of them (an active MLP width of '
+            f'{x.active_width}). One plain step reads {x.top_k} experts per layer; verifying γ drafts sends '
+            f'γ+1 tokens, which may read up to min({x.num_experts}, {x.top_k}·(γ+1)) (see “Experts touched per '
+            'verification”).</p>')
+
+
 def anatomy_html(a: Anatomy | None, events: Sequence[Event] = ()) -> str:
     """The panel: the diagram with the pair's numbers, then what the run's rejections say."""
     if a is None:
@@ -107,12 +123,13 @@ def anatomy_html(a: Anatomy | None, events: Sequence[Event] = ()) -> str:
     names = html.escape(a.target) + (f" + {html.escape(a.drafter)}" if a.drafter else "")
     attrs = (f'data-target-layers="{a.target_layers}" data-target-width="{a.target_width}" '
              f'data-drafter-layers="{a.drafter_layers}" data-drafter-width="{a.drafter_width}" '
-             f'data-centroids="{a.clustered.centroids if a.clustered else 0}" data-kind="{a.kind}"')
+             f'data-centroids="{a.clustered.centroids if a.clustered else 0}" data-kind="{a.kind}" '
+             f'data-experts="{a.experts.num_experts if a.experts else 0}"')
     if a.kind != "mtp":
         what = ("an independent draft model" if a.kind == "model" else "no drafter model (prompt lookup)")
         return (f'<div class="mv-anatomy" {attrs}><p><b>{names}</b>: target {a.target_layers} layers × width '
                 f'{a.target_width}. This pair has {what}, not a Gemma 4 MTP drafter: there is no drafter '
-                'anatomy to draw.</p></div>')
+                f'anatomy to draw.</p>{_experts(a)}</div>')
     summary = (f'<p><b>{names}</b>: the target has {a.target_layers} layers of width {a.target_width} '
                f'({a.target_params / 1e6:.1f}M parameters); the MTP drafter has {a.drafter_layers} '
                f'layer{"s" if a.drafter_layers != 1 else ""} of width {a.drafter_width} '
@@ -120,7 +137,7 @@ def anatomy_html(a: Anatomy | None, events: Sequence[Event] = ()) -> str:
                f'token, hidden state) = {a.input_width} numbers, projects them to {a.projected_width}, attends to the '
                'target\'s K/V at one constant position (the last verified one), and feeds its own state '
                f'(projected back to {a.state_width}) to the next draft.</p>')
-    return f'<div class="mv-anatomy" {attrs}>{summary}{_svg(a)}{_rejections(a, events)}</div>'
+    return f'<div class="mv-anatomy" {attrs}>{summary}{_experts(a)}{_svg(a)}{_rejections(a, events)}</div>'
 
 
 __all__ = ["anatomy_html"]

@@ -15,6 +15,14 @@ from typing import Any, Callable, Iterable, Sequence
 
 from mtp_viz.engine.events import Event, Step
 
+# why the experts chart is empty, when the run says why (Start.settings)
+DENSE = "This pair is dense: every token uses the same weights, so there are no experts to count."
+VLLM_ROUTING = ("A vLLM server does not report which experts its router chose,<br>"
+                "so a vLLM run has no experts to count.")
+NOT_COUNTED = ("This mixture-of-experts run did not count its experts:<br>"
+               "tick “Count experts” under More settings and run again.")
+UNSAID = "This run did not record which experts its target used."
+
 COLORS = {"accepted": "#059669", "rejected": "#dc2626", "correction": "#d97706",
           "extension": "#2563eb", "draft": "#7c3aed", "verify": "#0891b2", "ar": "#6b7280"}
 
@@ -159,6 +167,37 @@ def timing_figure(events: Sequence[Event], ar_events: Sequence[Event] = ()):
                    empty=untimed if steps else "", barmode="stack")
 
 
+def experts_figure(events: Sequence[Event], ar_events: Sequence[Event] = ()):
+    """Distinct experts per layer that each verification touched, against its draft
+    length, beside the top-k one plain token reads and the most γ + 1 tokens could reach."""
+    from mtp_viz.analysis import experts  # pure, torch-free
+
+    run = events or ar_events
+    moe, steps = experts.moe_of(run), experts.expert_steps(events)
+    data = []
+    if moe and steps:
+        k, total = moe["top_k"], moe["num_experts"]
+        means = experts.mean_by_draft_length(steps)
+        xs = list(range(0, max(means) + 1))
+        data = [dict(type="scatter", mode="markers", x=[s.draft_len for s in steps], y=[s.mean for s in steps],
+                     name="a verification", marker=dict(color=COLORS["verify"], size=8, opacity=0.45),
+                     hovertext=[f"step {s.step}: {s.draft_len} drafts<br>experts per layer: "
+                                f"{', '.join(map(str, s.per_layer))}" for s in steps], hoverinfo="text"),
+                dict(type="scatter", mode="lines+markers", x=list(means), y=list(means.values()),
+                     name="mean", line=dict(color="#155e75", width=3),
+                     hovertemplate="%{x} drafts: %{y:.2f} experts per layer<extra></extra>"),
+                dict(type="scatter", mode="lines", x=xs, y=[experts.ceiling(g, k, total) for g in xs],
+                     name=f"at most (top-{k} each, {total} in all)", line=dict(color="#9ca3af", dash="dot"),
+                     hoverinfo="skip"),
+                dict(type="scatter", mode="lines", x=[xs[0], xs[-1]], y=[k, k], name=f"one plain token: top-{k}",
+                     line=dict(color=COLORS["ar"], dash="dash"), hoverinfo="skip")]
+    empty = ("" if not run else VLLM_ROUTING if experts.is_vllm(run) else UNSAID if moe is None else
+             DENSE if not moe else NOT_COUNTED if not moe.get("counted") else "")
+    return _figure("Experts touched per verification", data, xtitle="drafts verified (γ)",
+                   ytitle="distinct experts per layer", empty=empty,
+                   yaxis=dict(rangemode="tozero"), xaxis=dict(dtick=1))
+
+
 @dataclass(frozen=True)
 class Chart:
     """One chart of a run. :data:`CHARTS` is the only list of them: the page's plots and
@@ -197,6 +236,12 @@ CHARTS: tuple[Chart, ...] = (
           "Drafting must stay cheap relative to the target (the cost coefficient c) or the saved "
           "forwards are spent again.",
           timing_figure, row=1),
+    Chart("experts-plot", "Experts touched per verification",
+          "One plain decoding step of a mixture-of-experts target (the 26B-A4B) reads top-k experts per "
+          "layer; a verification of γ drafts sends γ+1 tokens, which may reach up to (γ+1)·top-k different "
+          "experts. Every expert reached must be read from memory, which is why verifying drafts can cost a "
+          "mixture of experts more than a dense model, where all tokens use the same weights.",
+          experts_figure, row=2),
 )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 
+from mtp_viz.analysis.experts import ceiling
 from mtp_viz.analysis.metrics import TheoryCheck
 
 
@@ -22,6 +23,11 @@ def theory_panel_html(check: TheoryCheck | None) -> str:
         ("tokens per target forward τ", f"{check.tau:.2f}",
          f"{check.tau_predicted:.2f} = (1−α^(γ+1))/(1−α)"),
     ]
+    if check.experts_touched is not None:
+        k, total = check.experts_top_k, check.experts_total
+        rows.append(("experts per layer per verification", f"{check.experts_touched:.2f}",
+                     f"{k} for one plain step; at most {ceiling(round(check.gamma), k, total)} of {total} "
+                     f"for γ+1 tokens"))
     if check.timed:
         rows += _cost_rows(check)
     else:  # no draft and verify times: no c, so no predicted speedup

@@ -41,6 +41,9 @@ class VllmSource(Source):
         s.validate()
         if not isinstance(s.prompt, str):
             raise UserError("A vLLM server takes a text prompt.")
+        if s.experts:
+            raise UserError("A vLLM server does not report which experts its router chose, "
+                            "so counting experts needs the local engine.")
         for mode in s.modes:
             url, model = ((self.servers.spec, self.servers.model) if mode == "speculative" else
                           (self.servers.baseline, self.servers.baseline_model))
