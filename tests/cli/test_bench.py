@@ -110,7 +110,7 @@ def saved_pair(tmp_path_factory):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--dtype", "fp8"], "Unknown dtype 'fp8'; use bfloat16, float16 or float32."),
+    (["--dtype", "fp8"], "Unknown dtype 'fp8'; use float32, bfloat16, float16, int8 or int4."),
     (["--dtype", "bfloat16", "--server", "http://127.0.0.1:9"], "--draft-tokens, --drafter, --dtype and "
      "--stale-kv apply to the local engine"),
 ])

@@ -68,7 +68,11 @@ def test_styled_output_and_summary(pair, capsys):
     (["--prompt", "w10 \udcff"], "The prompt is not valid UTF-8 text."),
     (["--prompt", "w10 " * 5000], "exceeds the model's context of"),
     (["--drafter", "/no/such/drafter"], "There is no loadable model folder at /no/such/drafter."),
-    (["--dtype", "fp8"], "Unknown dtype 'fp8'; use bfloat16, float16 or float32."),
+    (["--dtype", "fp8"], "Unknown dtype 'fp8'; use float32, bfloat16, float16, int8 or int4."),
+    (["--drafter-precision", "int3"], "Unknown drafter precision 'int3'; use float32, bfloat16, float16, int8 or int4."),
+    (["--target-precision", "int4"], "int4 has no kernel on this CPU (torchao "),
+    (["--target-precision", "int8", "--server", "http://127.0.0.1:9"], "--target-precision applies to the local "
+     "engine"),
 ])
 def test_user_errors_exit_2_with_one_line(pair, argv, message, capsys):
     target, _ = pair
@@ -91,6 +95,16 @@ def test_dtype_reaches_the_load(pair, capsys, monkeypatch):
                  "--dtype", "bfloat16"]) == 0
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["new_tokens"] == 4
     assert [(p.target.dtype, p.drafter_model.dtype) for p in loaded] == [(torch.bfloat16, torch.bfloat16)]
+
+
+def test_each_models_precision_reaches_the_load_and_the_trace(pair, capsys):
+    """``--target-precision`` / ``--drafter-precision`` win over ``--dtype`` for their model,
+    and the start event says what ran."""
+    target, _ = pair
+    assert main(["generate", "--target", str(target), "--prompt", PROMPT, "--max-new-tokens", "4", "--jsonl",
+                 "--dtype", "bfloat16", "--drafter-precision", "int8"]) == 0
+    start = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert (start["settings"]["target_precision"], start["settings"]["drafter_precision"]) == ("bfloat16", "int8")
 
 
 def test_empty_prompt(pair, capsys):

@@ -20,7 +20,7 @@ from typing import Any, Callable
 from mtp_viz.errors import UserError
 from mtp_viz.paths import assets_dir
 from mtp_viz.sources.presets import PRESETS, canonical, resolve
-from mtp_viz.sources.settings import dtype_name
+from mtp_viz.sources.precision import precision_name
 
 E2B = ("google/gemma-4-E2B-it", "google/gemma-4-E2B-it-assistant")
 LOAD_SLOTS = 2  # loads running at once; more wait their turn (each is memory-hungry)
@@ -56,10 +56,11 @@ def env_prompt_cap() -> int:
 
 
 def env_dtype() -> str | None:
-    """The dtype every pair loads in (``MTP_VIZ_DTYPE``: bfloat16, float16 or float32);
-    unset, the device's default (float32 on a CPU, twice bfloat16's memory). Anything
-    else is one sentence: :func:`.layout.launch` refuses to start on it."""
-    return dtype_name(os.environ.get("MTP_VIZ_DTYPE"), "MTP_VIZ_DTYPE")
+    """The precision both models of every pair load in unless the page asks for another
+    (``MTP_VIZ_DTYPE``: float32, bfloat16, float16, int8 or int4); unset, the device's
+    default (float32 on a CPU, twice bfloat16's memory). Anything else is one sentence:
+    :func:`.layout.launch` refuses to start on it."""
+    return precision_name(os.environ.get("MTP_VIZ_DTYPE"), "MTP_VIZ_DTYPE")
 
 
 def env_sessions() -> int:
