@@ -27,7 +27,8 @@ HIDDEN = dict(api_visibility="private")  # the page's own events; /generate is t
 # The run form's fields: each is a Page attribute and the name its value goes by in
 # Handlers.settings and in links (the vLLM source's two URL fields are added in Page.form).
 FORM = ("prompt", "model", "custom_target", "custom_drafter", "max_new_tokens", "draft_tokens", "schedule",
-        "drafter_kind", "decoding", "temperature", "top_p", "top_k", "seed", "chat", "baseline", "step_mode")
+        "drafter_kind", "decoding", "temperature", "top_p", "top_k", "seed", "chat", "baseline", "step_mode",
+        "target_precision", "drafter_precision")
 
 
 @dataclass(frozen=True, eq=False)
@@ -67,6 +68,8 @@ class Page:
     top_p: gr.Slider
     top_k: gr.Number
     seed: gr.Number
+    target_precision: gr.Dropdown   # with the picker, which pair is loaded
+    drafter_precision: gr.Dropdown
     repeats: gr.Slider
     speed: gr.Dropdown
     # what a run shows
@@ -93,6 +96,11 @@ class Page:
         """The run's inputs: component -> the name of its value."""
         return {**{getattr(self, name): name for name in FORM},
                 self.server.url: "vllm_url", self.server.baseline: "vllm_baseline_url"}
+
+    def pair(self) -> list[Any]:
+        """What names the pair to load: the picker, the custom fields, then the precisions."""
+        return [self.model, self.custom_target, self.custom_drafter, self.target_precision,
+                self.drafter_precision]
 
     def outputs(self) -> list[Any]:
         """What a frame fills, in :data:`OUTPUTS` order, then the session and Race replay."""
@@ -131,8 +139,10 @@ def wire(demo: gr.Blocks, page: Page, h: Handlers, vh: VllmHandlers) -> None:
                 queue=False, **HIDDEN).then(
             h.scrub_range, page.session, page.scrub, queue=False, **HIDDEN).then(
             teach.what_if_update, page.session, page.what_if, queue=False, **HIDDEN)
-    load_inputs = [page.model, page.custom_target, page.custom_drafter]
-    inspector.attach(h, page.session, page.inspector_panel, page.anatomy_panel, load_inputs, loads,
+    # a run may have loaded its pair: the model status then says what it runs in
+    started["run"].then(h.status_line, page.pair(), page.model_status, queue=False, show_progress="hidden",
+                        **HIDDEN)
+    inspector.attach(h, page.session, page.inspector_panel, page.anatomy_panel, page.pair(), loads,
                      [started["run"]])
     # a new run, a measurement, a race replay or a trace: the old token's inspector goes
     gr.on([page.run_btn.click, page.measure_btn.click, page.replay_btn.click, page.trace_upload.upload,
@@ -160,9 +170,13 @@ def _wire_model(demo: gr.Blocks, page: Page, h: Handlers, vh: VllmHandlers) -> l
 
     page.model.change(on_model, page.model, [page.custom_row, page.hint, page.example, page.chat,
                                              page.server.row, page.model_status], queue=False, **HIDDEN)
-    pair = [page.model, page.custom_target, page.custom_drafter]
+    pair = page.pair()
     shown = [page.model_status, page.timer, page.chat]
-    pressed = page.load_btn.click(vh.load, pair + [page.server.url, page.server.baseline], shown, **HIDDEN)
+    pressed = page.load_btn.click(vh.load, pair[:3] + [page.server.url, page.server.baseline] + pair[3:], shown,
+                                  **HIDDEN)
+    # another precision is another pair: its line (loaded, loading, or loads on first run)
+    gr.on([page.target_precision.change, page.drafter_precision.change], h.tick, pair, shown, queue=False,
+          show_progress="hidden", **HIDDEN)
     limits = links.Limits(tuple(h.presets), h.cap, 16 * h.prompt_cap)
     restored = teach.wire(demo, page.form(), page.status, limits)  # deep link, Copy link, tour, presenter mode
     # Three triggers, but not one gr.on: the link's load must follow its restore (a .then
