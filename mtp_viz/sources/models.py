@@ -9,6 +9,7 @@ it: no resolved paths, no file contents.
 """
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 from mtp_viz.errors import UserError, clip
@@ -19,7 +20,7 @@ from .pair import ASSISTANT_TYPES, GEMMA4_TYPES, ModelPair, model_path, text_con
 from .precision import Precision, load_kwargs
 from .presets import PRESETS, is_local, resolve
 
-__all__ = ["check_pair", "from_models", "load_pair", "out_of_memory", "pick_device", "set_threads"]
+__all__ = ["check_pair", "from_models", "load_pair", "load_pairs", "out_of_memory", "pick_device", "set_threads"]
 
 
 def pick_device(device: str | None = None) -> str:
@@ -117,38 +118,46 @@ def load_pair(target: str, drafter: str | None = None, *, drafter_kind: str = "a
     (:mod:`.precision`); ``dtype`` sets both, and each model's own setting wins over it;
     unset, float32 on a CPU and bfloat16 on a GPU.
     """
+    precision = Precision.of(dtype, target_precision, drafter_precision)  # names checked before any load
+    return load_pairs(target, drafter, [precision], drafter_kind=drafter_kind, device=device)[0]
+
+
+def load_pairs(target: str, drafter: str | None = None, precisions=(Precision(),), *,
+               drafter_kind: str = "auto", device: str | None = None) -> list["ModelPair"]:
+    """One pair per :class:`.precision.Precision` of ``precisions``, in their order, each
+    distinct model in each distinct precision loaded once and shared (the bench's
+    ``--precisions``): float32/float32 and float32/int8 hold one float32 target."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     if not target or not str(target).strip():
         raise UserError("No target model was given.")
-    precision = Precision.of(dtype, target_precision, drafter_precision)  # names checked before any load
     target_spec, preset_drafter = resolve(str(target).strip())
     device = pick_device(device)
-    precision = precision.resolved(device)
+    precisions = [p.resolved(device) for p in precisions]
     config = _load(AutoConfig.from_pretrained, target_spec)
-    is_gemma4 = config.model_type in GEMMA4_TYPES
     if drafter_kind == "lookup":
         drafter = None
     elif drafter:
         drafter = _drafter_spec(drafter)
     else:
-        drafter = preset_drafter or (_default_drafter(target_spec) if is_gemma4 else None)
-
+        drafter = preset_drafter or (_default_drafter(target_spec) if config.model_type in GEMMA4_TYPES else None)
     drafter_config = _load(AutoConfig.from_pretrained, drafter) if drafter else None
     check_pair(config, drafter_config, str(target), drafter)
-    # each precision runs here (one sentence if not), then the memory check, before any weights load
-    target_kwargs = load_kwargs(precision.target, device)
-    drafter_kwargs = load_kwargs(precision.drafter, device) if drafter else {}
+    # what to load: (spec, config, precision) once each; every precision checked to run
+    # here (one sentence if not), then the memory check, before any weights load
+    wanted = list(dict.fromkeys([(target_spec, p.target) for p in precisions]
+                                + ([(drafter, p.drafter) for p in precisions] if drafter else [])))
+    configs = {target_spec: config, drafter: drafter_config}
+    kwargs = {w: load_kwargs(w[1], device) for w in wanted}
     check_fits(str(target) if is_local(target_spec) else target_spec,
-               [(config, precision.target), (drafter_config, precision.drafter)], device)
+               [(configs[spec], p) for spec, p in wanted], device)
     tokenizer = _load(AutoTokenizer.from_pretrained, target_spec, config=config)
     placed = {"device_map": device} if device != "cpu" else {}
-    target_model = _load(AutoModelForCausalLM.from_pretrained, target_spec, config=config,
-                         **target_kwargs, **placed).eval()
-    drafter_model = (_load(AutoModelForCausalLM.from_pretrained, drafter, config=drafter_config,
-                           **drafter_kwargs, **placed).eval() if drafter else None)
-    return ModelPair(target_model, drafter_model, tokenizer, str(target), drafter, device,
-                     target_spec=target_spec)
+    # a config of its own per load: a quantized load writes its quantization_config into it
+    models = {w: _load(AutoModelForCausalLM.from_pretrained, w[0], config=copy.deepcopy(configs[w[0]]),
+                       **kwargs[w], **placed).eval() for w in wanted}
+    return [ModelPair(models[(target_spec, p.target)], models[(drafter, p.drafter)] if drafter else None,
+                      tokenizer, str(target), drafter, device, target_spec=target_spec) for p in precisions]
 
 
 def check_pair(config, drafter_config, target: str, drafter: str | None) -> None:

@@ -128,3 +128,15 @@ def test_without_torchao_floats_load_and_int8_is_one_sentence():
     assert done.stdout.splitlines() == [
         "{'target': 'bfloat16', 'drafter': 'bfloat16'}",
         "int8 needs the torchao package, which is not installed: pip install torchao (or mtp-viz[quant])."]
+
+
+def test_load_pairs_loads_each_model_once_per_precision(folders):
+    from mtp_viz.sources.models import load_pairs
+    pairs = load_pairs(str(folders[0]), None, [Precision("float32", "float32"), Precision("float32", "int8"),
+                                               Precision("int8", "float32")])
+    assert [p.precision for p in pairs] == [{"target": "float32", "drafter": "float32"},
+                                            {"target": "float32", "drafter": "int8"},
+                                            {"target": "int8", "drafter": "float32"}]
+    assert pairs[0].target is pairs[1].target and pairs[0].drafter_model is pairs[2].drafter_model
+    assert pairs[2].target is not pairs[0].target and pairs[1].drafter_model is not pairs[0].drafter_model
+    assert getattr(pairs[0].target.config, "quantization_config", None) is None  # its own config, unquantized
