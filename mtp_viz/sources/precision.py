@@ -19,6 +19,7 @@ kernel there is one sentence before any weights load, not a conversion error mid
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,6 +141,10 @@ def quant_type(precision: str | None, device: str):
     import torch
     precision = precision or default_precision(device)
     dtype = compute_dtype(precision, device)
+    if device.startswith("cuda") and "spaces" in sys.modules and not torch.cuda.is_initialized():
+        # ZeroGPU: no GPU is attached outside spaces.GPU, and CUDA must stay uninitialised
+        # (as in .memory): nothing can be asked, so the load itself says what fails
+        return _quant_types(precision)[0] if precision in BITS else None
     if precision not in BITS:
         if precision != "float32" and not _runs(None, dtype, device) and _runs(None, torch.float32, device):
             raise UserError(f"{precision} has no kernel on {_where(device)}; use {_others(precision)}.")

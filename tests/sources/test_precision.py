@@ -140,3 +140,18 @@ def test_load_pairs_loads_each_model_once_per_precision(folders):
     assert pairs[0].target is pairs[1].target and pairs[0].drafter_model is pairs[2].drafter_model
     assert pairs[2].target is not pairs[0].target and pairs[1].drafter_model is not pairs[0].drafter_model
     assert getattr(pairs[0].target.config, "quantization_config", None) is None  # its own config, unquantized
+
+
+def test_on_zerogpu_nothing_is_probed_on_cuda(monkeypatch):
+    """ZeroGPU attaches no GPU outside spaces.GPU and CUDA must stay uninitialised there:
+    the precision is taken as asked and the load says what fails."""
+    import types
+
+    from torchao.quantization import Int8WeightOnlyConfig
+
+    from mtp_viz.sources import precision
+    monkeypatch.setitem(sys.modules, "spaces", types.ModuleType("spaces"))
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setattr(precision, "_runs", lambda *a: pytest.fail("probed CUDA on ZeroGPU"))
+    assert precision.quant_type("bfloat16", "cuda") is None
+    assert isinstance(precision.quant_type("int8", "cuda"), Int8WeightOnlyConfig)
