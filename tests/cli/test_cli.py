@@ -149,3 +149,21 @@ def test_console_script_runs_as_a_process(pair):
     events = [event_from_dict(json.loads(line)) for line in proc.stdout.splitlines()]
     assert events[0].type == "start" and events[-1].type == "done" and events[-1].new_tokens == 4
     assert sum(e.type in ("accepted", "bonus") for e in events) == 4  # the generated tokens
+
+
+def test_a_fresh_process_keeps_stderr_to_its_one_sentence():
+    """With torchao installed, transformers imports it on every load, and torchao and
+    torch then print notices of their own (GPU-only extensions, a deprecation): the
+    command still prints only its sentence."""
+    import os
+
+    import torchao
+
+    from locations import ROOT
+    done = subprocess.run([sys.executable, "-m", "mtp_viz.cli.main", "generate", "--target", "tiny",
+                           "--prompt", "import os", "--dtype", "int4"], capture_output=True, text=True, cwd=ROOT,
+                          timeout=240, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == ["mtp-viz: error: int4 has no kernel on this CPU (torchao "
+                                        f"{torchao.__version__}'s int4 weight-only layouts need a "
+                                        "CUDA GPU); use int8, bfloat16 or float32."]
