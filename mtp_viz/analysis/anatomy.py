@@ -79,6 +79,8 @@ class Anatomy:
     layers: tuple[DrafterLayer, ...] = field(default_factory=tuple)
     clustered: ClusteredHead | None = None
     experts: Experts | None = None     # the target's mixture of experts; None when dense
+    target_precision: str = ""         # what each model runs in (ModelPair.precision)
+    drafter_precision: str = ""
 
 
 def _params(model) -> int:
@@ -116,9 +118,11 @@ def anatomy(pair) -> Anatomy:
     target, drafter = pair.target, pair.drafter_model
     t_text = _text(target.config)
     emb = target.get_input_embeddings().weight
+    precision = getattr(pair, "precision", None) or {}
     base = dict(target=pair.name, drafter=pair.drafter_id, target_layers=int(t_text.num_hidden_layers),
                 target_width=int(emb.shape[1]), vocab=int(emb.shape[0]), target_params=_params(target),
-                experts=_experts(target))
+                experts=_experts(target),
+                target_precision=precision.get("target") or "", drafter_precision=precision.get("drafter") or "")
     if drafter is None:
         return Anatomy(kind="none", **base)
     d_text = _text(drafter.config)

@@ -31,7 +31,7 @@ __all__ = [
     "StepRecord", "Summary", "step_records", "per_step_acceptance", "per_position_counts",
     "per_position_acceptance", "acceptance_rate", "alpha_estimate", "mean_accepted_length",
     "drafter_seconds_per_token", "target_step_seconds", "cost_coefficient", "summarize",
-    "TheoryCheck", "theory_check",
+    "TheoryCheck", "theory_check", "drift",
 ]
 
 
@@ -326,3 +326,21 @@ def _experts_fields(events: Sequence[Event]) -> dict:
         return {}
     return {"experts_touched": sum(touched) / len(touched), "experts_top_k": int(moe.get("top_k", 0)),
             "experts_total": int(moe.get("num_experts", 0))}
+
+
+def drift(outputs: Sequence[Sequence[int]], references: Sequence[Sequence[int]]) -> float | None:
+    """How far greedy outputs depart from reference outputs of the same prompts (a
+    quantized target's plain decoding against the float32 target's): per prompt, the
+    share of generated tokens after the first one that differs,
+
+        drift = 1 − (common prefix length) ÷ max(len(output), len(reference)),
+
+    averaged over prompts; 0 when every output is its reference, 1 when every first token
+    differs. None for no prompts. It measures the precision's effect on the text, not
+    speculation's: both sides are plain decoding."""
+    shares = []
+    for out, ref in zip(outputs, references, strict=True):
+        longest = max(len(out), len(ref))
+        common = next((i for i, (a, b) in enumerate(zip(out, ref)) if a != b), min(len(out), len(ref)))
+        shares.append(1 - common / longest if longest else 0.0)
+    return sum(shares) / len(shares) if shares else None

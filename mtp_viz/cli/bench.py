@@ -18,6 +18,8 @@ does none either). Greedy runs must reproduce the reference token for token; a
 mismatch is reported loudly and makes the command exit with status 1.
 
 The numbers are reduced by :mod:`mtp_viz.cli.bench_report` (table, JSON, HTML report).
+``--precisions T/D,...`` runs several precision pairs in the same run, each reduced
+against its own target's plain decoding (:mod:`mtp_viz.cli.bench_precision`).
 ``--server URL`` benches a vLLM server instead (:mod:`mtp_viz.cli.bench_server`).
 """
 from __future__ import annotations
@@ -32,7 +34,9 @@ from typing import Any
 from mtp_viz.engine.schedules import ScheduleCache
 from mtp_viz.errors import UserError
 from mtp_viz.prompts import load_prompts
+from mtp_viz.sources.precision import Precision
 
+from . import bench_precision
 from .bench_report import Record
 
 QUICK = dict(max_new_tokens=24, repeats=1, draft_tokens=(2, 4), per_category=1)
@@ -41,8 +45,11 @@ QUICK = dict(max_new_tokens=24, repeats=1, draft_tokens=(2, 4), per_category=1)
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default="tiny", help="target model: hub id, local folder or 'tiny'")
     p.add_argument("--drafter", default=None, help="MTP assistant (default: the target's usual one)")
-    p.add_argument("--dtype", default=None, help="bfloat16, float16 or float32 (default: bfloat16 on a GPU, "
-                   "float32 on a CPU, which takes twice the memory)")
+    from .generate import add_precision_arguments
+    add_precision_arguments(p)
+    p.add_argument("--precisions", default=None, metavar="T/D,...",
+                   help="several precision pairs in one run, target/drafter each, e.g. "
+                        "float32/float32,bfloat16/float32,int8/int8: one row each, with drift from float32")
     p.add_argument("--prompts", default=None,
                    help="prompt suite JSON (default: the bundled category suite, mtp_viz/assets/prompts.json)")
     p.add_argument("--categories", default=None, help="comma-separated categories to keep")
@@ -175,9 +182,10 @@ class Runner:
 
 def run(args: argparse.Namespace) -> int:
     if args.server or args.baseline_server:
-        if args.draft_tokens or args.drafter or args.stale_kv or args.dtype:
-            raise UserError("--draft-tokens, --drafter, --dtype and --stale-kv apply to the local engine; a "
-                            "vLLM server's drafter, draft length and dtype are set when it starts.")
+        if (args.draft_tokens or args.drafter or args.stale_kv or args.dtype or args.target_precision
+                or args.drafter_precision or args.precisions):
+            raise UserError("--draft-tokens, --drafter, --dtype, the precisions and --stale-kv apply to the local "
+                            "engine; a vLLM server's drafter, draft length and dtype are set when it starts.")
         from .bench_server import run as run_server
         return run_server(args)
     quick = args.quick
@@ -188,6 +196,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--max-new-tokens and --repeats must be at least 1.")
     prompts = load_prompts(args.prompts, args.categories, per_category)
     settings = parse_settings(args.draft_tokens, args.schedules, quick)
+    precisions = bench_precision.parse(args)  # every name checked before a model loads
     greedy = args.temperature <= 0
 
     import torch
@@ -198,80 +207,100 @@ def run(args: argparse.Namespace) -> int:
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     try:
-        return _run(args, sampling, prompts, settings, n, repeats, quick, greedy)
+        return _run(args, sampling, prompts, settings, precisions, n, repeats, quick, greedy)
     finally:
         torch.set_num_threads(threads)
 
 
-def _run(args, sampling, prompts, settings, n, repeats, quick, greedy) -> int:
-    from mtp_viz.sources.models import load_pair
-
-    from . import bench_report
+def _arms(args, precisions, n, sampling) -> list[bench_precision.Arm]:
+    """Each precision pair loaded (every model once per precision) with its runner."""
+    from mtp_viz.sources.models import load_pairs
     t_load = time.perf_counter()
-    pair = load_pair(args.target, args.drafter, dtype=args.dtype)
-    if pair.drafter_model is None:
+    pairs = load_pairs(args.target, args.drafter, precisions)
+    if pairs[0].drafter_model is None:
         raise UserError("The bench needs an MTP drafter; pass --drafter.")
-    drafter = pair.make_drafter("mtp")
-    runner = Runner(pair, drafter, n, sampling, args.stale_kv, args.max_draft_tokens)
-    print(f"mtp-viz bench: loaded {args.target} in {time.perf_counter() - t_load:.1f} s; "
-          f"{len(prompts)} prompts x {len(settings)} settings x {repeats} repeats, "
-          f"{n} new tokens each", file=sys.stderr)
-    encoded = [pair.encode(p.text, chat=not args.no_chat) for p in prompts]
+    if len({tuple(p.precision.values()) for p in pairs}) < len(pairs):  # e.g. float32/float32 and default/default
+        raise UserError("--precisions lists a pair twice (a default is this device's float32 or bfloat16).")
+    arms = [bench_precision.Arm(Precision(**p.precision), p,
+                                Runner(p, p.make_drafter("mtp"), n, sampling, args.stale_kv, args.max_draft_tokens))
+            for p in pairs]
+    print(f"mtp-viz bench: loaded {args.target} in {', '.join(a.label for a in arms)} in "
+          f"{time.perf_counter() - t_load:.1f} s", file=sys.stderr)
+    return arms
 
-    tasks: list[tuple[str, Setting | None]] = [("autoregressive", None)]
-    if greedy:
-        tasks += [("reference", s) for s in settings if s.schedule == "constant"]
-    tasks += [("ours", s) for s in settings]
 
-    def one(mode, setting, ids, limit=None):
-        if mode == "autoregressive":
-            return runner.autoregressive(ids, limit)
-        if mode == "reference":
-            return runner.reference(ids, setting.gamma, limit)
-        return runner.ours(ids, setting, limit)
+def _tasks(arms, settings, greedy) -> list[tuple[str, Any, Setting | None]]:
+    """(mode, arm, setting): one plain run per distinct target, then each arm's reference
+    (greedy, constant schedules, where transformers runs the pair) and its settings."""
+    plain = {a.precision.target: a for a in arms}
+    tasks: list[tuple[str, Any, Setting | None]] = [("autoregressive", a, None) for a in plain.values()]
+    for a in arms:
+        if greedy and a.has_reference:
+            tasks += [("reference", a, s) for s in settings if s.schedule == "constant"]
+        tasks += [("ours", a, s) for s in settings]
+    return tasks
 
-    records: list[dict[str, Any]] = []
-    events: dict[tuple[str, str], list] = {}
+
+def _one(mode, arm, setting, ids, limit=None):
+    if mode == "autoregressive":
+        return arm.runner.autoregressive(ids, limit)
+    if mode == "reference":
+        return arm.runner.reference(ids, setting.gamma, limit)
+    return arm.runner.ours(ids, setting, limit)
+
+
+def _run(args, sampling, prompts, settings, precisions, n, repeats, quick, greedy) -> int:
+    from . import bench_report
+    arms = _arms(args, precisions, n, sampling)
+    tasks = _tasks(arms, settings, greedy)
+    print(f"mtp-viz bench: {len(prompts)} prompts x {len(settings)} settings x {len(arms)} precision pair(s) x "
+          f"{repeats} repeats, {n} new tokens each", file=sys.stderr)
+    encoded = [arms[0].pair.encode(p.text, chat=not args.no_chat) for p in prompts]
+    records: list[Record] = []
+    events: dict[tuple, list] = {}
     from tqdm.auto import tqdm
     bar = tqdm(total=repeats * len(prompts) * len(tasks), desc="bench", unit="run",
                file=sys.stderr, disable=args.no_progress, dynamic_ncols=True)
     mismatches = 0
     try:
-        # Warm-up (untimed): first calls pay for lazy initialisation.
-        for mode, setting in tasks:
-            one(mode, setting, encoded[0], min(n, 8))
+        for mode, arm, setting in tasks:  # warm-up (untimed): first calls pay for lazy initialisation
+            _one(mode, arm, setting, encoded[0], min(n, 8))
         for r in range(repeats):
             for i, (prompt, ids) in enumerate(zip(prompts, encoded)):
                 shift = (r * len(prompts) + i) % len(tasks)
-                order = tasks[shift:] + tasks[:shift]
-                done: dict[tuple[str, str], dict] = {}
-                for mode, setting in order:
-                    rec, ev = one(mode, setting, ids)
+                done: dict[tuple, Record] = {}
+                for mode, arm, setting in tasks[shift:] + tasks[:shift]:
+                    rec, ev = _one(mode, arm, setting, ids)
+                    t, d = arm.precision.target, arm.precision.drafter if mode != "autoregressive" else None
                     rec = replace(rec, mode=mode, setting=setting.name if setting else "",
                                   schedule=setting.schedule if setting else "",
                                   gamma=setting.gamma if setting else 0, prompt_id=prompt.id,
-                                  category=prompt.category, repeat=r, prompt_tokens=len(ids))
-                    done[(mode, rec.setting)] = rec
+                                  category=prompt.category, repeat=r, prompt_tokens=len(ids),
+                                  target_precision=t, drafter_precision=d)
+                    done[(mode, rec.setting, t, d)] = rec
                     if ev is not None:
-                        events.setdefault((mode, rec.setting), []).append((prompt, r, ev))
+                        events.setdefault((mode, rec.setting, t, d), []).append((prompt, r, ev))
                     bar.update(1)
                 if greedy:
-                    mismatches += _check_parity(done, prompt.id, r, bar)
+                    mismatches += sum(_check_parity(_arm_runs(done, a), prompt.id, r, bar, a.exact, a.label)
+                                      for a in arms)
                 records.extend(done.values())
     finally:
         bar.close()
-        runner.close()
+        for a in arms:
+            a.runner.close()
     meta = {
-        "target": args.target, "drafter": args.drafter, "dtype": str(pair.target.dtype).removeprefix("torch."),
+        "target": args.target, "drafter": args.drafter,
+        "dtype": str(arms[0].pair.target.dtype).removeprefix("torch."), "precisions": [a.label for a in arms],
         "max_new_tokens": n, "repeats": repeats,
         "prompts": len(prompts), "settings": [s.name for s in settings],
         "temperature": sampling.temperature, "stale_kv": args.stale_kv, "chat": not args.no_chat,
         "quick": quick, "parity_failures": mismatches, **bench_report.environment(),
     }
-    result = bench_report.reduce(meta, records, events, settings)
-    out = Path(args.out)
-    paths = bench_report.write(result, out)
-    print(bench_report.markdown(result))
+    result = bench_precision.reduce(meta, records, events, settings, arms, greedy)
+    by_precision = bench_precision.markdown(result)
+    paths = bench_report.write(result, Path(args.out), by_precision)
+    print(bench_report.markdown(result, by_precision))
     print(f"wrote {', '.join(str(p) for p in paths)}", file=sys.stderr)
     if mismatches:
         print(f"mtp-viz bench: PARITY FAILURE: {mismatches} greedy run(s) differ from "
@@ -280,11 +309,20 @@ def _run(args, sampling, prompts, settings, n, repeats, quick, greedy) -> int:
     return 0
 
 
-def _check_parity(done: dict, prompt_id: str, repeat: int, bar) -> int:
+def _arm_runs(done: dict, arm) -> dict[tuple[str, str], Record]:
+    """One prompt's runs of ``arm`` (and its target's plain run), by (mode, setting)."""
+    t, d = arm.precision.target, arm.precision.drafter
+    return {(mode, name): rec for (mode, name, rt, rd), rec in done.items()
+            if rt == t and (mode == "autoregressive" or rd == d)}
+
+
+def _check_parity(done: dict, prompt_id: str, repeat: int, bar, exact: bool = True, label: str = "") -> int:
     """Each greedy run of ours must equal the reference with the same draft length.
 
     Marks every record with ``parity`` (True/False, or None where no reference ran) and
-    ``matches_autoregressive``; returns the number of failures."""
+    ``matches_autoregressive``; returns the number of failures. With ``exact=False`` (a
+    target computing in bfloat16 or float16, where verification rounds differently from
+    one token at a time) a difference is marked and reported, not counted."""
     ar = done.get(("autoregressive", ""))
     failures = 0
     for (mode, name), rec in done.items():
@@ -296,11 +334,12 @@ def _check_parity(done: dict, prompt_id: str, repeat: int, bar) -> int:
             continue
         rec.parity = rec.ids == ref.ids
         if not rec.parity:
-            failures += 1
+            failures += exact
             first = next((k for k, (a, b) in enumerate(zip(rec.ids, ref.ids)) if a != b),
                          min(len(rec.ids), len(ref.ids)))
             rec.first_difference = first
-            bar.write(f"MISMATCH {name} on {prompt_id} (repeat {repeat}): ours differs from "
-                      f"transformers at new token {first}: {list(rec.ids[first:first + 5])} vs "
+            what = "MISMATCH" if exact else "differs (rounding of a non-float32 target, not a failure)"
+            bar.write(f"{what} {name}{' ' + label if label else ''} on {prompt_id} (repeat {repeat}): ours "
+                      f"differs from transformers at new token {first}: {list(rec.ids[first:first + 5])} vs "
                       f"{list(ref.ids[first:first + 5])}", file=sys.stderr)
     return failures

@@ -41,6 +41,8 @@ class Record:
     first_difference: int | None = None    # where it first differs, when it does
     matches_autoregressive: bool | None = None
     same_tokens: bool | None = None        # server: both servers wrote the same tokens (greedy)
+    target_precision: str | None = None    # local: what each model ran in (autoregressive: the target only)
+    drafter_precision: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The fields that apply to this run (unset ones and the tokens left out)."""
@@ -239,8 +241,13 @@ def _cells(row) -> list[str]:
     return out
 
 
-def markdown(result) -> str:
+def markdown(result, extra: list[str] = ()) -> str:
+    """The report as markdown; ``extra`` lines follow the main table (the table by
+    precision pair, :func:`mtp_viz.cli.bench_precision.markdown`)."""
     m, ar = result["meta"], result["autoregressive"]
+    pairs = m.get("precisions") or []
+    several = (f"Precision pairs (target/drafter): {', '.join(pairs)}. Autoregressive, the first pair's "
+               f"{pairs[0].split('/')[0]} target: ") if len(pairs) > 1 else "Autoregressive: "
     lines = [
         f"## mtp-viz bench: {m['target']}" + (f" + {m['drafter']}" if m.get("drafter") else ""),
         "",
@@ -248,7 +255,7 @@ def markdown(result) -> str:
         f"temperature {m['temperature']}, stale_kv={m['stale_kv']}; torch {m['torch']}, "
         f"transformers {m['transformers']}, {m['cpus']} CPUs ({m['torch_threads']} threads)"
         + (f", {m['cuda']}" if m.get("cuda") else "") + ".",
-        f"Autoregressive: {_f(ar['tokens_per_second'], '{:.1f}')} tok/s, "
+        f"{several}{_f(ar['tokens_per_second'], '{:.1f}')} tok/s, "
         f"{ar['target_forwards']} target forwards, {_f(ar['step_seconds'] * 1e3, '{:.2f}')} ms per step.",
         "",
         "| " + " | ".join(t for t, _, _ in COLUMNS) + " |",
@@ -264,6 +271,7 @@ def markdown(result) -> str:
               "autoregressive step; predicted: (1−α^(γ+1))/((1−α)(γc+1)) (Leviathan et al.); meas/pred: decode "
               "speedup ÷ predicted; pred with v: "
               "the same with the measured verification cost, τ/(γc+v); γ*: best draft length for α, c."]
+    lines += list(extra)
     if result.get("verify_slope") is not None:
         lines.append(f"Verification cost grows by {result['verify_slope']:.3f} autoregressive steps per "
                      "drafted token here (Leviathan et al. assume 0).")
@@ -286,12 +294,12 @@ def markdown(result) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(result, out: Path) -> list[Path]:
+def write(result, out: Path, extra: list[str] = ()) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "bench.json", out / "bench.md", out / "bench.html"]
     paths[0].write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    paths[1].write_text(markdown(result), encoding="utf-8")
-    paths[2].write_text(html_report(result), encoding="utf-8")
+    paths[1].write_text(markdown(result, extra), encoding="utf-8")
+    paths[2].write_text(html_report(result, extra), encoding="utf-8")
     return paths
 
 
@@ -352,12 +360,12 @@ def figures(result) -> list:
     return figs
 
 
-def html_report(result) -> str:
+def html_report(result, extra: list[str] = ()) -> str:
     """One self-contained page: plotly.js inline, so it opens offline."""
     parts = []
     for i, fig in enumerate(figures(result)):
         parts.append(fig.to_html(full_html=False, include_plotlyjs=(i == 0)))
-    md = markdown(result)
+    md = markdown(result, extra)
     table = _md_table_html(md)
     warn = ""
     if result["meta"].get("parity_failures"):

@@ -48,8 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-chat-template", action="store_true", help="feed the prompt as raw text")
     p.add_argument("--jsonl", action="store_true", help="one JSON event per line on stdout")
     p.add_argument("--device", default=None, help="cpu, cuda, mps (default: best available)")
-    p.add_argument("--dtype", default=None, help="bfloat16, float16 or float32 (default: bfloat16 on a GPU, "
-                   "float32 on a CPU, which takes twice the memory)")
+    add_precision_arguments(p)
     p.add_argument("--color", choices=["auto", "always", "never"], default="auto")
     p.add_argument("--server", metavar="URL",
                    help="stream from a vLLM server (OpenAI-compatible) instead of the local engine")
@@ -58,6 +57,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a mixture-of-experts target (26b-a4b): put on every step event the distinct experts "
                         "each layer's router sent that forward's tokens to (experts_per_layer)")
     p.add_argument("--stale-kv", action="store_true", help=argparse.SUPPRESS)
+
+
+def add_precision_arguments(p: argparse.ArgumentParser) -> None:
+    """``--dtype`` (both models) and ``--target-precision`` / ``--drafter-precision`` (one)."""
+    p.add_argument("--dtype", default=None, metavar="PRECISION",
+                   help="both models' precision: float32, bfloat16, float16, int8 or int4 (default: bfloat16 "
+                        "on a GPU, float32 on a CPU, which takes twice bfloat16's memory)")
+    p.add_argument("--target-precision", default=None, metavar="PRECISION",
+                   help="the target's precision (float32, bfloat16, float16, int8, int4); wins over --dtype")
+    p.add_argument("--drafter-precision", default=None, metavar="PRECISION",
+                   help="the drafter's precision; wins over --dtype")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -101,7 +111,9 @@ def open_source(args: argparse.Namespace):
         local = [flag for flag, on in (("--drafter", args.drafter), ("--prompt-lookup", args.prompt_lookup),
                                        ("--draft-tokens", args.draft_tokens is not None),
                                        ("--schedule", args.schedule != "constant"),
-                                       ("--device", args.device), ("--dtype", args.dtype)) if on]
+                                       ("--device", args.device), ("--dtype", args.dtype),
+                                       ("--target-precision", args.target_precision),
+                                       ("--drafter-precision", args.drafter_precision)) if on]
         if local:
             raise UserError(f"{local[0]} applies to the local engine; a vLLM server's drafter and "
                             "draft length are set when the server starts.")
@@ -112,6 +124,7 @@ def open_source(args: argparse.Namespace):
         from transformers.utils import logging as hf_logging
         hf_logging.disable_progress_bar()
     return sources.open_source(args.target, args.drafter, device=args.device, dtype=args.dtype,
+                               target_precision=args.target_precision, drafter_precision=args.drafter_precision,
                                drafter_kind="lookup" if args.prompt_lookup or args.autoregressive else "auto")
 
 

@@ -11,13 +11,16 @@ from __future__ import annotations
 def open_source(target: str | None = "tiny", drafter: str | None = None, *, server: str | None = None,
                 baseline_server: str | None = None, model: str | None = None,
                 baseline_model: str | None = None, drafter_kind: str = "auto",
-                device: str | None = None, dtype: str | None = None):
+                device: str | None = None, dtype: str | None = None, target_precision: str | None = None,
+                drafter_precision: str | None = None):
     """A vLLM server's source when ``server`` is given (its baseline, for the
     autoregressive run, is ``baseline_server`` or the same server), else the local
-    engine on the pair :func:`mtp_viz.sources.models.load_pair` loads."""
+    engine on the pair :func:`mtp_viz.sources.models.load_pair` loads (each model in its
+    precision: ``dtype`` for both, ``target_precision`` / ``drafter_precision`` for one)."""
     if server:
         from .vllm.source import Servers, VllmSource
         return VllmSource(Servers(server, baseline_server or server, model, baseline_model or model))
     from .local import LocalSource
     from .models import load_pair
-    return LocalSource(load_pair(target, drafter, drafter_kind=drafter_kind, device=device, dtype=dtype))
+    return LocalSource(load_pair(target, drafter, drafter_kind=drafter_kind, device=device, dtype=dtype,
+                                 target_precision=target_precision, drafter_precision=drafter_precision))

@@ -6,10 +6,12 @@ the engine thread's CPU time with one torch thread on a CPU, wall time elsewhere
 """
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import Any, Callable, Iterator
 
-from mtp_viz.engine.events import Event
+from mtp_viz.engine.drafters import DRAFTERS
+from mtp_viz.engine.events import Event, Start
 from mtp_viz.engine.schedules import ScheduleCache
 from mtp_viz.engine.text import Detokenizer
 from mtp_viz.errors import UserError
@@ -43,6 +45,17 @@ def guarded(events: Iterator[Event]) -> Iterator[Event]:
         raise
 
 
+def stamped(events: Iterator[Event], precision: dict[str, str | None]) -> Iterator[Event]:
+    """The events, with what each model ran in recorded in the start event's settings
+    (``target_precision``, ``drafter_precision``: None where no drafter model drafts), so
+    a trace says what ran."""
+    for e in events:
+        if isinstance(e, Start):
+            e = dataclasses.replace(e, settings={**e.settings, "target_precision": precision["target"],
+                                                 "drafter_precision": precision.get("drafter")})
+        yield e
+
+
 def run_mode(pair: Any, s: RunSettings, mode: str, *, clock: Callable[[], float] | None = None,
              stop: threading.Event | None = None, pause: Pause | None = None, schedule: Any = None,
              schedules: ScheduleCache | None = None) -> Iterator[Event]:
@@ -63,13 +76,14 @@ def run_mode(pair: Any, s: RunSettings, mode: str, *, clock: Callable[[], float]
                   detok=Detokenizer(pair.tokenizer), stop=stop, top=s.top, experts=s.experts,
                   **({"clock": clock} if clock else {}))
     if mode == "autoregressive":
-        return guarded(loop.autoregressive(pair.target, ids, **common))
+        return guarded(stamped(loop.autoregressive(pair.target, ids, **common), {"target": pair.precision["target"]}))
     d = pair.make_drafter(s.drafter)
     if schedule is None:
         schedule = (schedules or pair.schedules).get(s.schedule, d.kind, s.draft_tokens or d.default_draft_tokens,
                                                      MAX_DRAFT_TOKENS)
-    return guarded(loop.speculative(pair.target, d, ids, schedule=schedule, stale_kv=s.stale_kv,
-                                    pause=pause, **common))
+    precision = pair.precision if DRAFTERS[d.kind].needs else {"target": pair.precision["target"]}  # lookup: no model
+    return guarded(stamped(loop.speculative(pair.target, d, ids, schedule=schedule, stale_kv=s.stale_kv,
+                                            pause=pause, **common), precision))
 
 
 def runs(pair: Any, s: RunSettings, stop: threading.Event | None = None, pause: Pause | None = None,

@@ -2,6 +2,11 @@
 
     weights = Σ parameters × bytes per element (bfloat16/float16: 2, float32: 4)
 
+and in int8 or int4 (:mod:`.precision`), the weights of the linear layers that
+transformers' torchao quantizer converts count bits/8 bytes each plus their scales and
+zero points (int8: one of each per row; int4: per group of 128), everything else (the
+embeddings, the norms, the output layer) the bytes of the dtype it computes in.
+
 The parameters are counted on torch's ``meta`` device, which gives every tensor a shape
 and no storage: the model is built exactly as ``from_pretrained`` would build it
 (towers, experts, tied weights counted once) and nothing is allocated or downloaded
@@ -34,14 +39,32 @@ def size(n: float) -> str:
     return f"{n / GB:.1f} GB" if n >= GB else f"{n / 1e6:.1f} MB"
 
 
-def weight_bytes(config, dtype) -> int:
-    """Bytes of the model's parameters in ``dtype`` (a torch dtype), from its config."""
+def weight_bytes(config, dtype, bits: int | None = None) -> int:
+    """Bytes of the model's parameters in ``dtype`` (a torch dtype), from its config;
+    with ``bits`` (8 or 4), its quantizable linear weights at that many bits each."""
     import torch
     from transformers import AutoModelForCausalLM
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
     # parameters() yields a tied weight (embedding = lm_head) once, as it is stored once
-    return sum(p.numel() for p in model.parameters()) * dtype.itemsize
+    total = sum(p.numel() for p in model.parameters()) * dtype.itemsize
+    for weight in (_quantized_weights(model) if bits else ()):
+        rows, n = weight.shape[0], weight.numel()
+        # int8: a scale (dtype) and an int8 zero point per row; int4: a scale and a zero point (dtype) per group
+        extra = rows * (dtype.itemsize + 1) if bits == 8 else 2 * -(-n // 128) * dtype.itemsize
+        total += n * bits // 8 + extra - n * dtype.itemsize
+    return total
+
+
+def _quantized_weights(model) -> list:
+    """The weights transformers' torchao quantizer converts: every ``nn.Linear``'s, but
+    for the modules it keeps as they are (the output layer, tied weights, the last one)."""
+    import torch
+    from transformers.quantizers.base import get_keys_to_not_convert
+    from transformers.quantizers.quantizers_utils import should_convert_module
+    skip = get_keys_to_not_convert(model) + list(getattr(model, "_keep_in_fp32_modules", None) or [])
+    return [m.weight for name, m in model.named_modules()
+            if isinstance(m, torch.nn.Linear) and should_convert_module(f"{name}.weight", skip)]
 
 
 def _read(path: str) -> str | None:
@@ -90,25 +113,29 @@ def available_bytes(device: str) -> int | None:
     return cpu_available() if device == "cpu" else None
 
 
-def check_fits(name: str, configs, dtype, device: str) -> int | None:
-    """The weight bytes in ``dtype`` of a target's config and its drafter's (or None);
-    one sentence if they exceed the memory free on ``device``. None, and no check, for
-    pre-quantized checkpoints (their weights are not ``dtype``-sized) and for configs
-    no causal-LM class builds (loading them fails with its own sentence)."""
-    configs = [c for c in configs if c is not None]
-    if any(getattr(c, "quantization_config", None) for c in configs):
+def check_fits(name: str, models, device: str) -> int | None:
+    """The weight bytes of a target's config and its drafter's, each in its precision
+    (``models``: (config or None, precision name) pairs); one sentence if they exceed the
+    memory free on ``device``. None, and no check, for pre-quantized checkpoints (their
+    weights are not sized by the precision asked) and for configs no causal-LM class
+    builds (loading them fails with its own sentence)."""
+    from .precision import BITS, compute_dtype
+    models = [(c, p) for c, p in models if c is not None]
+    if any(getattr(c, "quantization_config", None) for c, _ in models):
         return None
     try:
-        need = sum(weight_bytes(c, dtype) for c in configs)
+        need = sum(weight_bytes(c, compute_dtype(p, device), BITS.get(p)) for c, p in models)
     except (ValueError, KeyError, TypeError, AttributeError):  # an unbuildable config: from_pretrained explains it
         return None
     free = available_bytes(device)
     if free is not None and need > free:
-        kind = str(dtype).removeprefix("torch.")
+        kinds = list(dict.fromkeys(p for _, p in models))
+        kind = kinds[0] if len(kinds) == 1 else f"{kinds[0]} (target) and {kinds[1]} (drafter)"
         where = "this machine has" if device == "cpu" else f"the {device} device has"
         bigger = "a GPU" if device == "cpu" else "a GPU with more memory"
-        advice = f"try {'dtype bfloat16' if dtype.itemsize > 2 else 'a smaller model'}, {bigger}, or the tiny pair"
-        who = clip(name) + (" with its drafter" if len(configs) > 1 else "")
+        wide = any(compute_dtype(p, device).itemsize > 2 and p not in BITS for _, p in models)
+        advice = f"try {'dtype bfloat16' if wide else 'a smaller model'}, {bigger}, or the tiny pair"
+        who = clip(name) + (" with its drafter" if len(models) > 1 else "")
         raise UserError(f"{who} needs about {size(need)} in {kind} but {where} {size(free)} available; "
                         f"{advice}.")
     return need

@@ -1,13 +1,15 @@
 """Loading model pairs: presets, hub ids, local folders, the bundled offline pair.
 
-``load_pair`` returns a :class:`mtp_viz.sources.pair.ModelPair`; it reads the configs
-first and refuses a pair that will not fit in memory before any weight loads
-(:mod:`.memory`). ``trust_remote_code`` is never enabled. Every failure a user can
+``load_pair`` returns a :class:`mtp_viz.sources.pair.ModelPair`, each model in its
+precision (:mod:`.precision`); it reads the configs first, checks that each precision
+runs on the device and refuses a pair that will not fit in memory before any weight
+loads (:mod:`.memory`). ``trust_remote_code`` is never enabled. Every failure a user can
 cause becomes a one-sentence ``UserError`` that names the model only as the user wrote
 it: no resolved paths, no file contents.
 """
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 from mtp_viz.errors import UserError, clip
@@ -15,10 +17,10 @@ from mtp_viz.errors import UserError, clip
 from .local import out_of_memory
 from .memory import check_fits
 from .pair import ASSISTANT_TYPES, GEMMA4_TYPES, ModelPair, model_path, text_config
+from .precision import Precision, load_kwargs
 from .presets import PRESETS, is_local, resolve
-from .settings import dtype_name
 
-__all__ = ["check_pair", "from_models", "load_pair", "out_of_memory", "pick_device", "pick_dtype", "set_threads"]
+__all__ = ["check_pair", "from_models", "load_pair", "load_pairs", "out_of_memory", "pick_device", "set_threads"]
 
 
 def pick_device(device: str | None = None) -> str:
@@ -30,16 +32,6 @@ def pick_device(device: str | None = None) -> str:
     if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
         return "mps"
     return "cpu"
-
-
-def pick_dtype(device: str, dtype: str | None = None):
-    """The dtype asked for, else bf16 on accelerators and float32 on CPU (bf16 matmuls
-    are slow on most CPUs, but float32 takes twice the memory: :mod:`.memory`)."""
-    import torch
-    name = dtype_name(dtype)
-    if name:
-        return getattr(torch, name)
-    return torch.float32 if device == "cpu" else torch.bfloat16
 
 
 def set_threads(n: int) -> None:
@@ -114,44 +106,58 @@ def _drafter_spec(drafter: str) -> str:
 
 
 def load_pair(target: str, drafter: str | None = None, *, drafter_kind: str = "auto",
-              device: str | None = None, dtype: str | None = None) -> "ModelPair":
+              device: str | None = None, dtype: str | None = None, target_precision: str | None = None,
+              drafter_precision: str | None = None) -> "ModelPair":
     """Load a target and its drafter (or none, for prompt lookup).
 
     target: a preset name (``tiny``, ``e2b``, ...), a hub id or a local folder.
     drafter: a preset name (its drafter), a hub id or a folder; by default the preset's,
     or ``<target>-assistant`` for Gemma 4 targets. ``drafter_kind="lookup"`` loads no
     drafter at all. Each config is read once and handed to everything that needs it.
+    ``target_precision`` / ``drafter_precision``: float32, bfloat16, float16, int8 or int4
+    (:mod:`.precision`); ``dtype`` sets both, and each model's own setting wins over it;
+    unset, float32 on a CPU and bfloat16 on a GPU.
     """
+    precision = Precision.of(dtype, target_precision, drafter_precision)  # names checked before any load
+    return load_pairs(target, drafter, [precision], drafter_kind=drafter_kind, device=device)[0]
+
+
+def load_pairs(target: str, drafter: str | None = None, precisions=(Precision(),), *,
+               drafter_kind: str = "auto", device: str | None = None) -> list["ModelPair"]:
+    """One pair per :class:`.precision.Precision` of ``precisions``, in their order, each
+    distinct model in each distinct precision loaded once and shared (the bench's
+    ``--precisions``): float32/float32 and float32/int8 hold one float32 target."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     if not target or not str(target).strip():
         raise UserError("No target model was given.")
     target_spec, preset_drafter = resolve(str(target).strip())
     device = pick_device(device)
-    torch_dtype = pick_dtype(device, dtype)
+    precisions = [p.resolved(device) for p in precisions]
     config = _load(AutoConfig.from_pretrained, target_spec)
-    is_gemma4 = config.model_type in GEMMA4_TYPES
     if drafter_kind == "lookup":
         drafter = None
     elif drafter:
         drafter = _drafter_spec(drafter)
     else:
-        drafter = preset_drafter or (_default_drafter(target_spec) if is_gemma4 else None)
-
+        drafter = preset_drafter or (_default_drafter(target_spec) if config.model_type in GEMMA4_TYPES else None)
     drafter_config = _load(AutoConfig.from_pretrained, drafter) if drafter else None
     check_pair(config, drafter_config, str(target), drafter)
-    # before any weights load: one sentence, not swapping or the kernel's OOM killer
-    check_fits(str(target) if is_local(target_spec) else target_spec, (config, drafter_config), torch_dtype, device)
+    # what to load: (spec, config, precision) once each; every precision checked to run
+    # here (one sentence if not), then the memory check, before any weights load
+    wanted = list(dict.fromkeys([(target_spec, p.target) for p in precisions]
+                                + ([(drafter, p.drafter) for p in precisions] if drafter else [])))
+    configs = {target_spec: config, drafter: drafter_config}
+    kwargs = {w: load_kwargs(w[1], device) for w in wanted}
+    check_fits(str(target) if is_local(target_spec) else target_spec,
+               [(configs[spec], p) for spec, p in wanted], device)
     tokenizer = _load(AutoTokenizer.from_pretrained, target_spec, config=config)
-    kwargs = dict(dtype=torch_dtype)
-    if device != "cpu":
-        kwargs["device_map"] = device
-    target_model = _load(AutoModelForCausalLM.from_pretrained, target_spec, config=config,
-                         **kwargs).eval()
-    drafter_model = (_load(AutoModelForCausalLM.from_pretrained, drafter, config=drafter_config,
-                           **kwargs).eval() if drafter else None)
-    return ModelPair(target_model, drafter_model, tokenizer, str(target), drafter, device,
-                     target_spec=target_spec)
+    placed = {"device_map": device} if device != "cpu" else {}
+    # a config of its own per load: a quantized load writes its quantization_config into it
+    models = {w: _load(AutoModelForCausalLM.from_pretrained, w[0], config=copy.deepcopy(configs[w[0]]),
+                       **kwargs[w], **placed).eval() for w in wanted}
+    return [ModelPair(models[(target_spec, p.target)], models[(drafter, p.drafter)] if drafter else None,
+                      tokenizer, str(target), drafter, device, target_spec=target_spec) for p in precisions]
 
 
 def check_pair(config, drafter_config, target: str, drafter: str | None) -> None:

@@ -112,6 +112,14 @@ class ModelPair:
         text = "\n\n".join(m["content"] for m in messages)
         return list(self.tokenizer(text)["input_ids"])
 
+    @cached_property
+    def precision(self) -> dict[str, str | None]:
+        """What each model runs in, read from the models themselves (a dtype's name, or a
+        quantization's kind such as ``int8``): ``{"target": ..., "drafter": ... or None}``."""
+        from .precision import precision_of
+        return {"target": precision_of(self.target),
+                "drafter": precision_of(self.drafter_model) if self.drafter_model is not None else None}
+
     @property
     def loaded(self) -> str:
         """What this pair drafts with: "assistant", "model" or "" (see engine.drafters)."""

@@ -1,9 +1,9 @@
 """Known model pairs. Pure data: importing this loads neither torch nor a model.
 
 Sizes are approximate bf16 weights on disk. Memory is what the pair needs to run at
-batch size 1 with a short context (weights plus a little KV cache), in both dtypes a
-pair loads in: bfloat16, the default on a GPU, and float32, the default on a CPU
-(``pick_dtype``; ``--dtype`` and ``MTP_VIZ_DTYPE`` choose). float32 takes four bytes per
+batch size 1 with a short context (weights plus a little KV cache), in the two default
+precisions: bfloat16, a GPU's, and float32, a CPU's (:mod:`.precision`; ``--dtype``,
+``--target-precision`` and ``MTP_VIZ_DTYPE`` choose; int8 and int4 take less). float32 takes four bytes per
 parameter where bfloat16 takes two, so it needs twice the memory: E2B's 5.1B parameters
 are ≈ 10 GB in bfloat16 and ≈ 20 GB in float32. ``load_pair`` checks the figure for
 the model at hand before loading it (:mod:`.memory`).

@@ -24,22 +24,6 @@ MAX_TOP = 50            # most top candidates per position a run may record
 QUOTE = 40              # characters of a bad value quoted back in a sentence
 
 
-# the dtypes a pair may load in: every name a user may write -> torch's name for it
-DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
-          "fp32": "float32", "float32": "float32"}
-
-
-def dtype_name(value: Any, setting: str = "dtype") -> str | None:
-    """torch's name of the dtype a user asked for (``--dtype``, ``MTP_VIZ_DTYPE``), None
-    for none (the device's default); one sentence naming ``setting`` for anything else."""
-    if value is None or not str(value).strip():
-        return None
-    name = DTYPES.get(str(value).strip().lower())
-    if name is None:
-        raise UserError(f"Unknown {setting} {quote(value)}; use bfloat16, float16 or float32.")
-    return name
-
-
 def quote(value: Any) -> str:
     """A user's value for an error sentence: its repr, cut to a short prefix."""
     return clip(repr(value), QUOTE)

@@ -86,6 +86,9 @@ _SETTINGS = {
     "experts": ((dict,), _moe, "empty or a mixture of experts' layers, num_experts and top_k"),
     **{k: (_TEXT, None, "text") for k in ("drafter", "schedule", "backend", "server", "model", "api")},
     **{k: (_FLAG, None, "true or false") for k in ("chat", "server_speculates")},
+    # what each model ran in (the stats line shows them): a precision's name, or null
+    **{k: (_TEXT + (type(None),), lambda v: len(v) <= 40, "a precision's name or null")
+       for k in ("target_precision", "drafter_precision")},
 }
 
 __all__ = ["FORMAT", "VERSION", "MAX_BYTES", "MAX_EVENTS", "MAX_SECONDS", "header", "dumps", "write", "loads", "read",

@@ -104,3 +104,13 @@ def test_theory_check_calls_a_sub_unit_verification_cost_noise():
     chk = metrics.theory_check(ev, ar_run([""] * 5, 0.1))
     assert chk.v is None and chk.speedup_predicted_v is None
     assert chk.v_raw == pytest.approx(0.8)
+
+
+def test_drift_is_the_share_of_text_after_the_first_difference():
+    ref = [[1, 2, 3, 4], [5, 6, 7, 8], [9, 9]]
+    assert metrics.drift(ref, ref) == 0
+    # 1 − 2/4 = 0.5; 1 − 0/4 = 1; a run cut short by an EOS: 1 − 1/2 = 0.5
+    assert metrics.drift([[1, 2, 0, 4], [0, 6, 7, 8], [9]], ref) == pytest.approx((0.5 + 1 + 0.5) / 3)
+    assert metrics.drift([], []) is None
+    with pytest.raises(ValueError):
+        metrics.drift([[1]], ref)  # one output per reference

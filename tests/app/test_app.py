@@ -459,13 +459,14 @@ def test_handlers_refuse_what_only_the_model_can_check(real_pair, prompt, cap, s
 def test_dtype_from_environment(monkeypatch):
     monkeypatch.delenv("MTP_VIZ_DTYPE", raising=False)
     assert service.env_dtype() is None  # the device's default
-    for value, name in (("bf16", "bfloat16"), (" BFloat16 ", "bfloat16"), ("fp32", "float32"), ("", None)):
+    for value, name in (("bf16", "bfloat16"), (" BFloat16 ", "bfloat16"), ("fp32", "float32"), ("", None),
+                        ("INT8", "int8"), ("int4", "int4")):  # a precision for both models (int4 where it runs)
         monkeypatch.setenv("MTP_VIZ_DTYPE", value)
         assert service.env_dtype() == name, value
-    monkeypatch.setenv("MTP_VIZ_DTYPE", "int4")
+    monkeypatch.setenv("MTP_VIZ_DTYPE", "int3")
     with pytest.raises(UserError) as e:
         service.env_dtype()
-    assert str(e.value) == "Unknown MTP_VIZ_DTYPE 'int4'; use bfloat16, float16 or float32."
+    assert str(e.value) == "Unknown MTP_VIZ_DTYPE 'int3'; use float32, bfloat16, float16, int8 or int4."
 
 
 def test_the_app_refuses_to_start_on_a_bad_dtype(monkeypatch, capsys):
@@ -475,8 +476,8 @@ def test_the_app_refuses_to_start_on_a_bad_dtype(monkeypatch, capsys):
     started = []
     monkeypatch.setattr(service.PairLoader, "start", lambda self, *a: started.append(a))
     assert main(["ui", "--target", "tiny"]) == 2
-    assert capsys.readouterr().err.strip() == ("mtp-viz: error: Unknown MTP_VIZ_DTYPE 'float8'; use bfloat16, "
-                                               "float16 or float32.")
+    assert capsys.readouterr().err.strip() == ("mtp-viz: error: Unknown MTP_VIZ_DTYPE 'float8'; use float32, "
+                                               "bfloat16, float16, int8 or int4.")
     assert started == []
 
 

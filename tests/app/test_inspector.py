@@ -113,6 +113,24 @@ def test_anatomy_of_a_clustered_drafter_has_the_modules_numbers():
     assert 'data-target-layers="5"' in page and 'data-drafter-width="32"' in page
     assert 'data-centroids="16"' in page and "128 candidate tokens" in page and "/srv/secret" not in page
     assert 'data-outside="1"' in page and 'data-rejected="2"' in page
+    assert 'data-target-precision="float32" data-drafter-precision="float32"' in page
+
+
+def test_anatomy_says_what_each_model_runs_in():
+    """Read from the models: a bfloat16 target and an int8 drafter (torchao by hand)."""
+    import torch
+    from torchao.quantization import Int8WeightOnlyConfig, quantize_
+
+    from factories import gemma_assistant, gemma_target, word_tokenizer
+    from mtp_viz.analysis.anatomy import anatomy
+    from mtp_viz.sources.pair import ModelPair
+    drafter = gemma_assistant(512, 16)
+    quantize_(drafter, Int8WeightOnlyConfig())
+    a = anatomy(ModelPair(gemma_target(512, 16).to(torch.bfloat16), drafter, word_tokenizer(512), "t", None, "cpu"))
+    assert (a.target_precision, a.drafter_precision) == ("bfloat16", "int8")
+    page = anatomy_html(a)
+    assert 'data-target-precision="bfloat16" data-drafter-precision="int8"' in page
+    assert "M parameters in bfloat16); the MTP drafter" in page and "M parameters in int8)." in page
 
 
 def test_anatomy_of_a_pair_without_mtp_or_clusters():

@@ -68,6 +68,22 @@ def test_run_stats_and_stats_html():
         assert word in h
     live = stats.run_stats(spec_run()[:5], now=0.5)
     assert not live.done and live.seconds == 0.5
+    assert "mv-precision" not in h  # a source that does not say (a server, an older trace) shows none
+
+
+def test_the_stats_line_names_what_each_model_ran_in():
+    from dataclasses import replace
+    run = spec_run()
+    run[0] = replace(run[0], settings={**run[0].settings, "target_precision": "int8",
+                                       "drafter_precision": "<b>bf16"})
+    h = stats.stats_html(stats.run_stats(run))
+    assert 'data-target-precision="int8"' in h and "target <b>int8</b> · drafter <b>&lt;b&gt;bf16</b>" in h
+    ar = ar_run()
+    ar[0] = replace(ar[0], settings={"target_precision": "bfloat16", "drafter_precision": None})
+    h = stats.stats_html(stats.run_stats(ar))
+    assert "target <b>bfloat16</b></span>" in h and "· drafter" not in h
+    other = stats.run_stats(ar_run(texts=("def", " f", "X", ")", ":", "\n", EVIL, "<eos>")))
+    assert "in bfloat16, verifying several tokens" in stats.identity_badge(stats.run_stats(ar), other)
 
 
 def test_compare_identity_and_speedup_hooks():

@@ -110,11 +110,19 @@ def saved_pair(tmp_path_factory):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--dtype", "fp8"], "Unknown dtype 'fp8'; use bfloat16, float16 or float32."),
-    (["--dtype", "bfloat16", "--server", "http://127.0.0.1:9"], "--draft-tokens, --drafter, --dtype and "
-     "--stale-kv apply to the local engine"),
+    (["--dtype", "fp8"], "Unknown dtype 'fp8'; use float32, bfloat16, float16, int8 or int4."),
+    (["--dtype", "bfloat16", "--server", "http://127.0.0.1:9"], "--draft-tokens, --drafter, --dtype, the "
+     "precisions and --stale-kv apply to the local engine"),
+    (["--precisions", "int8/int8", "--server", "http://127.0.0.1:9"], "the precisions and --stale-kv apply"),
+    (["--precisions", "float32/float32,int4/float32"], "int4 has no kernel on this CPU (torchao "),
+    (["--precisions", "float32/float32,float32"], "A precision pair is target/drafter, like float32/int8, "
+     "not 'float32'."),
+    (["--precisions", "int8/int8,INT8/int8"], "--precisions lists a pair twice."),
+    (["--precisions", "float32/float32", "--dtype", "int8"], "--precisions names each pair's precisions; leave "
+     "out --dtype, --target-precision and --drafter-precision."),
+    (["--target-precision", "fp4"], "Unknown target precision 'fp4'"),
 ])
-def test_bench_dtype_is_checked_before_anything_loads(saved_pair, argv, message, capsys):
+def test_bench_precisions_are_checked_before_anything_loads(saved_pair, argv, message, capsys):
     from mtp_viz.cli.main import main
     assert main(["bench", "--target", str(saved_pair / "target"), "--drafter", str(saved_pair / "drafter"),
                  "--quick", "--no-progress", *argv]) == 2
@@ -178,3 +186,48 @@ def test_stale_kv_experiment_reproduces_transformers(saved_pair, tmp_path):
         assert row["same_tokens"]
         assert row["transformers_variant_matches_reference_forwards"] == "2/2"
     assert "Δτ" in (tmp_path / "res" / "stale_kv.md").read_text()
+
+
+@pytest.mark.slow
+def test_bench_runs_every_precision_pair_in_one_run(saved_pair, tmp_path, capsys):
+    """One row per pair, named by its precisions, its speedup over its own target's plain
+    decoding, and drift: its target's plain greedy text against the float32 target's."""
+    from mtp_viz.cli.main import main
+    from mtp_viz.engine.loop import autoregressive
+    from mtp_viz.sources.models import load_pair
+    out = tmp_path / "out"
+    code = main(["bench", "--target", str(saved_pair / "target"), "--drafter", str(saved_pair / "drafter"),
+                 "--quick", "--no-chat", "--no-progress", "--categories", "code,chat", "--max-new-tokens", "12",
+                 "--draft-tokens", "2", "--schedules", "constant", "--threads", "1", "--out", str(out),
+                 "--precisions", "float32/float32,bfloat16/float32,int8/int8"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    result = json.loads((out / "bench.json").read_text())
+    assert result["meta"]["precisions"] == ["float32/float32", "bfloat16/float32", "int8/int8"]
+    rows = {r["precision"]: r for r in result["settings"]}
+    assert [r["setting"] for r in result["settings"]] == [
+        "constant-2 float32/float32", "constant-2 bfloat16/float32", "constant-2 int8/int8"]
+    assert [(r["target_precision"], r["drafter_precision"]) for r in result["settings"]] == [
+        ("float32", "float32"), ("bfloat16", "float32"), ("int8", "int8")]
+    assert rows["float32/float32"]["parity"] is True and rows["int8/int8"]["parity"] is True  # float32 arithmetic
+    assert rows["bfloat16/float32"]["parity"] is None  # transformers does not run two dtypes: no reference
+    for r in result["settings"]:
+        assert r["speedup"] > 0 and 0 <= r["acceptance_rate"] <= 1 and r["tokens_per_forward"] > 0
+        assert r["autoregressive_tokens_per_second"] == \
+            result["autoregressive_by_precision"][r["target_precision"]]["tokens_per_second"]
+    assert {(r["mode"], r.get("target_precision"), r.get("drafter_precision")) for r in result["runs"]} == {
+        ("autoregressive", "float32", None), ("autoregressive", "bfloat16", None), ("autoregressive", "int8", None),
+        ("ours", "float32", "float32"), ("ours", "bfloat16", "float32"), ("ours", "int8", "int8"),
+        ("reference", "float32", "float32"), ("reference", "int8", "int8")}
+    # drift, recomputed here from each target's own plain greedy runs
+    prompts = load_prompts(None, categories="code,chat", per_category=1)
+    plain = {}
+    for t in ("float32", "bfloat16", "int8"):
+        pair = load_pair(str(saved_pair / "target"), str(saved_pair / "drafter"), target_precision=t)
+        plain[t] = [list(list(autoregressive(pair.target, pair.encode(p.text, chat=False), max_new_tokens=12,
+                                            eos_token_ids=pair.eos_token_ids))[-1].generated_ids) for p in prompts]
+    for t, r in (("float32", "float32/float32"), ("bfloat16", "bfloat16/float32"), ("int8", "int8/int8")):
+        assert rows[r]["drift"] == pytest.approx(metrics.drift(plain[t], plain["float32"]))
+    assert rows["float32/float32"]["drift"] == 0
+    md = (out / "bench.md").read_text()
+    assert "### By precision (target/drafter)" in md and "| bfloat16/float32 | constant-2 |" in md

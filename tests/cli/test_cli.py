@@ -68,7 +68,11 @@ def test_styled_output_and_summary(pair, capsys):
     (["--prompt", "w10 \udcff"], "The prompt is not valid UTF-8 text."),
     (["--prompt", "w10 " * 5000], "exceeds the model's context of"),
     (["--drafter", "/no/such/drafter"], "There is no loadable model folder at /no/such/drafter."),
-    (["--dtype", "fp8"], "Unknown dtype 'fp8'; use bfloat16, float16 or float32."),
+    (["--dtype", "fp8"], "Unknown dtype 'fp8'; use float32, bfloat16, float16, int8 or int4."),
+    (["--drafter-precision", "int3"], "Unknown drafter precision 'int3'; use float32, bfloat16, float16, int8 or int4."),
+    (["--target-precision", "int4"], "int4 has no kernel on this CPU (torchao "),
+    (["--target-precision", "int8", "--server", "http://127.0.0.1:9"], "--target-precision applies to the local "
+     "engine"),
     (["--experts"], "This target is dense: every token uses the same weights, so there are no experts to "
                     "count; counting experts needs a mixture-of-experts target such as the 26B-A4B."),
     (["--experts", "--autoregressive"], "This target is dense: every token uses the same weights"),
@@ -116,6 +120,16 @@ def test_dtype_reaches_the_load(pair, capsys, monkeypatch):
     assert [(p.target.dtype, p.drafter_model.dtype) for p in loaded] == [(torch.bfloat16, torch.bfloat16)]
 
 
+def test_each_models_precision_reaches_the_load_and_the_trace(pair, capsys):
+    """``--target-precision`` / ``--drafter-precision`` win over ``--dtype`` for their model,
+    and the start event says what ran."""
+    target, _ = pair
+    assert main(["generate", "--target", str(target), "--prompt", PROMPT, "--max-new-tokens", "4", "--jsonl",
+                 "--dtype", "bfloat16", "--drafter-precision", "int8"]) == 0
+    start = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert (start["settings"]["target_precision"], start["settings"]["drafter_precision"]) == ("bfloat16", "int8")
+
+
 def test_empty_prompt(pair, capsys):
     target, _ = pair
     assert main(["generate", "--target", str(target), "--prompt", "  "]) == 2
@@ -158,3 +172,21 @@ def test_console_script_runs_as_a_process(pair):
     events = [event_from_dict(json.loads(line)) for line in proc.stdout.splitlines()]
     assert events[0].type == "start" and events[-1].type == "done" and events[-1].new_tokens == 4
     assert sum(e.type in ("accepted", "bonus") for e in events) == 4  # the generated tokens
+
+
+def test_a_fresh_process_keeps_stderr_to_its_one_sentence():
+    """With torchao installed, transformers imports it on every load, and torchao and
+    torch then print notices of their own (GPU-only extensions, a deprecation): the
+    command still prints only its sentence."""
+    import os
+
+    import torchao
+
+    from locations import ROOT
+    done = subprocess.run([sys.executable, "-m", "mtp_viz.cli.main", "generate", "--target", "tiny",
+                           "--prompt", "import os", "--dtype", "int4"], capture_output=True, text=True, cwd=ROOT,
+                          timeout=240, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == ["mtp-viz: error: int4 has no kernel on this CPU (torchao "
+                                        f"{torchao.__version__}'s int4 weight-only layouts need a "
+                                        "CUDA GPU); use int8, bfloat16 or float32."]

@@ -6,6 +6,8 @@ temperature, top-k and top-p applied by an independent implementation, and compa
 with thousands of seeded engine runs in which both tokens go through drafting,
 acceptance, correction and bonus.
 """
+import copy
+
 import pytest
 import torch
 from scipy.stats import chisquare
@@ -43,8 +45,7 @@ def target():
     return gemma_target(V, window=16, seed=21, sharpen=6.0, layers=2)
 
 
-@pytest.fixture(scope="module")
-def exact(target):
+def joint_distribution(target):
     """P(x2, x3) = sum_x1 p(x1) p(x2 | x1) p(x3 | x1, x2), from full forwards."""
     def dist(ids):
         with torch.no_grad():
@@ -60,6 +61,11 @@ def exact(target):
             if p2[x2] > 0:
                 joint[x2] += p1[x1] * p2[x2] * dist(PROMPT + [x1, x2])
     return joint
+
+
+@pytest.fixture(scope="module")
+def exact(target):
+    return joint_distribution(target)
 
 
 def sample_counts(run, runs=RUNS):
@@ -105,6 +111,16 @@ def test_distribution_is_preserved(kind, target, exact):
         run = speculative_run(target, drafter)
     counts = sample_counts(run)
     assert chi2_pvalue(counts, exact) > 1e-3
+
+
+@pytest.mark.slow
+def test_distribution_is_preserved_in_bfloat16(target):
+    """The same at another precision: a bfloat16 target with a bfloat16 MTP drafter, held
+    against the exact distribution of that bfloat16 target (its own full forwards)."""
+    low = copy.deepcopy(target).to(torch.bfloat16)
+    drafter = MTPDrafter(gemma_assistant(V, 16, seed=22, k=2).to(torch.bfloat16), low)
+    counts = sample_counts(speculative_run(low, drafter))
+    assert chi2_pvalue(counts, joint_distribution(low)) > 1e-3
 
 
 @pytest.mark.slow

@@ -252,6 +252,8 @@ def test_absurd_times_and_negative_counts_are_one_sentence(over, sentence):
     ("clock", "sundial-secret", '"wall" or "cpu"'),
     ("drafter", {"secret": 1}, "text"),
     ("server_speculates", 1, "true or false"),
+    ("target_precision", 8, "a precision's name or null"),
+    ("drafter_precision", "int8" * 20, "a precision's name or null"),
 ])
 def test_settings_the_views_read_are_checked(key, value, words):
     assert _refused(_run_events(**{f"1.settings.{key}": value})) == \
@@ -263,6 +265,8 @@ def test_the_export_of_a_checked_trace_does_not_crash():
     from mtp_viz.app.views import export
     spec = trace.loads(_run_events(**{"1.settings.temperature": 0.7, "1.settings.schedule": "constant"}))
     assert "sampling at temperature 0.7" in export._describe(spec[0])
+    spec = trace.loads(_run_events(**{"1.settings.target_precision": "int8", "1.settings.drafter_precision": None}))
+    assert export._describe(spec[0]).endswith("greedy · target in int8")
     assert export.steps_csv(spec).count("\n") == 2
 
 

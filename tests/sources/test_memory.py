@@ -46,7 +46,7 @@ def fake_meminfo(monkeypatch, tmp_path, available_bytes):
 def test_the_check_counts_target_and_drafter(folders):
     configs = [transformers.AutoConfig.from_pretrained(f) for f in folders]
     pair = load_pair(str(folders[0]))
-    assert memory.check_fits("t", configs, torch.float32, "cpu") == real_bytes(pair.target, pair.drafter_model)
+    assert memory.check_fits("t", [(c, "float32") for c in configs], "cpu") == real_bytes(pair.target, pair.drafter_model)
 
 
 def test_a_pair_that_does_not_fit_is_refused_before_any_weight_loads(folders, monkeypatch, tmp_path):
@@ -97,11 +97,11 @@ def test_no_check_without_a_figure_or_for_a_quantized_checkpoint(monkeypatch):
     monkeypatch.setattr(memory, "available_bytes", lambda device: 1)
     with pytest.raises(UserError, match="needs about 0.8 MB in float32 but the cuda:1 device has 0.0 MB available; "
                                         "try dtype bfloat16, a GPU with more memory, or the tiny pair."):
-        memory.check_fits("t", [cfg], torch.float32, "cuda:1")
+        memory.check_fits("t", [(cfg, "float32")], "cuda:1")
     cfg.quantization_config = {"quant_method": "torchao"}
-    assert memory.check_fits("t", [cfg], torch.float32, "cpu") is None
+    assert memory.check_fits("t", [(cfg, "float32")], "cpu") is None
     monkeypatch.setattr(memory, "available_bytes", lambda device: None)
-    assert memory.check_fits("t", [gemma_target().config], torch.float32, "mps") == real_bytes(gemma_target())
+    assert memory.check_fits("t", [(gemma_target().config, "float32")], "mps") == real_bytes(gemma_target())
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -14,6 +14,7 @@ from urllib.parse import urlencode
 
 from mtp_viz.engine.drafters import DRAFTERS
 from mtp_viz.engine.schedules import SCHEDULES
+from mtp_viz.sources.precision import PRECISIONS
 
 # Parameters that belong to the page itself, not to the form: presenter mode (read by
 # the page's script, which knows only "1") and Gradio's own (``view=api``, ``__theme=dark``).
@@ -86,6 +87,8 @@ def rules(limits: Limits) -> dict[str, tuple[str, Callable[[str], Any], str]]:
         "seed": ("seed", _whole(0), "a whole number, 0 or more"),
         "schedule": ("schedule", _one_of(tuple(SCHEDULES)), "one of " + ", ".join(SCHEDULES)),
         "drafter": ("drafter_kind", _one_of(tuple(DRAFTERS)), "one of " + ", ".join(DRAFTERS)),
+        **{name: (name, _one_of(PRECISIONS), "one of " + ", ".join(PRECISIONS))  # "default" is left out
+           for name in ("target_precision", "drafter_precision")},
     }
 
 

@@ -18,6 +18,7 @@ from mtp_viz.app.views.frame import Frame, cleared
 from mtp_viz.engine.events import Error
 from mtp_viz.errors import UserError, clip
 from mtp_viz.sources.local import LocalSource
+from mtp_viz.sources.precision import Precision
 from mtp_viz.sources.settings import RunSettings
 
 from . import form
@@ -29,6 +30,14 @@ EXPERTS_WAITING = "For a mixture-of-experts target (the 26B-A4B); on offer once 
 EXPERTS_ON = ("Counts, per layer, the distinct experts each forward's router picks "
               "(the chart “Experts touched per verification”).")
 API_FRAME_SECONDS = 0.25  # the /generate stream sends the events so far at most this often
+
+
+def ran_in(pair: Any) -> str:
+    """What a loaded pair's models run in, read from them: " (target int8, drafter float32)"."""
+    p = getattr(pair, "precision", None) or {}
+    if not p.get("target"):
+        return ""
+    return f" (target {p['target']}" + (f", drafter {p['drafter']})" if p.get("drafter") else ")")
 
 
 def refused(e: UserError) -> Frame:
@@ -65,44 +74,67 @@ class Handlers(Recorded):
         self.loader.allow.check(*pair)
         return pair
 
-    def model_line(self, target: str, drafter: str | None) -> str:
-        st = self.loader.state(target, drafter)
+    @staticmethod
+    def precision(target_precision: Any = None, drafter_precision: Any = None) -> Precision:
+        """The page's precision fields (``default``: ``MTP_VIZ_DTYPE``, else the device's),
+        checked: one sentence for anything else (the API takes any JSON value)."""
+        return Precision.of(None, form.text(target_precision or "default", "The target precision"),
+                            form.text(drafter_precision or "default", "The drafter precision"))
+
+    def model_line(self, target: str, drafter: str | None, precision: Precision | None = None) -> str:
+        st = self.loader.state(target, drafter, precision)
         # a custom name as typed, cut short: a status line is no place for 100,000 characters
         name = "the bundled tiny pair" if target == "tiny" else clip(target) + (f" + {clip(drafter)}" if drafter else "")
+        asked = f" in {precision.label}" if precision and precision != Precision() else ""
         if st.status in ("queued", "loading"):
-            return tokens.message_html(f"Loading {name}… {time.monotonic() - st.started:.0f} s")
+            return tokens.message_html(f"Loading {name}{asked}… {time.monotonic() - st.started:.0f} s")
         if st.status == "ready":
-            return tokens.message_html(f"Ready: {name}.")
+            return tokens.message_html(f"Ready: {name}{ran_in(st.pair)}.")
         if st.status in ("error", "unloaded"):
             return tokens.message_html(st.message, level="error" if st.status == "error" else "warn")
-        return tokens.message_html(f"{name[:1].upper()}{name[1:]} loads on first run (or press Load).")
+        return tokens.message_html(f"{name[:1].upper()}{name[1:]}{asked} loads on first run (or press Load).")
 
-    def load(self, key: str, custom_target: str, custom_drafter: str):
+    def load(self, key: str, custom_target: str, custom_drafter: str, target_precision: Any = None,
+             drafter_precision: Any = None):
         try:
             target, drafter = self.pick(key, custom_target, custom_drafter)
-            self.loader.start(target, drafter)
+            precision = self.precision(target_precision, drafter_precision)
+            self.loader.start(target, drafter, precision)
         except UserError as e:
             return tokens.message_html(str(e), level="error"), gr.Timer(active=False), gr.skip()
-        return self.model_line(target, drafter), gr.Timer(active=True), gr.skip()
+        return self.model_line(target, drafter, precision), gr.Timer(active=True), gr.skip()
 
-    def tick(self, key: str, custom_target: str, custom_drafter: str):
+    def tick(self, key: str, custom_target: str, custom_drafter: str, target_precision: Any = None,
+             drafter_precision: Any = None):
         """While a pair loads: its status line; once ready, the chat switch follows the
         pair (on only when its tokenizer has a chat template)."""
         try:
             target, drafter = self.pick(key, custom_target, custom_drafter)
+            precision = self.precision(target_precision, drafter_precision)
         except UserError:
             return gr.skip(), gr.Timer(active=False), gr.skip()
-        st = self.loader.state(target, drafter)
+        st = self.loader.state(target, drafter, precision)
         loading = st.status in ("queued", "loading")
         chat = gr.update(value=st.pair.chat_template is not None) if st.status == "ready" else gr.skip()
-        return self.model_line(target, drafter), gr.Timer(active=loading), chat
+        return self.model_line(target, drafter, precision), gr.Timer(active=loading), chat
 
-    def _ready_pair(self, target: str, drafter: str | None, sess: runs.Session) -> Iterator[Any]:
+    def status_line(self, key: str, custom_target: str, custom_drafter: str, target_precision: Any = None,
+                    drafter_precision: Any = None):
+        """``#model-status`` after a run, which may have loaded the pair: what it runs in."""
+        try:
+            target, drafter = self.pick(key, custom_target, custom_drafter)
+            return self.model_line(target, drafter, self.precision(target_precision, drafter_precision))
+        except UserError:
+            return gr.skip()
+
+    def _ready_pair(self, target: str, drafter: str | None, sess: runs.Session,
+                    precision: Precision | None = None) -> Iterator[Any]:
         """Wait for the pair, yielding status lines; the last item is the pair (or None)."""
-        while (st := self.loader.wait(target, drafter, timeout=0.5)).status in ("queued", "loading"):
+        while (st := self.loader.wait(target, drafter, timeout=0.5, precision=precision)).status in ("queued",
+                                                                                                    "loading"):
             if sess.stop.is_set():  # the model keeps loading for the next run
                 raise UserError("Stopped while the model loads.")
-            yield self.model_line(target, drafter)
+            yield self.model_line(target, drafter, precision)
         if st.status != "ready":
             raise UserError(st.message)
         yield st.pair
@@ -142,9 +174,10 @@ class Handlers(Recorded):
         try:
             s = replace(self.settings(values), top=inspector.TOP)  # the inspector's candidates
             target, drafter = self.pick(values["model"], values["custom_target"], values["custom_drafter"])
-            yield outputs(reset | Frame(status=self.model_line(target, drafter)), sess,
+            precision = self.precision(values.get("target_precision"), values.get("drafter_precision"))
+            yield outputs(reset | Frame(status=self.model_line(target, drafter, precision)), sess,
                           gr.update(interactive=False))
-            for item in self._ready_pair(target, drafter, sess):
+            for item in self._ready_pair(target, drafter, sess, precision):
                 if isinstance(item, str):
                     yield outputs(Frame(status=item))
                 else:
@@ -164,11 +197,12 @@ class Handlers(Recorded):
         try:
             s = self.settings(values)
             target, drafter = self.pick(values["model"], values["custom_target"], values["custom_drafter"])
+            precision = self.precision(values.get("target_precision"), values.get("drafter_precision"))
             n = form.whole(repeats, "Repeats")
             if not 2 <= n <= 15:
                 raise UserError("Measure takes between 2 and 15 repeats.")
             pair = None
-            for item in self._ready_pair(target, drafter, sess):
+            for item in self._ready_pair(target, drafter, sess, precision):
                 if isinstance(item, str):
                     yield outputs(Frame(status=item), sess)
                 else:

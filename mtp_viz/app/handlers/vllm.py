@@ -104,10 +104,11 @@ class VllmHandlers:
         except UserError:   # a custom pair not typed in yet
             return gr.skip()
 
-    def load(self, key: str, custom_target: str, custom_drafter: str, url: str, baseline: str):
-        """Load: the local pair, or, for this source, a check of the servers."""
+    def load(self, key: str, custom_target: str, custom_drafter: str, url: str, baseline: str,
+             target_precision: Any = None, drafter_precision: Any = None):
+        """Load: the local pair (in the precisions asked), or, for this source, a check of the servers."""
         if key != VLLM:
-            return self.h.load(key, custom_target, custom_drafter)
+            return self.h.load(key, custom_target, custom_drafter, target_precision, drafter_precision)
         return self.probe(url, baseline), gr.Timer(active=False), gr.skip()
 
     def probe(self, url: str, baseline: str) -> str:

@@ -97,13 +97,16 @@ def inspect(sess: Any, evt: gr.EventData) -> str:
     return inspector.inspector_html(inspector.find(events, str(data.get("kind")), step, index))
 
 
-def anatomy_for(h, key: str, custom_target: str, custom_drafter: str, sess: Any = None) -> Any:
-    """``#anatomy`` for the pair picked in the form, once it is loaded (else unchanged)."""
+def anatomy_for(h, key: str, custom_target: str, custom_drafter: str, sess: Any = None,
+                target_precision: Any = None, drafter_precision: Any = None) -> Any:
+    """``#anatomy`` for the pair picked in the form (in the precisions asked), once it is
+    loaded (else unchanged)."""
     try:
         target, drafter = h.pick(key, custom_target, custom_drafter)
+        precision = h.precision(target_precision, drafter_precision)
     except UserError:
         return gr.skip()
-    st = h.loader.state(target, drafter)
+    st = h.loader.state(target, drafter, precision)
     if st.status != "ready":
         return gr.skip()
     events = sess.spec if sess is not None else ()
@@ -118,8 +121,8 @@ def attach(h, session: gr.State, panel: gr.HTML, drawing: gr.HTML, load_inputs: 
     hidden = dict(api_visibility="private")
     panel.click(inspect, session, panel, queue=False, **hidden)
 
-    def redraw(key, custom_target, custom_drafter, sess=None):
-        return anatomy_for(h, key, custom_target, custom_drafter, sess)
+    def redraw(key, custom_target, custom_drafter, target_precision, drafter_precision, sess=None):
+        return anatomy_for(h, key, custom_target, custom_drafter, sess, target_precision, drafter_precision)
 
     for ev in loads:
         ev.then(redraw, load_inputs, drawing, queue=False, show_progress="hidden", **hidden)

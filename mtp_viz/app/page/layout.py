@@ -28,6 +28,7 @@ from mtp_viz.app.runtime.guard import ServerPolicy
 from mtp_viz.app.views import charts, explain, stats, tokens
 from mtp_viz.engine.drafters import DRAFTERS
 from mtp_viz.engine.schedules import SCHEDULES
+from mtp_viz.sources.precision import PRECISIONS
 
 from . import inspector, teach, vllm, wiring
 
@@ -186,6 +187,15 @@ def _settings(first: FirstPair) -> dict[str, Any]:
                 top_p=gr.Slider(0.05, 1.0, value=0.95, step=0.05, label="Top-p", elem_id="top-p"),
                 top_k=gr.Number(0, precision=0, label="Top-k (0 = off)", elem_id="top-k"),
                 seed=gr.Number(0, precision=0, label="Seed", elem_id="seed"))
+        with gr.Row():  # part of which pair is loaded: another precision is another pair
+            choices = [("default", "default"), *((p, p) for p in PRECISIONS)]
+            info = "default: MTP_VIZ_DTYPE, else float32 on a CPU, bfloat16 on a GPU; int8/int4 need torchao"
+            c.update(
+                target_precision=gr.Dropdown(choices, value="default", label="Target precision", info=info,
+                                             elem_id="target-precision", filterable=False),
+                drafter_precision=gr.Dropdown(choices, value="default", label="Drafter precision",
+                                              info="each precision of a pair loads (and is kept) as a pair of its own",
+                                              elem_id="drafter-precision", filterable=False))
         with gr.Row():
             c.update(
                 repeats=gr.Slider(2, 15, value=5, step=1, label="Measure: repeats of each mode",

@@ -28,7 +28,7 @@ HIDDEN = dict(api_visibility="private")  # the page's own events; /generate is t
 # Handlers.settings and in links (the vLLM source's two URL fields are added in Page.form).
 FORM = ("prompt", "model", "custom_target", "custom_drafter", "max_new_tokens", "draft_tokens", "schedule",
         "drafter_kind", "decoding", "temperature", "top_p", "top_k", "seed", "chat", "baseline", "experts",
-        "step_mode")
+        "step_mode", "target_precision", "drafter_precision")
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,6 +69,8 @@ class Page:
     top_p: gr.Slider
     top_k: gr.Number
     seed: gr.Number
+    target_precision: gr.Dropdown   # with the picker, which pair is loaded
+    drafter_precision: gr.Dropdown
     repeats: gr.Slider
     speed: gr.Dropdown
     # what a run shows
@@ -95,6 +97,11 @@ class Page:
         """The run's inputs: component -> the name of its value."""
         return {**{getattr(self, name): name for name in FORM},
                 self.server.url: "vllm_url", self.server.baseline: "vllm_baseline_url"}
+
+    def pair(self) -> list[Any]:
+        """What names the pair to load: the picker, the custom fields, then the precisions."""
+        return [self.model, self.custom_target, self.custom_drafter, self.target_precision,
+                self.drafter_precision]
 
     def outputs(self) -> list[Any]:
         """What a frame fills, in :data:`OUTPUTS` order, then the session and Race replay."""
@@ -133,8 +140,10 @@ def wire(demo: gr.Blocks, page: Page, h: Handlers, vh: VllmHandlers) -> None:
                 queue=False, **HIDDEN).then(
             h.scrub_range, page.session, page.scrub, queue=False, **HIDDEN).then(
             teach.what_if_update, page.session, page.what_if, queue=False, **HIDDEN)
-    load_inputs = [page.model, page.custom_target, page.custom_drafter]
-    inspector.attach(h, page.session, page.inspector_panel, page.anatomy_panel, load_inputs, loads,
+    # a run may have loaded its pair: the model status then says what it runs in
+    started["run"].then(h.status_line, page.pair(), page.model_status, queue=False, show_progress="hidden",
+                        **HIDDEN)
+    inspector.attach(h, page.session, page.inspector_panel, page.anatomy_panel, page.pair(), loads,
                      [started["run"]])
     for ev in [*loads, started["run"]]:  # Count experts follows the pair once it is loaded
         ev.then(h.experts_switch, load_inputs, page.experts, queue=False, show_progress="hidden", **HIDDEN)
@@ -164,9 +173,13 @@ def _wire_model(demo: gr.Blocks, page: Page, h: Handlers, vh: VllmHandlers) -> l
 
     page.model.change(on_model, page.model, [page.custom_row, page.hint, page.example, page.chat,
                                              page.server.row, page.model_status], queue=False, **HIDDEN)
-    pair = [page.model, page.custom_target, page.custom_drafter]
+    pair = page.pair()
     shown = [page.model_status, page.timer, page.chat]
-    pressed = page.load_btn.click(vh.load, pair + [page.server.url, page.server.baseline], shown, **HIDDEN)
+    pressed = page.load_btn.click(vh.load, pair[:3] + [page.server.url, page.server.baseline] + pair[3:], shown,
+                                  **HIDDEN)
+    # another precision is another pair: its line (loaded, loading, or loads on first run)
+    gr.on([page.target_precision.change, page.drafter_precision.change], h.tick, pair, shown, queue=False,
+          show_progress="hidden", **HIDDEN)
     limits = links.Limits(tuple(h.presets), h.cap, 16 * h.prompt_cap)
     restored = teach.wire(demo, page.form(), page.status, limits)  # deep link, Copy link, tour, presenter mode
     # Three triggers, but not one gr.on: the link's load must follow its restore (a .then

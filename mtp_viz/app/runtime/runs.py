@@ -242,12 +242,15 @@ def warm_up(source: Source, new_tokens: int = 8, top: int = 0) -> None:
         pass
 
 
-def load_and_warm(target: str, drafter: str | None) -> Any:
+def load_and_warm(target: str, drafter: str | None, precision: Any = None) -> Any:
     """The app's :class:`.service.PairLoader` work: set torch's threads on purpose, load
-    the pair (in ``MTP_VIZ_DTYPE`` if set), and warm it through the app's path (:func:`warm_up`)."""
+    the pair (each model in the precision the page asked, else ``MTP_VIZ_DTYPE`` if set,
+    else the device's default), and warm it through the app's path (:func:`warm_up`)."""
     from mtp_viz.sources import models  # imports torch: only here, on first use
     models.set_threads(service.threads())
-    return warm(models.load_pair(target, drafter, dtype=service.env_dtype()))
+    return warm(models.load_pair(target, drafter, dtype=service.env_dtype(),
+                                 target_precision=precision.target if precision else None,
+                                 drafter_precision=precision.drafter if precision else None))
 
 
 def warm(pair: Any) -> Any:
@@ -258,13 +261,14 @@ def warm(pair: Any) -> Any:
     return pair
 
 
-def preloaded(pair: Any) -> Callable[[str, str | None], Any]:
+def preloaded(pair: Any) -> Callable[..., Any]:
     """The app's loading work when it is given a pair already in memory (a notebook's,
-    :func:`mtp_viz.launch`): that pair for its own name, warmed but not loaded again
-    (and torch's threads left as its owner set them); any other pair as usual."""
+    :func:`mtp_viz.launch`): that pair for its own name in the default precision, warmed
+    but not loaded again (and torch's threads left as its owner set them); any other pair,
+    or these models in another precision, loads as usual."""
     key = service.pair_key(pair.name, pair.drafter_name)
-    return lambda target, drafter: warm(pair) if service.pair_key(target, drafter) == key \
-        else load_and_warm(target, drafter)
+    return lambda target, drafter, precision=None: warm(pair) if service.pair_key(target, drafter) == key \
+        and precision is None else load_and_warm(target, drafter, precision)
 
 
 def final_frame(sess: Session, threads: int = 0) -> Frame:

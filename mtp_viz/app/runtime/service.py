@@ -1,8 +1,9 @@
 """What the app needs from the models, without importing torch until a pair loads.
 
 Pairs are loaded once per process and shared by every session, in a bounded cache
-(``MTP_VIZ_MAX_PAIRS``, least recently used first out) keyed by the model as it
-resolves on disk, so ``tiny``, its folder and ``./its/folder/`` are one pair. Loads
+(``MTP_VIZ_MAX_PAIRS``, least recently used first out) keyed by the models as they
+resolve on disk, so ``tiny``, its folder and ``./its/folder/`` are one pair, and by the
+precision asked of each (the same models in int8 are another pair). Loads
 run on background threads, at most ``LOAD_SLOTS`` at a time and one per pair; a
 lookup never waits for a load. ``MTP_VIZ_ALLOWED_MODELS`` limits what a public
 deployment may load at all.
@@ -20,7 +21,7 @@ from typing import Any, Callable
 from mtp_viz.errors import UserError
 from mtp_viz.paths import assets_dir
 from mtp_viz.sources.presets import PRESETS, canonical, resolve
-from mtp_viz.sources.settings import dtype_name
+from mtp_viz.sources.precision import Precision, precision_name
 
 E2B = ("google/gemma-4-E2B-it", "google/gemma-4-E2B-it-assistant")
 LOAD_SLOTS = 2  # loads running at once; more wait their turn (each is memory-hungry)
@@ -56,10 +57,11 @@ def env_prompt_cap() -> int:
 
 
 def env_dtype() -> str | None:
-    """The dtype every pair loads in (``MTP_VIZ_DTYPE``: bfloat16, float16 or float32);
-    unset, the device's default (float32 on a CPU, twice bfloat16's memory). Anything
-    else is one sentence: :func:`.layout.launch` refuses to start on it."""
-    return dtype_name(os.environ.get("MTP_VIZ_DTYPE"), "MTP_VIZ_DTYPE")
+    """The precision both models of every pair load in unless the page asks for another
+    (``MTP_VIZ_DTYPE``: float32, bfloat16, float16, int8 or int4); unset, the device's
+    default (float32 on a CPU, twice bfloat16's memory). Anything else is one sentence:
+    :func:`.layout.launch` refuses to start on it."""
+    return precision_name(os.environ.get("MTP_VIZ_DTYPE"), "MTP_VIZ_DTYPE")
 
 
 def env_sessions() -> int:
@@ -144,7 +146,7 @@ def user_message(exc: BaseException) -> str:
 
 
 def pair_key(target: str, drafter: str | None) -> tuple[str, str | None]:
-    """One key per pair however its models are written (see :func:`canonical`)."""
+    """One key per pair of models however they are written (see :func:`canonical`)."""
     target_spec, preset_drafter = resolve(target.strip())
     drafter = drafter or preset_drafter
     if drafter and drafter.strip().lower() in PRESETS:
@@ -189,12 +191,20 @@ def threads() -> int:
 MAX_ENDED = 32  # failed or unloaded pairs whose sentence the loader remembers
 
 
+def cache_key(target: str, drafter: str | None, precision: Precision | None = None) -> tuple:
+    """The loader's key: the models (:func:`pair_key`) and the precisions asked of them
+    (None or ``Precision()``: the deployment's default, ``MTP_VIZ_DTYPE`` or the device's)."""
+    p = precision or Precision()
+    return (*pair_key(target, drafter), p.target, p.drafter)
+
+
 class PairLoader:
     """The process's pairs: a bounded, thread-safe cache with background loading.
 
-    ``load(target, drafter)`` does the work: the app's is :func:`.runs.load_and_warm`
-    (load, then an untimed comparison through the app's path, so the first run is timed
-    warm); tests pass their own."""
+    ``load(target, drafter)`` does the work, ``load(target, drafter, precision=...)`` for a
+    pair asked in other precisions than the default: the app's is
+    :func:`.runs.load_and_warm` (load, then an untimed comparison through the app's path,
+    so the first run is timed warm); tests pass their own."""
 
     def __init__(self, load: Callable[[str, str | None], Any],
                  allow: AllowList | None = None, max_pairs: int | None = None):
@@ -206,34 +216,35 @@ class PairLoader:
         self._states: OrderedDict[tuple, LoadState] = OrderedDict()
         self._done: dict[tuple, threading.Event] = {}
 
-    def state(self, target: str, drafter: str | None) -> LoadState:
-        key = pair_key(target, drafter)
+    def state(self, target: str, drafter: str | None, precision: Precision | None = None) -> LoadState:
+        key = cache_key(target, drafter, precision)
         with self._lock:
             st = self._states.get(key)
             if st is not None and st.status == Load.READY:
                 self._states.move_to_end(key)  # recently used
             return st or LoadState()
 
-    def start(self, target: str, drafter: str | None) -> LoadState:
+    def start(self, target: str, drafter: str | None, precision: Precision | None = None) -> LoadState:
         """Begin loading in the background unless it is queued, loading or loaded."""
         self.allow.check(target, drafter)
-        key = pair_key(target, drafter)
+        key = cache_key(target, drafter, precision)
         with self._lock:
             st = self._states.get(key)
             if st and (st.busy or st.status == Load.READY):
                 return st
             st = self._states[key] = LoadState(Load.QUEUED, "", time.monotonic())
             self._done[key] = threading.Event()
-        threading.Thread(target=self._work, args=(key, target, drafter), daemon=True,
+        threading.Thread(target=self._work, args=(key, target, drafter, precision), daemon=True,
                          name="mtp-viz-load").start()
         return st
 
-    def _work(self, key: tuple, target: str, drafter: str | None) -> None:
+    def _work(self, key: tuple, target: str, drafter: str | None, precision: Precision | None) -> None:
+        asked = {"precision": precision} if precision and precision != Precision() else {}
         with self._slots:
             with self._lock:
                 self._states[key].status = Load.LOADING
             try:
-                new = LoadState(Load.READY, "", self._states[key].started, self._load(target, drafter))
+                new = LoadState(Load.READY, "", self._states[key].started, self._load(target, drafter, **asked))
             except BaseException as e:  # noqa: BLE001 - shown to the user as one sentence
                 new = LoadState(Load.ERROR, user_message(e), self._states[key].started)
         with self._lock:
@@ -256,12 +267,13 @@ class PairLoader:
             del self._states[key]
             self._done.pop(key, None)
 
-    def wait(self, target: str, drafter: str | None, timeout: float | None = None) -> LoadState:
-        self.start(target, drafter)
+    def wait(self, target: str, drafter: str | None, timeout: float | None = None,
+             precision: Precision | None = None) -> LoadState:
+        self.start(target, drafter, precision)
         with self._lock:
-            done = self._done[pair_key(target, drafter)]
+            done = self._done[cache_key(target, drafter, precision)]
         done.wait(timeout)
-        return self.state(target, drafter)
+        return self.state(target, drafter, precision)
 
     def loaded(self) -> list[tuple]:
         with self._lock:
@@ -273,5 +285,5 @@ def css() -> str:
     return (assets_dir() / "app.css").read_text(encoding="utf-8")
 
 
-__all__ = ["css", "AllowList", "Load", "LoadState", "PairLoader", "default_pair", "env_cap", "env_prompt_cap",
+__all__ = ["css", "AllowList", "Load", "LoadState", "PairLoader", "cache_key", "default_pair", "env_cap", "env_prompt_cap",
            "env_frame_interval", "env_sessions", "pair_key", "presets", "threads", "user_message"]

@@ -3,9 +3,10 @@
 Pure: an :class:`mtp_viz.analysis.anatomy.Anatomy` (plain numbers read from the loaded modules)
 and a run's events in, HTML with an inline SVG out. The panel's root carries the
 numbers as data attributes (``data-target-layers``, ``data-target-width``,
-``data-drafter-layers``, ``data-drafter-width``, ``data-centroids``, and for a
-mixture-of-experts target ``data-moe-layers``, ``data-experts``, ``data-top-k-experts``);
-model names are escaped.
+``data-drafter-layers``, ``data-drafter-width``, ``data-centroids``, for a
+mixture-of-experts target ``data-moe-layers``, ``data-experts``, ``data-top-k-experts``, and
+what each model runs in: ``data-target-precision``, ``data-drafter-precision``); model
+names are escaped.
 """
 from __future__ import annotations
 
@@ -124,16 +125,20 @@ def anatomy_html(a: Anatomy | None, events: Sequence[Event] = ()) -> str:
     attrs = (f'data-target-layers="{a.target_layers}" data-target-width="{a.target_width}" '
              f'data-drafter-layers="{a.drafter_layers}" data-drafter-width="{a.drafter_width}" '
              f'data-centroids="{a.clustered.centroids if a.clustered else 0}" data-kind="{a.kind}" '
-             f'data-experts="{a.experts.num_experts if a.experts else 0}"')
+             f'data-experts="{a.experts.num_experts if a.experts else 0}" '
+             f'data-target-precision="{html.escape(a.target_precision)}" '
+             f'data-drafter-precision="{html.escape(a.drafter_precision)}"')
+    in_t = f" in {html.escape(a.target_precision)}" if a.target_precision else ""
+    in_d = f" in {html.escape(a.drafter_precision)}" if a.drafter_precision else ""
     if a.kind != "mtp":
         what = ("an independent draft model" if a.kind == "model" else "no drafter model (prompt lookup)")
         return (f'<div class="mv-anatomy" {attrs}><p><b>{names}</b>: target {a.target_layers} layers × width '
-                f'{a.target_width}. This pair has {what}, not a Gemma 4 MTP drafter: there is no drafter '
+                f'{a.target_width}{in_t}. This pair has {what}, not a Gemma 4 MTP drafter: there is no drafter '
                 f'anatomy to draw.</p>{_experts(a)}</div>')
     summary = (f'<p><b>{names}</b>: the target has {a.target_layers} layers of width {a.target_width} '
-               f'({a.target_params / 1e6:.1f}M parameters); the MTP drafter has {a.drafter_layers} '
+               f'({a.target_params / 1e6:.1f}M parameters{in_t}); the MTP drafter has {a.drafter_layers} '
                f'layer{"s" if a.drafter_layers != 1 else ""} of width {a.drafter_width} '
-               f'({a.drafter_params / 1e6:.2f}M parameters). Each draft reads concat(target embedding of the last '
+               f'({a.drafter_params / 1e6:.2f}M parameters{in_d}). Each draft reads concat(target embedding of the last '
                f'token, hidden state) = {a.input_width} numbers, projects them to {a.projected_width}, attends to the '
                'target\'s K/V at one constant position (the last verified one), and feeds its own state '
                f'(projected back to {a.state_width}) to the next draft.</p>')

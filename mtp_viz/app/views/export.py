@@ -95,6 +95,9 @@ def _describe(start: Start | None) -> str:
                      f"(first draft length {s.get('draft_tokens', '')})")
     t = s.get("temperature") or 0
     parts.append("greedy" if not t else f"sampling at temperature {t:g}")
+    if s.get("target_precision"):
+        parts.append(f"target in {s['target_precision']}"
+                     + (f", drafter in {s['drafter_precision']}" if s.get("drafter_precision") else ""))
     return html.escape(" · ".join(parts))
 
 

@@ -29,6 +29,8 @@ class RunStats:
     accepted: int = 0
     seconds: float = 0.0           # elapsed, from the last step's timestamp or Done
     clock: str = "wall"            # what the seconds read: "wall" or "cpu" (Start.settings)
+    target_precision: str = ""     # what each model ran in (Start.settings; "" where unknown
+    drafter_precision: str = ""    # or, for the drafter, no drafter model)
     done: bool = False
     stop_reason: str = ""
     error: str = ""
@@ -47,6 +49,8 @@ class RunStats:
         """Fold one more event in (streaming keeps one RunStats instead of recounting)."""
         if isinstance(e, Start):
             self.mode, self.clock = e.mode, str(e.settings.get("clock", "wall"))
+            self.target_precision = str(e.settings.get("target_precision") or "")
+            self.drafter_precision = str(e.settings.get("drafter_precision") or "")
         elif isinstance(e, (Accepted, Bonus, Token)):
             self.tokens += 1
             self.ids.append(e.token_id)
@@ -87,6 +91,7 @@ def stats_html(stats: RunStats) -> str:
     items += [(f"{stats.tokens_per_second:.1f}", "tokens/s"),
               (f"{stats.seconds:.2f} s", "of engine CPU time" if stats.clock == "cpu" else "elapsed")]
     cells = "".join(f'<span class="mv-stat"><b>{v}</b> {html.escape(k)}</span>' for v, k in items)
+    cells += precision_html(stats)
     state = ""
     if stats.error:
         state = '<span class="mv-stat mv-bad">error</span>'
@@ -95,6 +100,17 @@ def stats_html(stats: RunStats) -> str:
     elif stats.done:
         state = '<span class="mv-stat mv-ok">done</span>'
     return f'<div class="mv-stats">{cells}{state}</div>'
+
+
+def precision_html(stats: RunStats) -> str:
+    """What the run's models ran in (``data-target-precision``, ``data-drafter-precision``),
+    or nothing for a source that does not say (a server, an older trace)."""
+    if not stats.target_precision:
+        return ""
+    t, d = html.escape(stats.target_precision), html.escape(stats.drafter_precision)
+    words = f"target <b>{t}</b>" + (f" · drafter <b>{d}</b>" if d else "")
+    return (f'<span class="mv-stat mv-precision" data-target-precision="{t}" data-drafter-precision="{d}">'
+            f'{words}</span>')
 
 
 def _compare_div(speedup: float | None, spec_tps: float, ar_tps: float, basis: str, threads: int,
@@ -164,5 +180,8 @@ def identity_badge(spec: RunStats, ar: RunStats) -> str:
                 f'lengths differ ({len(spec.ids)} vs {len(ar.ids)})</span>')
     a, _ = escape_token(spec.texts[first], spec.ids[first])
     b, _ = escape_token(ar.texts[first], ar.ids[first])
+    low = spec.target_precision if spec.target_precision in ("bfloat16", "float16") else ""
+    why = (f"in {low}, verifying several tokens in one forward rounds differently from one token at a time, "
+           "and a near-tie can flip a greedy choice" if low else "numerical ties can flip a greedy choice")
     return (f'<span class="mv-badge mv-bad">✗ outputs first differ at token {first + 1}: '
-            f'<code>{a}</code> vs <code>{b}</code> (numerical ties can flip a greedy choice)</span>')
+            f'<code>{a}</code> vs <code>{b}</code> ({why})</span>')

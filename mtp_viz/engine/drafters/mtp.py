@@ -29,7 +29,11 @@ class MTPDrafter:
     def propose(self, ctx: DraftContext, k: int, pick: Pick, keep: Keep) -> Proposal:
         if k <= 0:
             return Proposal([])
-        kv = ctx.shared_kv
+        # a drafter in another precision than its target's (a bf16 drafter over a float32
+        # target) reads the target's state and K/V in its own dtype
+        dtype = self.assistant.dtype
+        kv = None if ctx.shared_kv is None else {
+            kind: (keys.to(dtype), values.to(dtype)) for kind, (keys, values) in ctx.shared_kv.items()}
         device = self.embed.weight.device
         h = ctx.hidden
         # Constant position: the newest token's position, for every draft of this step.
@@ -37,7 +41,7 @@ class MTPDrafter:
         token = torch.tensor([[ctx.ids[-1]]], device=device)
         drafts = Drafts(pick, keep)
         for _ in range(k):
-            x = torch.cat([self.embed(token), h.to(self.embed.weight.dtype)], dim=-1)
+            x = torch.cat([self.embed(token).to(dtype), h.to(dtype)], dim=-1)
             # No padding at batch size 1: no mask (the sliding window still applies)
             out = self.assistant(inputs_embeds=x, position_ids=position, shared_kv_states=kv,
                                  use_cache=False)

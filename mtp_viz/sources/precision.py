@@ -1,0 +1,220 @@
+"""Each model's precision: a float dtype, or integer weights through transformers' own
+quantization configs.
+
+    float32, bfloat16, float16   the model's dtype: ``from_pretrained(dtype=...)``
+    int8                         ``quantization_config=TorchAoConfig(Int8WeightOnlyConfig())``:
+                                 every linear layer's weight in int8 with one scale per row;
+                                 embeddings, norms and the arithmetic stay in the device's
+                                 default dtype (float32 on a CPU, bfloat16 on a GPU)
+    int4                         ``TorchAoConfig(Int4WeightOnlyConfig())``: linear weights in
+                                 4 bits, groups of 128 sharing a scale, bfloat16 arithmetic
+
+A precision is a setting of each model (``--target-precision``, ``--drafter-precision``;
+``--dtype`` sets both). Names are checked without torch (the app's form reads them);
+the load arguments, the kernel check and reading a loaded model's precision import torch
+and torchao only when called. Whether a precision runs is asked of the device itself
+(:func:`check_runs`: one small layer in it, quantized and run), so a precision without a
+kernel there is one sentence before any weights load, not a conversion error mid-load.
+"""
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from mtp_viz.errors import UserError, clip
+
+PRECISIONS = ("float32", "bfloat16", "float16", "int8", "int4")
+ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}
+BITS = {"int8": 8, "int4": 4}          # bits per weight of a quantized linear layer
+INT4_GROUP = 128                        # weights sharing one int4 scale (torchao's default)
+# int4 packings to try, in order, on devices that have a kernel for them: "plain" needs the
+# mslk kernels (CUDA), "tile_packed_to_4d" torch's own CUDA int4 matmul (bfloat16 only)
+INT4_FORMATS = ("plain", "tile_packed_to_4d")
+CHOICES = "float32, bfloat16, float16, int8 or int4"
+
+
+def precision_name(value: Any, setting: str = "precision") -> str | None:
+    """The precision a user asked for (``--target-precision``, ``--dtype``,
+    ``MTP_VIZ_DTYPE``, the page's field), by its full name; None for none (the device's
+    default); one sentence naming ``setting`` for anything else."""
+    if value is None or not str(value).strip() or str(value).strip().lower() in ("auto", "default"):
+        return None
+    name = str(value).strip().lower()
+    name = ALIASES.get(name, name)
+    if name not in PRECISIONS:
+        raise UserError(f"Unknown {setting} {clip(repr(value), 40)}; use {CHOICES}.")
+    return name
+
+
+def default_precision(device: str) -> str:
+    """bfloat16 on accelerators, float32 on a CPU (bf16 matmuls are slow on most CPUs,
+    but float32 takes twice the memory: :mod:`.memory`)."""
+    return "float32" if device == "cpu" else "bfloat16"
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The precisions of a pair's two models; None is the device's default."""
+    target: str | None = None
+    drafter: str | None = None
+
+    @classmethod
+    def of(cls, dtype: Any = None, target: Any = None, drafter: Any = None) -> "Precision":
+        """From the user's settings: ``dtype`` for both models, ``target``/``drafter`` for
+        one (they win over ``dtype``); each name checked."""
+        both = precision_name(dtype, "dtype")
+        return cls(precision_name(target, "target precision") or both,
+                   precision_name(drafter, "drafter precision") or both)
+
+    @classmethod
+    def parse(cls, pair: str) -> "Precision":
+        """``"T/D"`` (``--precisions``' items): the target's precision, then the drafter's."""
+        parts = [p.strip() for p in str(pair).split("/")]
+        if len(parts) != 2 or not all(parts):
+            raise UserError(f"A precision pair is target/drafter, like float32/int8, not {clip(repr(pair), 40)}.")
+        return cls(precision_name(parts[0], "target precision"), precision_name(parts[1], "drafter precision"))
+
+    def resolved(self, device: str) -> "Precision":
+        """The same with the device's default in place of None."""
+        return Precision(self.target or default_precision(device), self.drafter or default_precision(device))
+
+    @property
+    def label(self) -> str:
+        return f"{self.target or 'default'}/{self.drafter or 'default'}"
+
+
+def compute_dtype(precision: str | None, device: str):
+    """The torch dtype a model in ``precision`` computes in (and keeps its unquantized
+    weights in)."""
+    import torch
+    precision = precision or default_precision(device)
+    if precision == "int4":
+        return torch.bfloat16  # every int4 kernel torchao has takes bfloat16
+    if precision in BITS:
+        precision = default_precision(device)
+    return getattr(torch, precision)
+
+
+def _torchao(precision: str):
+    """torchao's quantization module, or one sentence saying it is missing."""
+    try:
+        import torchao.quantization as quantization
+    except ImportError:
+        raise UserError(f"{precision} needs the torchao package, which is not installed: "
+                        "pip install torchao (or mtp-viz[quant]).") from None
+    return quantization
+
+
+def _quant_types(precision: str) -> list:
+    """torchao configs for ``precision``, the first one the device can run first to be tried."""
+    q = _torchao(precision)
+    if precision == "int8":
+        return [q.Int8WeightOnlyConfig()]
+    return [q.Int4WeightOnlyConfig(group_size=INT4_GROUP, int4_packing_format=f) for f in INT4_FORMATS]
+
+
+def _runs(quant_type, dtype, device: str) -> bool:
+    """Whether one small linear layer quantized by ``quant_type`` runs on ``device``."""
+    import torch
+    try:
+        layer = torch.nn.Linear(256, 256, bias=False, device=device, dtype=dtype)
+        if quant_type is not None:
+            from torchao.quantization import quantize_
+            quantize_(layer, quant_type)
+        with torch.inference_mode():
+            layer(torch.ones(2, 256, device=device, dtype=dtype))
+        return True
+    except Exception:  # noqa: BLE001 - no kernel, whatever the library raises for it
+        return False
+
+
+def _where(device: str) -> str:
+    return "this CPU" if device == "cpu" else f"the {device} device"
+
+
+def quant_type(precision: str | None, device: str):
+    """The torchao config ``precision`` loads with on ``device`` (None for a float
+    dtype), checked to run there; one sentence when it cannot. (A device where not even
+    float32 runs is left to the load, which names the real problem.)"""
+    import torch
+    precision = precision or default_precision(device)
+    dtype = compute_dtype(precision, device)
+    if device.startswith("cuda") and "spaces" in sys.modules and not torch.cuda.is_initialized():
+        # ZeroGPU: no GPU is attached outside spaces.GPU, and CUDA must stay uninitialised
+        # (as in .memory): nothing can be asked, so the load itself says what fails
+        return _quant_types(precision)[0] if precision in BITS else None
+    if precision not in BITS:
+        if precision != "float32" and not _runs(None, dtype, device) and _runs(None, torch.float32, device):
+            raise UserError(f"{precision} has no kernel on {_where(device)}; use {_others(precision)}.")
+        return None
+    for candidate in _quant_types(precision):
+        if _runs(candidate, dtype, device):
+            return candidate
+    why = (f" (torchao {_version()}'s int4 weight-only layouts need a CUDA GPU)"
+           if precision == "int4" and device == "cpu" else "")
+    raise UserError(f"{precision} has no kernel on {_where(device)}{why}; use {_others(precision)}.")
+
+
+def _others(precision: str) -> str:
+    """The precisions to suggest instead of one that does not run."""
+    others = [p for p in ("int8", "bfloat16", "float32") if p != precision]
+    return ", ".join(others[:-1]) + " or " + others[-1]
+
+
+def _version() -> str:
+    try:
+        import torchao
+        return str(torchao.__version__).split("+")[0]
+    except ImportError:
+        return "?"
+
+
+def check_runs(precision: str | None, device: str) -> None:
+    """One sentence unless ``precision`` runs on ``device`` (see :func:`quant_type`)."""
+    quant_type(precision, device)
+
+
+def load_kwargs(precision: str | None, device: str) -> dict[str, Any]:
+    """What ``from_pretrained`` takes to load a model in ``precision`` on ``device``."""
+    kwargs: dict[str, Any] = {"dtype": compute_dtype(precision, device)}
+    q = quant_type(precision, device)
+    if q is not None:
+        from transformers import TorchAoConfig
+        kwargs["quantization_config"] = TorchAoConfig(quant_type=q)
+    return kwargs
+
+
+def precision_of(model) -> str:
+    """What a loaded model runs in, read from the model itself: its quantization
+    config's kind (``int8``, ``int4``, ``nf4``, ...) or its dtype's name. Works on models
+    mtp-viz did not load (:func:`mtp_viz.sources.models.from_models`)."""
+    qc = getattr(getattr(model, "config", None), "quantization_config", None)
+    if qc is not None:
+        return _quantized_kind(qc.to_dict() if hasattr(qc, "to_dict") else dict(qc), qc)
+    for module in model.modules():  # torchao applied by hand: its tensor subclass says it
+        weight = getattr(module, "weight", None)
+        m = re.match(r"Int(\d)", type(weight).__name__) if weight is not None else None
+        if m:
+            return f"int{m.group(1)}"
+    return str(getattr(model, "dtype", "")).removeprefix("torch.") or "unknown"
+
+
+def _quantized_kind(d: dict, qc) -> str:
+    method = str(d.get("quant_method", "")).split(".")[-1].lower()
+    if method == "torchao":
+        name = type(getattr(qc, "quant_type", None)).__name__
+        if name in ("NoneType", "str", "dict"):
+            name = str(d.get("quant_type", ""))
+        bits = re.search(r"(\d)weight", name.lower())
+        kind = f"int{bits.group(1)}" if bits else name or "torchao"
+        return kind + (" (dynamic activations)" if "DynamicActivation" in name else "")
+    if method == "bitsandbytes":
+        return d.get("bnb_4bit_quant_type", "int4") if d.get("load_in_4bit") else "int8"
+    bits = d.get("bits") or d.get("w_bit")
+    return f"{method} int{bits}" if bits else method or "quantized"
+
+
+__all__ = ["BITS", "CHOICES", "INT4_GROUP", "PRECISIONS", "Precision", "check_runs", "compute_dtype",
+           "default_precision", "load_kwargs", "precision_name", "precision_of", "quant_type"]
