@@ -16,7 +16,7 @@ import mtp_viz
 import mtp_viz.prompts
 from factories import gemma_assistant, gemma_small_lm, gemma_target
 from invariants import check_invariants, generated
-from mtp_viz.engine.events import Accepted, Bonus, Drafted, Error, Rejected, Start, Step
+from mtp_viz.engine.events import Accepted, Bonus, Drafted, Error, Rejected, Step
 from mtp_viz.errors import UserError
 from mtp_viz.sources import trace
 from mtp_viz.sources.hf_generate import CHECKED_WITH, record

@@ -139,11 +139,13 @@ class Handlers(Recorded):
             raise UserError(st.message)
         yield st.pair
 
-    def experts_switch(self, key: str, custom_target: str, custom_drafter: str):
+    def experts_switch(self, key: str, custom_target: str, custom_drafter: str, target_precision: Any = None,
+                       drafter_precision: Any = None):
         """``#experts`` for the picked pair once it is loaded: on offer for a mixture of
         experts, off with the reason for a dense one (else unchanged)."""
         try:
-            st = self.loader.state(*self.pick(key, custom_target, custom_drafter))
+            st = self.loader.state(*self.pick(key, custom_target, custom_drafter),
+                                   self.precision(target_precision, drafter_precision))
         except UserError:
             return gr.skip()
         if st.status != "ready":

@@ -101,7 +101,9 @@ def traffic_section(th: TrafficHandlers) -> None:
             plots = [gr.Plot(f, elem_id=i, show_label=False) for f, i in zip(
                 th.figures([]), ("traffic-speedup-plot", "traffic-throughput-plot", "traffic-acceptance-plot"))]
         table = gr.HTML("", elem_id="traffic-table")
-    sweep = gr.State(Sweep)
-    run.click(th.sweep, [url, baseline, levels, requests, max_tokens, sweep], [status, *plots, table],
-              concurrency_id="traffic", concurrency_limit=1, show_progress="hidden", api_visibility="private")
+    sweep = gr.State(None)  # this visitor's Sweep, made on the first press (a callable State would be an API route)
+    hidden = dict(api_visibility="private")
+    run.click(lambda s: s or Sweep(), sweep, sweep, queue=False, **hidden).then(
+        th.sweep, [url, baseline, levels, requests, max_tokens, sweep], [status, *plots, table],
+        concurrency_id="traffic", concurrency_limit=1, show_progress="hidden", **hidden)
     stop.click(th.stop, sweep, None, queue=False, api_visibility="private")

@@ -146,7 +146,7 @@ def wire(demo: gr.Blocks, page: Page, h: Handlers, vh: VllmHandlers) -> None:
     inspector.attach(h, page.session, page.inspector_panel, page.anatomy_panel, page.pair(), loads,
                      [started["run"]])
     for ev in [*loads, started["run"]]:  # Count experts follows the pair once it is loaded
-        ev.then(h.experts_switch, load_inputs, page.experts, queue=False, show_progress="hidden", **HIDDEN)
+        ev.then(h.experts_switch, page.pair(), page.experts, queue=False, show_progress="hidden", **HIDDEN)
     # a new run, a measurement, a race replay or a trace: the old token's inspector goes
     gr.on([page.run_btn.click, page.measure_btn.click, page.replay_btn.click, page.trace_upload.upload,
            page.trace_example.change], lambda: "", None, page.inspector_panel, queue=False, **HIDDEN)
