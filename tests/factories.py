@@ -58,7 +58,7 @@ def gemma_small_lm(V=512, window=16, seed=2):
     return Gemma4ForCausalLM(cfg).eval()
 
 
-# ---- the classes real checkpoints load as (TESTING.md, "The classes real checkpoints load as")
+# ---- the classes real checkpoints load as (Gemma4ForConditionalGeneration, its MoE shape, the 12B family)
 MOE = dict(enable_moe_block=True, num_experts=8, top_k_experts=2, moe_intermediate_size=32)  # 26B-A4B's fields
 
 

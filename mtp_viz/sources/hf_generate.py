@@ -43,7 +43,7 @@ What the events carry:
   returned. For the MTP generator (``SinglePositionMultiTokenCandidateGenerator``) these
   are the assistant's raw logits and the draft is their argmax even when sampling; its
   ``do_sample=True`` accept rule still scores the draft with this q, which is why it does
-  not preserve the target's distribution (DESIGN.md). A generator without logits (prompt
+  not preserve the target's distribution (the engine samples drafts from q instead). A generator without logits (prompt
   lookup) leaves q at 1, a certain draft.
 - ``agreed``: transformers cuts a step at an end-of-sequence token among the drafts and
   does not say how many later drafts the target agreed with. Greedy, the recorder
