@@ -73,10 +73,14 @@ def pct(values: Sequence[float], q: float) -> float | None:
     return v[max(0, math.ceil(q * len(v)) - 1)] if v else None
 
 
-def _request(events: list[Event], prompt: int) -> Request:
+def _request(events: list[Event], prompt: int) -> Request | None:
+    """One finished request's measurements; None for one Stop cut (it ended "stopped", or
+    Stop came before its first token): a cut request is not a measurement."""
     errors = [e for e in events if isinstance(e, Error)]
     if errors:
         raise UserError(errors[0].message)
+    if not events or (isinstance(events[-1], Done) and events[-1].stop_reason == "stopped"):
+        return None
     done = events[-1]
     if not isinstance(done, Done):
         raise UserError("A server's stream ended without its last chunk.")
@@ -103,7 +107,10 @@ def run_level(servers: Servers, mode: str, prompts: Sequence[str], concurrency: 
                     return mine
                 taken[0] += 1
             p = i % len(prompts)
-            mine.append(_request(list(source.events(settings(prompts[p], mode), stop)), p))
+            request = _request(list(source.events(settings(prompts[p], mode), stop)), p)
+            if request is None:
+                return mine
+            mine.append(request)
         return mine
 
     t0 = time.perf_counter()

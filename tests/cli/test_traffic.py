@@ -63,3 +63,16 @@ def test_the_traffic_panel_contacts_only_listed_servers_when_locked_down():
     assert "whole numbers from 1 to 16" in status
     (status, *_rest), = list(th.sweep("http://127.0.0.1:8000", "http://127.0.0.1:8000", "1", 0, 16, None))
     assert "Requests per level must be a whole number from 1 to 256" in status
+
+
+def test_a_request_stop_cut_is_not_measured_and_a_finished_one_is():
+    """Stop can land before a request's first token (the source yields nothing) or mid-way
+    (it ends "stopped"): neither is a measurement; a finished request is."""
+    from mtp_viz.engine.events import Done, Step, Token
+    finished = [Token(1, 7, "a", 0.9, 0.1), Step(1, 0, 0, 1, t=0.1),
+                Done(new_tokens=1, target_forwards=1, seconds=0.2, stop_reason="max_new_tokens",
+                     generated_ids=(7,))]
+    cut = [*finished[:2], Done(new_tokens=1, target_forwards=1, seconds=0.2, stop_reason="stopped")]
+    assert traffic._request([], 0) is None and traffic._request(cut, 0) is None
+    r = traffic._request(finished, 3)
+    assert (r.prompt, r.tokens, r.ids, r.ttft) == (3, 1, (7,), 0.1)
