@@ -212,6 +212,7 @@ class Done(Event):
     tokens_per_second: float = 0.0
     stop_reason: str = ""          # "eos", "max_new_tokens" or "stopped"
     generated_ids: tuple[int, ...] = ()
+    compile_seconds: float = _optional(0.0)  # graphs the compiled engine compiled in the run, off `seconds`
     # A server source's own per-request metrics, as it sent them (lists as tuples);
     # vLLM: its response's "metrics" object, with "speculative_decoding". Empty locally.
     server_metrics: dict[str, Any] = field(default_factory=dict)

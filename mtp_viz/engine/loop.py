@@ -43,6 +43,7 @@ class Tally:
     drafter_forwards: int = 0
     drafted: int = 0
     accepted: int = 0            # drafts emitted (an EOS or the token limit may cut a step)
+    compile_seconds: float = 0.0  # graphs compiled during the run (compiled engine), off its clock
 
 
 @dataclass
@@ -51,11 +52,17 @@ class Forward:
     logits: torch.Tensor                  # [n, V] float32
     hidden: torch.Tensor | None           # [1, n, H] last-layer activations (MTP only)
     shared_kv: dict | None                # layer type -> (K, V), ending with the n new tokens
+    compile_seconds: float = 0.0          # compiling its graph (compiled engine), off the clock
 
 
 @torch.inference_mode()
-def target_forward(target, cache, tokens: list[int], want_state: bool, keep: int) -> Forward:
-    """Run the target over ``tokens`` appended to ``cache``; keep the last ``keep`` logits."""
+def target_forward(target, cache, tokens: list[int], want_state: bool, keep: int,
+                   compiled: bool = True) -> Forward:
+    """Run the target over ``tokens`` appended to ``cache``; keep the last ``keep`` logits.
+    A compiled target (:class:`.compiled.FastTarget`) runs its graph for this width
+    (``compiled=False``: its twin eagerly, as for a prefill of any length)."""
+    if getattr(target, "engine", "eager") == "compiled":
+        return Forward(*target.forward(cache, tokens, want_state, keep, compiled))
     ids = torch.tensor([tokens], device=target.device)
     extra = {"output_hidden_states": True, "return_shared_kv_states": True} if want_state else {}
     out = target(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=keep, **extra)
@@ -70,10 +77,35 @@ def crop_shared_kv(shared_kv: dict, drop: int) -> dict:
     return {t: (k[:, :, :-drop], v[:, :, :-drop]) for t, (k, v) in shared_kv.items()}
 
 
-def new_cache(target) -> DynamicCache:
+def new_cache(target, need: int):
+    """(target, cache) for a run of ``need`` positions: a compiled target's static cache,
+    or transformers' ``DynamicCache`` (past a compiled target's largest capacity, its eager
+    model's: ``engine`` in the start event says which ran)."""
+    if getattr(target, "engine", "eager") == "compiled":
+        cache = target.new_cache(need)
+        if cache is not None:
+            return target, cache
+        target = target.model
     cache = DynamicCache(config=target.config)
     cache.activate_past_recording()  # sliding-window layers can then be rolled back
-    return cache
+    return target, cache
+
+
+def release(target, cache) -> None:
+    """A compiled target's cache goes back to its pool when the run ends."""
+    if getattr(target, "engine", "eager") == "compiled":
+        target.release(cache)
+
+
+def engine_of(target) -> str:
+    """"compiled" or "eager": what the start event's ``engine`` says."""
+    return getattr(target, "engine", "eager")
+
+
+def _no_experts_when_compiled(target, experts: bool) -> None:
+    if experts and engine_of(target) == "compiled":
+        raise ValueError("Counting experts needs the eager engine (its hooks see no compiled graph); "
+                         "load the pair without compiling.")
 
 
 class _Text:
@@ -111,6 +143,17 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
     if isinstance(schedule, str):
         schedule = make_schedule(schedule, initial=draft_tokens or drafter.default_draft_tokens,
                                  cap=max_draft_tokens)
+    _no_experts_when_compiled(target, experts)
+    target, cache = new_cache(target, len(prompt_ids) + max_new_tokens + max_draft_tokens + 1)
+    try:
+        yield from _speculative(target, cache, drafter, prompt_ids, max_new_tokens, sampling, schedule,
+                                eos_token_ids, detok, stale_kv, stop, pause, top, experts, clock)
+    finally:
+        release(target, cache)
+
+
+def _speculative(target, cache, drafter, prompt_ids, max_new_tokens, sampling, schedule, eos_token_ids,
+                 detok, stale_kv, stop, pause, top, experts, clock) -> Iterator[Event]:
     text, eos = _Text(detok), set(eos_token_ids)
     sampler = Sampler(sampling, device=target.device)
     ids = list(prompt_ids)
@@ -121,12 +164,11 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
     t0 = clock()
     drafter.reset()
     schedule.start()  # resets per-generation state; the prefill step drafts nothing
-    cache = new_cache(target)
     want_state = drafter.needs_target_state
 
     # Step 1 is the prefill: no drafts, the target's first token closes it.
     tap.arm()
-    fwd = target_forward(target, cache, ids, want_state, keep=1)
+    fwd = target_forward(target, cache, ids, want_state, keep=1, compiled=False)
     cache.crop(0)
     proposal, tally = Proposal([]), Tally(forwards=1)
     step, draft_s, pick = 1, 0.0, _picker(sampler)
@@ -174,7 +216,9 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
         budget = max_new_tokens - (len(ids) - len(prompt_ids)) - 1  # leave room for the bonus
         t = clock()
         proposal = drafter.propose(ctx, min(next_k, budget), pick, schedule.keep_drafting)
-        draft_s = clock() - t
+        draft_s = clock() - t - proposal.compile_seconds   # a graph compiled now is not drafting
+        t0 += proposal.compile_seconds
+        tally.compile_seconds += proposal.compile_seconds
         tally.drafter_forwards += proposal.forwards
         q_top = tops.drafted(ids, proposal.tokens) if tops else [{}] * len(proposal.tokens)
         for i, tok in enumerate(proposal.tokens):
@@ -186,7 +230,9 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
         # -- verify: one target forward over the newest token and all drafts ------------
         fwd, verify_s, routed = timed_forward(target, cache, [ids[-1]] + proposal.tokens, want_state,
                                               len(proposal.tokens) + 1, tap, clock)
+        t0 += fwd.compile_seconds
         tally.forwards += 1
+        tally.compile_seconds += fwd.compile_seconds
 
     yield _done(ids, prompt_ids, tally, clock() - t0, stop_reason, text)
 
@@ -198,14 +244,14 @@ def timed_forward(target, cache, tokens: list[int], want_state: bool, keep: int,
     t = clock()
     tap.arm()
     fwd = target_forward(target, cache, tokens, want_state, keep)
-    seconds = clock() - t
+    seconds = clock() - t - fwd.compile_seconds  # a graph compiled now is not verifying
     return fwd, seconds, tap.take()
 
 
 def run_setting(target, max_new_tokens: int, sampling: Sampling, clock, experts: bool) -> dict:
     """The start event's settings both modes share."""
     return {"max_new_tokens": max_new_tokens, **sampling.as_dict(), "clock": clock_basis(clock),
-            "experts": experts_setting(target, experts)}
+            "experts": experts_setting(target, experts), "engine": engine_of(target)}
 
 
 def experts_setting(target, counted: bool) -> dict:
@@ -300,7 +346,8 @@ def _done(ids, prompt_ids, tally: Tally, seconds, stop_reason, text) -> Done:
     return Done(len(gen), forwards, seconds, text.decode(gen), tally.drafter_forwards,
                 drafted, accepted, accepted / drafted if drafted else 0.0,
                 len(gen) / forwards if forwards else 0.0,
-                len(gen) / seconds if seconds > 0 else 0.0, stop_reason, tuple(gen))
+                len(gen) / seconds if seconds > 0 else 0.0, stop_reason, tuple(gen),
+                compile_seconds=tally.compile_seconds)
 
 
 def autoregressive(target, prompt_ids: Sequence[int], *, max_new_tokens: int = 64,
@@ -310,6 +357,17 @@ def autoregressive(target, prompt_ids: Sequence[int], *, max_new_tokens: int = 6
     """Plain decoding, one target forward per token, through the same event types
     (top=k > 0: each token's event also carries the target's top-k candidates;
     experts=True: each step its distinct experts per layer, as :func:`speculative`)."""
+    _no_experts_when_compiled(target, experts)
+    target, cache = new_cache(target, len(prompt_ids) + max_new_tokens + 1)
+    try:
+        yield from _autoregressive(target, cache, prompt_ids, max_new_tokens, sampling, eos_token_ids, detok,
+                                   stop, top, experts, clock)
+    finally:
+        release(target, cache)
+
+
+def _autoregressive(target, cache, prompt_ids, max_new_tokens, sampling, eos_token_ids, detok, stop, top,
+                    experts, clock) -> Iterator[Event]:
     text, eos = _Text(detok), set(eos_token_ids)
     sampler = Sampler(sampling, device=target.device)
     tops = TopK(top, sampler, detok=detok) if top else None
@@ -317,17 +375,18 @@ def autoregressive(target, prompt_ids: Sequence[int], *, max_new_tokens: int = 6
     yield Start("autoregressive", len(ids), tuple(ids), run_setting(target, max_new_tokens, sampling, clock, experts))
     tap = ExpertTap(target) if experts else NO_TAP
     t0 = clock()
-    cache = new_cache(target)
-    feed, stop_reason, step = ids, "", 0
+    feed, stop_reason, step, tally = ids, "", 0, Tally()
     while not stop_reason:
         step += 1
         t = clock()
         tap.arm()
-        fwd = target_forward(target, cache, feed, False, keep=1)
+        fwd = target_forward(target, cache, feed, False, keep=1, compiled=step > 1)  # step 1: the prefill
+        t0 += fwd.compile_seconds
+        tally.compile_seconds += fwd.compile_seconds
         p = None if sampler.greedy else sampler.probs(fwd.logits)
         tok = int(fwd.logits[0].argmax()) if sampler.greedy else sampler.pick(p[0])
         p_tok = token_probs(fwd.logits, p, [], 0, tok)[0]
-        verify_s = clock() - t  # the plain step: its forward and its pick
+        verify_s = clock() - t - fwd.compile_seconds  # the plain step: its forward and its pick
         routed = tap.take()
         yield Token(step, tok, text.piece(ids, tok), p_tok, clock() - t0,
                     **(tops.token(ids, fwd.logits, p) if tops else {}))
@@ -340,4 +399,5 @@ def autoregressive(target, prompt_ids: Sequence[int], *, max_new_tokens: int = 6
             stop_reason = "stopped"
         yield Step(step, 0, 0, 1, 0.0, verify_s, 0, "", "", clock() - t0, experts_per_layer=routed)
         feed = [tok]
-    yield _done(ids, prompt_ids, Tally(forwards=step), clock() - t0, stop_reason, text)
+    tally.forwards = step
+    yield _done(ids, prompt_ids, tally, clock() - t0, stop_reason, text)

@@ -76,13 +76,13 @@ def run_mode(pair: Any, s: RunSettings, mode: str, *, clock: Callable[[], float]
                   detok=Detokenizer(pair.tokenizer), stop=stop, top=s.top, experts=s.experts,
                   **({"clock": clock} if clock else {}))
     if mode == "autoregressive":
-        return guarded(stamped(loop.autoregressive(pair.target, ids, **common), {"target": pair.precision["target"]}))
+        return guarded(stamped(loop.autoregressive(pair.decoder, ids, **common), {"target": pair.precision["target"]}))
     d = pair.make_drafter(s.drafter)
     if schedule is None:
         schedule = (schedules or pair.schedules).get(s.schedule, d.kind, s.draft_tokens or d.default_draft_tokens,
                                                      MAX_DRAFT_TOKENS)
     precision = pair.precision if DRAFTERS[d.kind].needs else {"target": pair.precision["target"]}  # lookup: no model
-    return guarded(stamped(loop.speculative(pair.target, d, ids, schedule=schedule, stale_kv=s.stale_kv,
+    return guarded(stamped(loop.speculative(pair.decoder, d, ids, schedule=schedule, stale_kv=s.stale_kv,
                                             pause=pause, **common), precision))
 
 

@@ -46,6 +46,51 @@ class ModelPair:
     target_spec: str = ""          # what the target was loaded from (for the processor probe)
     template: str | None = None    # a chat template given with the models (from_models' processor)
     schedules: ScheduleCache = field(default_factory=ScheduleCache, repr=False)  # across generations
+    # the compiled engine (engine.compiled), once :meth:`compile` ran: its target and MTP
+    # drafter step (None where eager), what compiling them took, and why it fell back
+    fast: Any = field(default=None, repr=False)
+    draft_step: Any = field(default=None, repr=False)
+    compile_seconds: float = 0.0
+    compile_note: str = ""
+
+    @property
+    def engine(self) -> str:
+        """"compiled" once :meth:`compile` succeeded, else "eager"."""
+        return "compiled" if self.fast is not None else "eager"
+
+    @property
+    def decoder(self):
+        """What the engine's loop runs as the target: the compiled one, or the model."""
+        return self.fast if self.fast is not None else self.target
+
+    def compile(self) -> str:
+        """Switch this pair to the compiled engine (:mod:`mtp_viz.engine.compiled`) and
+        compile its graphs for a short run of each mode, timed into ``compile_seconds``.
+        Returns the one sentence saying why decoding stays eager ("" when compiled; later
+        shapes compile on first use, off the run's clock)."""
+        import time
+
+        from mtp_viz.engine import compiled, loop
+        self.compile_note = compiled.compile_support(self.target)
+        if self.compile_note:
+            return self.compile_note
+        t = time.perf_counter()
+        self.fast = compiled.FastTarget(self.target)
+        if self.has_mtp:
+            self.draft_step = compiled.FastDraftStep(self.drafter_model, self.fast.window)
+        ids = [int(self.eos_token_ids[0]) + 1 if self.eos_token_ids else 2] * 8  # any tokens: shapes matter
+        for _ in loop.autoregressive(self.fast, ids, max_new_tokens=3):
+            pass
+        d = self.make_drafter("auto")
+        for _ in loop.speculative(self.fast, d, ids, max_new_tokens=2 * d.default_draft_tokens + 2):
+            pass
+        self.compile_seconds = time.perf_counter() - t
+        self.compile_note = self.fast.note or (self.draft_step.note if self.draft_step is not None else "")
+        if self.fast.note:
+            self.fast = self.draft_step = None
+        elif self.draft_step is not None and self.draft_step.note:
+            self.draft_step = None
+        return self.compile_note
 
     @property
     def drafter_id(self) -> str:
@@ -135,6 +180,8 @@ class ModelPair:
             raise UserError(f"Unknown drafter {quote(kind)}; choose auto, {', '.join(DRAFTERS)}.")
         if entry.needs and entry.needs != self.loaded:
             raise UserError(entry.missing.format(target=clip(self.name)))
+        if kind == "mtp" and self.draft_step is not None:
+            return drafter_class(kind).build(self.target, self.drafter_model, step=self.draft_step)
         return drafter_class(kind).build(self.target, self.drafter_model)
 
     def generate(self, prompt: str | list, *, mode: str = "speculative", drafter: str = "auto",

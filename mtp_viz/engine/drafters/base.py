@@ -32,6 +32,7 @@ class Proposal:
     q_tokens: list[float] | None = None  # drafter's probability of each token; None = certain
     q: torch.Tensor | None = None  # [len(tokens), V] distributions drawn from (sampling only)
     forwards: int = 0              # drafter forward passes spent
+    compile_seconds: float = 0.0   # compiling a drafter graph (compiled engine), not drafting
 
 
 class Drafts:

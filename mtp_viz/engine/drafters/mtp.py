@@ -11,13 +11,14 @@ class MTPDrafter:
     needs_target_state = True
 
     @classmethod
-    def build(cls, target, draft_model) -> "MTPDrafter":
-        return cls(draft_model, target)
+    def build(cls, target, draft_model, step=None) -> "MTPDrafter":
+        return cls(draft_model, target, step)
 
-    def __init__(self, assistant, target):
+    def __init__(self, assistant, target, step=None):
         self.assistant = assistant
         self.embed = target.get_input_embeddings()
         self.default_draft_tokens = num_assistant_tokens(assistant)
+        self.step = step  # the compiled engine's drafter step (engine.compiled.FastDraftStep); None: eager
 
     def reset(self) -> None:
         pass
@@ -39,14 +40,22 @@ class MTPDrafter:
         # Constant position: the newest token's position, for every draft of this step.
         position = torch.tensor([[len(ctx.ids) - 1]], device=device)
         token = torch.tensor([[ctx.ids[-1]]], device=device)
-        drafts = Drafts(pick, keep)
+        drafts, compile_s = Drafts(pick, keep), 0.0
+        fixed = self.step.inputs(kv, dtype) if self.step is not None else None  # one step's K/V, fixed shapes
         for _ in range(k):
             x = torch.cat([self.embed(token).to(dtype), h.to(dtype)], dim=-1)
-            # No padding at batch size 1: no mask (the sliding window still applies)
-            out = self.assistant(inputs_embeds=x, position_ids=position, shared_kv_states=kv,
-                                 use_cache=False)
-            if not drafts.take(out.logits[0, -1]):
+            if fixed is not None:
+                logits, h, c = self.step(x, position, fixed)
+                compile_s += c
+            else:
+                # No padding at batch size 1: no mask (the sliding window still applies)
+                out = self.assistant(inputs_embeds=x, position_ids=position, shared_kv_states=kv,
+                                     use_cache=False)
+                logits, h = out.logits[0, -1], out.last_hidden_state
+            # h [1, 1, H_target]: the drafter's own state feeds the next draft
+            if not drafts.take(logits):
                 break
             token = torch.tensor([[drafts.tokens[-1]]], device=device)
-            h = out.last_hidden_state  # [1, 1, H_target]: the drafter's own state feeds the next draft
-        return drafts.proposal()
+        proposal = drafts.proposal()
+        proposal.compile_seconds = compile_s
+        return proposal

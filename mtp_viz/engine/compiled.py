@@ -1,0 +1,313 @@
+"""The compiled engine (``--compile``): the same decoding, without Python's overhead.
+
+At the widths of the bundled pair a forward pass costs mostly per-layer overhead: the
+Python of 24 decoder layers, the cache's bookkeeping, the masks built each step. The
+compiled engine removes it the way gpt-fast does: a static KV cache and one compiled
+graph per forward shape (``torch.compile``, inductor), with speculative decoding on top.
+
+- **Static cache.** transformers' ``StaticCache``, its sliding-window layers held at
+  full length too (``StaticLayer``): a ring buffer of one window cannot take back the
+  entries of rejected drafts once it has wrapped, and a verification must be undone up
+  to γ positions. The window is applied by the mask instead: key j is visible from
+  query q when j <= q, and for sliding layers also q - j < W, the same rule transformers'
+  masks follow. Rejected entries need no erasing: the next forward writes over them, and
+  no query ever sees a key beyond its own position.
+- **Shapes.** A verification of k drafts sends k + 1 tokens; it is padded to the next
+  width of :data:`WIDTHS` (1, 2, 3, 5, 9, 17), so a run compiles a handful of graphs,
+  not one per draft length. Padding sits after the real tokens, so causality keeps it
+  out of their attention; its cache entries are cropped straight away. The cache length
+  is a capacity of :data:`CAPACITIES`, the smallest holding prompt + new tokens + 17.
+- **Attention.** The twin (below) runs scaled-dot-product attention with grouped-query
+  heads left to the kernel (``enable_gqa``) instead of copying every KV head out to its
+  query heads, which at a full-length cache would copy the whole cache every layer.
+- **Twin.** The compiled forward runs on a twin of the target that shares its weights
+  (no copy) but has a config of its own, so the eager target keeps transformers'
+  attention and everything else that holds it (hooks, ``generate``) is untouched.
+- **MTP drafter.** The drafter's step is compiled too: the target's shared K/V go in at
+  fixed shapes (full attention: the capacity, padded and masked; sliding: the last W
+  entries, which are all the drafter's window sees) so one graph serves every step.
+- **Compile time** is measured per shape and kept off the engine's clock: a step whose
+  graph was compiled reports its compile seconds apart (``Forward.compile_seconds``).
+- **Fallback.** If a graph cannot be compiled (no C++ compiler, a model the graph
+  cannot be captured for, a graph break: ``fullgraph=True`` refuses one rather than run
+  a slower, broken-up graph), the engine says so in one sentence (:attr:`FastTarget.note`)
+  and decodes eagerly. It never falls back silently.
+
+Still lossless: the verification rule is the loop's, unchanged; the compiled target
+computes the same logits as the eager one up to float rounding (tests/engine/test_compiled.py).
+"""
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+WIDTHS = (1, 2, 3, 5, 9, 17)          # compiled forward widths: k + 1 tokens round up to one
+CAPACITIES = (512, 1024, 2048, 4096, 8192)
+ATTENTION = "mtp_viz_static"          # the twin's attention function, registered once
+GEMMA4_CLASSES = ("Gemma4ForCausalLM", "Gemma4ForConditionalGeneration")
+_registered = threading.Lock()
+
+
+def width_for(n: int) -> int:
+    """The compiled width a forward of n tokens is padded to (n itself past the largest)."""
+    return next((w for w in WIDTHS if w >= n), n)
+
+
+def capacity_for(need: int) -> int | None:
+    """The smallest cache capacity holding ``need`` positions; None past the largest."""
+    return next((c for c in CAPACITIES if c >= need), None)
+
+
+def static_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """SDPA over the static cache: boolean mask (True = visible), grouped-query heads
+    left to the kernel. Same signature and output layout as transformers' attention."""
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=attention_mask, scale=scaling,
+        enable_gqa=query.shape[1] != key.shape[1])
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _register_attention() -> None:
+    from transformers import AttentionInterface
+    with _registered:
+        AttentionInterface.register(ATTENTION, static_attention)
+
+
+def twin(model):
+    """A copy of ``model`` sharing every parameter (nothing of size is copied) with a
+    config of its own, set to :data:`ATTENTION`."""
+    _register_attention()
+    other = copy.deepcopy(model, memo={id(p): p for p in model.parameters()})
+    for config in {id(c): c for c in (other.config, getattr(other.config, "get_text_config", lambda: None)())
+                   if c is not None}.values():
+        config._attn_implementation = ATTENTION
+    for m in other.modules():   # each module holds the (copied) config it was built with
+        c = getattr(m, "config", None)
+        if c is not None and hasattr(c, "_attn_implementation"):
+            c._attn_implementation = ATTENTION
+    return other
+
+
+def _text(config):
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+def visible(queries: torch.Tensor, length: int, window: int | None) -> torch.Tensor:
+    """[1, 1, len(queries), length] bool: key j visible from query position q (j <= q,
+    and q - j < window for a sliding layer)."""
+    j = torch.arange(length, device=queries.device)[None]
+    q = queries[:, None]
+    ok = j <= q
+    if window:
+        ok = ok & (q - j < window)
+    return ok[None, None]
+
+
+class StaticKV:
+    """One run's static cache: transformers' ``StaticCache`` at one capacity, every layer
+    full-length, and how many of its positions hold verified tokens (``length``)."""
+
+    def __init__(self, config, capacity: int):
+        from transformers import StaticCache
+        from transformers.cache_utils import StaticLayer
+        self.cache = StaticCache(config=config, max_cache_len=capacity)
+        self.cache.layers = [StaticLayer(capacity) for _ in self.cache.layers]
+        self.capacity, self.length = capacity, 0
+
+    def crop(self, n: int) -> None:
+        """``crop(-k)``: forget the newest k positions (as ``DynamicCache.crop`` does)."""
+        if n < 0:
+            self.cache.crop(n)
+            self.length += n
+
+    def reset(self) -> None:
+        if self.length:
+            self.crop(-self.length)
+
+
+@dataclass
+class Shapes:
+    """The graphs compiled so far: (capacity, width, with target state) -> compile seconds."""
+    seconds: dict[tuple, float] = field(default_factory=dict)
+
+    @property
+    def total(self) -> float:
+        return sum(self.seconds.values())
+
+
+class FastTarget:
+    """The target, compiled: what the loop calls instead of the eager model. ``model``
+    is the eager target (config, device, dtype are its); ``note`` is the one sentence
+    saying why decoding fell back to eager ("" while compiled)."""
+    engine = "compiled"
+
+    def __init__(self, model):
+        self.model = model
+        self.config, self.device = model.config, model.device
+        self.twin = twin(model)
+        self.window = getattr(_text(model.config), "sliding_window", None)
+        self.pad = int(getattr(_text(model.config), "pad_token_id", None) or 0)
+        self.shapes = Shapes()
+        self.note = ""
+        self._graph = torch.compile(self._step, dynamic=False, fullgraph=True)
+        self._lock = threading.Lock()
+        self._free: dict[int, list[StaticKV]] = {}
+
+    # -- the cache pool: one run's cache goes back for the next run (same buffers, same graphs)
+    def new_cache(self, need: int) -> StaticKV | None:
+        """A cache for a run of ``need`` positions; None when no capacity holds them."""
+        capacity = capacity_for(need)
+        if capacity is None:
+            return None
+        with self._lock:
+            free = self._free.setdefault(capacity, [])
+            cache = free.pop() if free else StaticKV(self.twin.config, capacity)
+        cache.reset()
+        return cache
+
+    def release(self, cache: StaticKV) -> None:
+        with self._lock:
+            self._free.setdefault(cache.capacity, []).append(cache)
+
+    def _step(self, ids, positions, full, sliding, cache, want_state: bool):
+        out = self.twin(input_ids=ids, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=0,
+                        attention_mask={"full_attention": full, "sliding_attention": sliding},
+                        **({"output_hidden_states": True, "return_shared_kv_states": True} if want_state else {}))
+        if not want_state:
+            return out.logits, None, None
+        return out.logits, out.hidden_states[-1], dict(out.shared_kv_states)
+
+    @torch.inference_mode()
+    def forward(self, kv: StaticKV, tokens: list[int], want_state: bool, keep: int, compiled: bool = True):
+        """The loop's target forward over ``tokens`` appended to ``kv``: (logits [keep, V],
+        hidden [1, keep, H] or None, shared K/V per layer type or None, compile seconds).
+        ``compiled=False`` runs the twin eagerly (the prefill: one shape per prompt)."""
+        n, start = len(tokens), kv.length
+        width = width_for(n) if compiled else n
+        ids = torch.tensor([tokens + [self.pad] * (width - n)], device=self.device)
+        positions = torch.arange(start, start + width, device=self.device)
+        args = (ids, positions[None], visible(positions, kv.capacity, None),
+                visible(positions, kv.capacity, self.window), kv.cache, want_state)
+        shape = (kv.capacity, width, want_state)
+        compile_s = 0.0
+        if compiled and not self.note:
+            first = shape not in self.shapes.seconds
+            t = time.perf_counter()
+            try:
+                logits, hidden, shared = self._graph(*args)
+            except Exception as e:  # noqa: BLE001 - any failure to compile is the fallback's sentence
+                logits, hidden, shared = self._fallback(e, args)
+                first = False
+            if first:
+                compile_s = self.shapes.seconds[shape] = time.perf_counter() - t
+        else:
+            logits, hidden, shared = self._step(*args)
+        kv.cache.crop(-(width - n)) if width > n else None
+        kv.length = start + n
+        logits = logits[0, :n][-keep:].float()
+        hidden = hidden[:, :n][:, -keep:] if hidden is not None else None
+        return logits, hidden, self._verified_kv(shared, start + n, n), compile_s
+
+    def _fallback(self, error: Exception, args):
+        # a graph that fails fails while it is traced or built, on fake tensors: the
+        # cache is as it was, and the same forward runs eagerly
+        self.note = fallback_sentence(error)
+        return self._step(*args)
+
+    def _verified_kv(self, shared: dict | None, end: int, n: int) -> dict | None:
+        """The shared K/V as the eager target returns them: full attention every position
+        up to ``end``; sliding attention the last W - 1 + n (what a sliding cache layer
+        hands its attention), as views of the static buffers."""
+        if shared is None:
+            return None
+        out = {}
+        for kind, (k, v) in shared.items():
+            lo = max(0, end - (self.window - 1 + n)) if kind == "sliding_attention" and self.window else 0
+            out[kind] = (k[:, :, lo:end], v[:, :, lo:end])
+        return out
+
+
+class FastDraftStep:
+    """The MTP drafter's forward, compiled at fixed shapes. The target's shared K/V go
+    in as full attention: ``capacity`` positions, the first S real and the rest masked;
+    sliding attention: the last W real entries (all the drafter's window sees; fewer,
+    padded and masked, before the window fills). The eager assistant attends to the same
+    keys with no mask at all (one query), so its drafts differ only by rounding."""
+
+    def __init__(self, assistant, window: int):
+        self.twin = twin(assistant)
+        self.window = window
+        self.note = ""
+        self.shapes = Shapes()
+        self._graph = torch.compile(self._step, dynamic=False, fullgraph=True)
+
+    def _step(self, x, position, full_kv, sliding_kv, full_mask, sliding_mask):
+        a = self.twin
+        out = a.model(inputs_embeds=a.pre_projection(x), position_ids=position, use_cache=False,
+                      attention_mask={"full_attention": full_mask, "sliding_attention": sliding_mask},
+                      shared_kv_states={"full_attention": full_kv, "sliding_attention": sliding_kv})
+        h = out.last_hidden_state
+        logits = a.masked_embedding(h, a.lm_head.weight) if a.masked_embedding is not None else a.lm_head(h)
+        return logits[0, -1], a.post_projection(h)
+
+    def inputs(self, shared_kv: dict, dtype) -> tuple:
+        """The fixed-shape K/V and masks of one drafting step (shared by its k drafts);
+        full attention padded to the capacity holding its S positions."""
+        (fk, fv), (sk, sv) = shared_kv["full_attention"], shared_kv["sliding_attention"]
+        capacity = capacity_for(fk.shape[2]) or fk.shape[2]
+        full = [torch.zeros(*fk.shape[:2], capacity, fk.shape[3], dtype=dtype, device=fk.device) for _ in "kv"]
+        full[0][:, :, :fk.shape[2]], full[1][:, :, :fk.shape[2]] = fk, fv
+        m = min(sk.shape[2], self.window)
+        sliding = [torch.zeros(*sk.shape[:2], self.window, sk.shape[3], dtype=dtype, device=sk.device) for _ in "kv"]
+        sliding[0][:, :, :m], sliding[1][:, :, :m] = sk[:, :, -m:], sv[:, :, -m:]
+        j_full, j_slide = torch.arange(capacity, device=fk.device), torch.arange(self.window, device=fk.device)
+        return (tuple(full), tuple(sliding), (j_full < fk.shape[2])[None, None, None],
+                (j_slide < m)[None, None, None])
+
+    def __call__(self, x, position, inputs) -> tuple[torch.Tensor, torch.Tensor, float]:
+        """(logits [V], the next state [1, 1, H], compile seconds) for one draft."""
+        shape = tuple(inputs[0][0].shape)
+        if self.note:
+            return (*self._step(x, position, *inputs), 0.0)
+        first = shape not in self.shapes.seconds
+        t = time.perf_counter()
+        try:
+            logits, h = self._graph(x, position, *inputs)
+        except Exception as e:  # noqa: BLE001 - the fallback's sentence
+            self.note = fallback_sentence(e).replace("the target", "the drafter")
+            return (*self._step(x, position, *inputs), 0.0)
+        compile_s = 0.0
+        if first:
+            compile_s = self.shapes.seconds[shape] = time.perf_counter() - t
+        return logits, h, compile_s
+
+
+def fallback_sentence(error: Exception) -> str:
+    """Why the compiled engine cannot run here, in one sentence (never a path or a trace)."""
+    name = type(error).__name__
+    text = str(error)
+    if "CppCompileError" in name or "compiler" in text.lower() and ("c++" in text.lower() or "cxx" in text.lower()):
+        why = "no working C++ compiler was found"
+    elif "Unsupported" in name or "graph break" in text.lower():
+        why = "its graph breaks (torch.compile cannot capture it in one piece)"
+    else:
+        why = f"torch.compile failed ({name})"
+    return f"Compiling the target failed: {why}, so it decodes eagerly."
+
+
+def compile_support(model) -> str:
+    """"" if the compiled engine can take ``model``; else the sentence saying why not."""
+    name = type(model).__name__
+    if name not in GEMMA4_CLASSES:
+        return f"The compiled engine takes Gemma 4 targets; {name} decodes eagerly."
+    if str(model.device).startswith("meta"):
+        return "The compiled engine needs the target's weights in memory; it decodes eagerly."
+    return ""
+
+
+__all__ = ["CAPACITIES", "FastDraftStep", "FastTarget", "StaticKV", "WIDTHS", "capacity_for", "compile_support",
+           "fallback_sentence", "static_attention", "twin", "visible", "width_for"]
