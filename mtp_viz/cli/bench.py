@@ -71,6 +71,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="torch CPU threads for the run (default: torch's own choice); 1 is "
                         "steadier on a busy machine")
     p.add_argument("--no-chat", action="store_true", help="feed prompts without the chat template")
+    p.add_argument("--compile", action="store_true",
+                   help="measure the compiled engine beside the eager one, interleaved in the same run "
+                        "(every row says which: engine eager or compiled; compile time reported apart)")
     p.add_argument("--out", default="bench-results", help="folder for bench.json/.md/.html")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: one prompt per category, 24 tokens, draft lengths 2,4, one repeat")
@@ -116,12 +119,12 @@ class Runner:
     def __init__(self, pair, drafter, max_new_tokens: int, sampling, stale_kv: bool,
                  max_draft_tokens: int):
         self.pair, self.drafter = pair, drafter
-        self.target, self.assistant = pair.target, pair.drafter_model
+        self.target, self.assistant = pair.decoder, pair.drafter_model   # decoder: compiled or the model
         self.n, self.sampling, self.stale_kv = max_new_tokens, sampling, stale_kv
         self.cap = max_draft_tokens
         self.eos = tuple(pair.eos_token_ids or ())
         self.forwards = 0
-        self._hook = self.target.register_forward_pre_hook(self._count)
+        self._hook = pair.target.register_forward_pre_hook(self._count)  # counts the reference's forwards
         self.schedules = ScheduleCache()  # one per setting, carried across runs
 
     def close(self) -> None:
@@ -152,6 +155,8 @@ class Runner:
         done = events[-1]
         if not isinstance(done, Done):
             raise RuntimeError(f"engine stopped without a done event: {done!r}")
+        # a graph the compiled engine compiled in this call (a shape first seen) is not decoding
+        seconds, cpu = seconds - done.compile_seconds, cpu - done.compile_seconds
         # Step 1 is the prefill in both of our modes: its time, to separate out decoding.
         prefill = next((e.verify_seconds for e in events if isinstance(e, Step)), 0.0)
         return Record("", seconds, done.new_tokens, done.target_forwards, tuple(done.generated_ids),
@@ -162,14 +167,15 @@ class Runner:
         gc = self.assistant.generation_config
         saved = (gc.num_assistant_tokens, gc.num_assistant_tokens_schedule)
         gc.num_assistant_tokens, gc.num_assistant_tokens_schedule = gamma, "constant"
-        x = torch.tensor([ids], device=self.target.device)
+        model = self.pair.target
+        x = torch.tensor([ids], device=model.device)
         eos = list(self.eos) or None
-        pad = self.target.generation_config.pad_token_id
+        pad = model.generation_config.pad_token_id
         try:
             self.forwards = 0
             t, cpu = time.perf_counter(), time.process_time()
             with torch.inference_mode():
-                out = self.target.generate(
+                out = model.generate(
                     input_ids=x, attention_mask=torch.ones_like(x), assistant_model=self.assistant,
                     do_sample=False, max_new_tokens=n or self.n, eos_token_id=eos,
                     pad_token_id=pad if pad is not None else (eos[0] if eos else 0))
@@ -221,21 +227,24 @@ def _arms(args, precisions, n, sampling) -> list[bench_precision.Arm]:
         raise UserError("The bench needs an MTP drafter; pass --drafter.")
     if len({tuple(p.precision.values()) for p in pairs}) < len(pairs):  # e.g. float32/float32 and default/default
         raise UserError("--precisions lists a pair twice (a default is this device's float32 or bfloat16).")
+    print(f"mtp-viz bench: loaded {args.target} in {time.perf_counter() - t_load:.1f} s", file=sys.stderr)
+    if args.compile:
+        pairs = pairs + bench_precision.compiled(pairs)
     arms = [bench_precision.Arm(Precision(**p.precision), p,
-                                Runner(p, p.make_drafter("mtp"), n, sampling, args.stale_kv, args.max_draft_tokens))
+                                Runner(p, p.make_drafter("mtp"), n, sampling, args.stale_kv, args.max_draft_tokens),
+                                engine=p.engine, several_engines=args.compile)
             for p in pairs]
-    print(f"mtp-viz bench: loaded {args.target} in {', '.join(a.label for a in arms)} in "
-          f"{time.perf_counter() - t_load:.1f} s", file=sys.stderr)
+    print(f"mtp-viz bench: arms {', '.join(a.label for a in arms)}", file=sys.stderr)
     return arms
 
 
 def _tasks(arms, settings, greedy) -> list[tuple[str, Any, Setting | None]]:
     """(mode, arm, setting): one plain run per distinct target, then each arm's reference
     (greedy, constant schedules, where transformers runs the pair) and its settings."""
-    plain = {a.precision.target: a for a in arms}
+    plain = {(a.precision.target, a.engine): a for a in arms}
     tasks: list[tuple[str, Any, Setting | None]] = [("autoregressive", a, None) for a in plain.values()]
     for a in arms:
-        if greedy and a.has_reference:
+        if greedy and a.has_reference and a.engine == "eager":  # transformers' run: one per pair, not per engine
             tasks += [("reference", a, s) for s in settings if s.schedule == "constant"]
         tasks += [("ours", a, s) for s in settings]
     return tasks
@@ -276,10 +285,11 @@ def _run(args, sampling, prompts, settings, precisions, n, repeats, quick, greed
                                   schedule=setting.schedule if setting else "",
                                   gamma=setting.gamma if setting else 0, prompt_id=prompt.id,
                                   category=prompt.category, repeat=r, prompt_tokens=len(ids),
-                                  target_precision=t, drafter_precision=d)
-                    done[(mode, rec.setting, t, d)] = rec
+                                  target_precision=t, drafter_precision=d,
+                                  engine=arm.engine if mode != "reference" else None)
+                    done[(mode, rec.setting, t, d, rec.engine)] = rec
                     if ev is not None:
-                        events.setdefault((mode, rec.setting, t, d), []).append((prompt, r, ev))
+                        events.setdefault((mode, rec.setting, t, d, rec.engine), []).append((prompt, r, ev))
                     bar.update(1)
                 if greedy:
                     mismatches += sum(_check_parity(_arm_runs(done, a), prompt.id, r, bar, a.exact, a.label)
@@ -296,6 +306,8 @@ def _run(args, sampling, prompts, settings, precisions, n, repeats, quick, greed
         "prompts": len(prompts), "settings": [s.name for s in settings],
         "temperature": sampling.temperature, "stale_kv": args.stale_kv, "chat": not args.no_chat,
         "quick": quick, "parity_failures": mismatches, **bench_report.environment(),
+        "engines": sorted({a.engine for a in arms}),
+        "compile_seconds": {a.label: round(a.pair.compile_seconds, 2) for a in arms if a.engine == "compiled"},
     }
     result = bench_precision.reduce(meta, records, events, settings, arms, greedy)
     by_precision = bench_precision.markdown(result)
@@ -312,8 +324,8 @@ def _run(args, sampling, prompts, settings, precisions, n, repeats, quick, greed
 def _arm_runs(done: dict, arm) -> dict[tuple[str, str], Record]:
     """One prompt's runs of ``arm`` (and its target's plain run), by (mode, setting)."""
     t, d = arm.precision.target, arm.precision.drafter
-    return {(mode, name): rec for (mode, name, rt, rd), rec in done.items()
-            if rt == t and (mode == "autoregressive" or rd == d)}
+    return {(mode, name): rec for (mode, name, rt, rd, engine), rec in done.items()
+            if rt == t and (mode == "autoregressive" or rd == d) and engine in (arm.engine, None)}
 
 
 def _check_parity(done: dict, prompt_id: str, repeat: int, bar, exact: bool = True, label: str = "") -> int:

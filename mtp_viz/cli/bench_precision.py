@@ -21,6 +21,8 @@ precisions (``target_precision``, ``drafter_precision``). Each row also carries:
 """
 from __future__ import annotations
 
+import dataclasses
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,10 +37,12 @@ class Arm:
     precision: Precision        # resolved: no None
     pair: Any                   # ModelPair
     runner: Any                 # bench.Runner
+    engine: str = "eager"       # "eager" or "compiled" (bench --compile)
+    several_engines: bool = False
 
     @property
     def label(self) -> str:
-        return self.precision.label
+        return f"{self.precision.label} {self.engine}" if self.several_engines else self.precision.label
 
     @property
     def exact(self) -> bool:
@@ -67,12 +71,29 @@ def parse(args) -> list[Precision]:
     return pairs
 
 
+def compiled(pairs) -> list:
+    """``bench --compile``: each pair again on the compiled engine, sharing its models
+    (:meth:`mtp_viz.sources.pair.ModelPair.compile`, compiled now, timed). A pair that
+    cannot compile is left out with its one sentence on stderr."""
+    out = []
+    for p in pairs:
+        twin = dataclasses.replace(p, schedules=type(p.schedules)())
+        note = twin.compile()
+        if note:
+            print(f"mtp-viz bench: {note}", file=sys.stderr)
+            continue
+        print(f"mtp-viz bench: compiled {p.precision['target']}/{p.precision['drafter']} in "
+              f"{twin.compile_seconds:.1f} s", file=sys.stderr)
+        out.append(twin)
+    return out
+
+
 def drifts(records) -> dict[str, float | None]:
     """Target precision -> drift of its plain greedy outputs from the float32 target's
     (repeat 0; greedy decoding is the same every repeat)."""
     plain: dict[str, dict[str, tuple]] = {}
     for r in records:
-        if r.mode == "autoregressive" and r.repeat == 0:
+        if r.mode == "autoregressive" and r.repeat == 0 and r.engine in (None, "eager"):
             plain.setdefault(r.target_precision, {})[r.prompt_id] = r.ids
     ref = plain.get("float32")
     if ref is None:
@@ -83,9 +104,10 @@ def drifts(records) -> dict[str, float | None]:
 def _own(records, events, arm: Arm):
     """The records and events of one arm, with the plain runs of its target."""
     t, d = arm.precision.target, arm.precision.drafter
-    recs = [r for r in records if r.target_precision == t and (r.mode == "autoregressive" or r.drafter_precision == d)]
-    ev = {(mode, name): runs for (mode, name, et, ed), runs in events.items()
-          if et == t and (mode == "autoregressive" or ed == d)}
+    recs = [r for r in records if r.target_precision == t and (r.mode == "autoregressive" or r.drafter_precision == d)
+            and r.engine in (arm.engine, None)]
+    ev = {(mode, name): runs for (mode, name, et, ed, engine), runs in events.items()
+          if et == t and (mode == "autoregressive" or ed == d) and engine in (arm.engine, None)}
     return recs, ev
 
 
@@ -98,11 +120,13 @@ def reduce(meta, records, events, settings, arms: list[Arm], greedy: bool) -> di
     rows, categories, plain = [], {}, {}
     for arm in arms:
         sub = bench_report.reduce(meta, *_own(records, events, arm), settings)
-        plain[arm.precision.target] = sub["autoregressive"]
+        sub["autoregressive"]["engine"] = arm.engine
+        plain[arm.label if arm.several_engines else arm.precision.target] = sub["autoregressive"]
         rename = {s.name: f"{s.name} {arm.label}" if several else s.name for s in settings}
         for row in sub["settings"]:
             rows.append({**row, "setting": rename[row["setting"]], "target_precision": arm.precision.target,
                          "drafter_precision": arm.precision.drafter, "precision": arm.label,
+                         "engine": arm.engine,
                          "drift": drift.get(arm.precision.target), "exact": arm.exact,
                          "has_reference": arm.has_reference,
                          "autoregressive_tokens_per_second": sub["autoregressive"]["tokens_per_second"],
@@ -110,10 +134,38 @@ def reduce(meta, records, events, settings, arms: list[Arm], greedy: bool) -> di
         for c in sub["categories"]:
             entry = categories.setdefault(c["category"], {"category": c["category"], "prompts": c["prompts"]})
             entry.update({rename[s.name]: c[s.name] for s in settings})
-    first = arms[0].precision.target
+    first = arms[0].label if arms[0].several_engines else arms[0].precision.target
     return {"meta": meta, "autoregressive": plain[first], "autoregressive_by_precision": plain,
+            "compiled_over_eager": _engine_ratios(arms, plain, rows),
             "verify_slope": rows[0]["verify_slope"] if rows else None, "settings": rows,
             "categories": list(categories.values()), "runs": [r.as_dict() for r in records]}
+
+
+def _engine_ratios(arms, plain, rows) -> dict[str, Any] | None:
+    """bench --compile: tokens per second of the compiled engine over the eager one, in
+    the same run, for plain decoding and each setting (per precision pair); None without."""
+    if not any(a.engine == "compiled" for a in arms):
+        return None
+    out = {}
+    for a in arms:
+        if a.engine != "compiled":
+            continue
+        eager = next((b for b in arms if b.engine == "eager" and b.precision == a.precision), None)
+        if eager is None:
+            continue
+        ratio = {"autoregressive": _ratio(plain[a.label]["tokens_per_second"], plain[eager.label]["tokens_per_second"])}
+        by_setting = {r["setting"].removesuffix(f" {eager.label}"): r for r in rows if r["precision"] == eager.label}
+        for r in rows:
+            if r["precision"] == a.label:
+                name = r["setting"].removesuffix(f" {a.label}")
+                e = by_setting.get(name)
+                ratio[name] = _ratio(r.get("tokens_per_second"), e.get("tokens_per_second") if e else None)
+        out[a.precision.label] = ratio
+    return out
+
+
+def _ratio(x, y):
+    return x / y if x and y else None
 
 
 COLUMNS = [  # (title, key, format) of the precision table

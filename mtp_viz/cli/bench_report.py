@@ -43,6 +43,7 @@ class Record:
     same_tokens: bool | None = None        # server: both servers wrote the same tokens (greedy)
     target_precision: str | None = None    # local: what each model ran in (autoregressive: the target only)
     drafter_precision: str | None = None
+    engine: str | None = None              # local: "eager" or "compiled" (engine.compiled)
 
     def as_dict(self) -> dict[str, Any]:
         """The fields that apply to this run (unset ones and the tokens left out)."""

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 import torch
 
 WIDTHS = (1, 2, 3, 5, 9, 17)          # compiled forward widths: k + 1 tokens round up to one
-CAPACITIES = (512, 1024, 2048, 4096, 8192)
+CAPACITIES = (256, 512, 1024, 2048, 4096, 8192)
 ATTENTION = "mtp_viz_static"          # the twin's attention function, registered once
 GEMMA4_CLASSES = ("Gemma4ForCausalLM", "Gemma4ForConditionalGeneration")
 _registered = threading.Lock()
@@ -63,12 +63,23 @@ def capacity_for(need: int) -> int | None:
 
 
 def static_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
-    """SDPA over the static cache: boolean mask (True = visible), grouped-query heads
-    left to the kernel. Same signature and output layout as transformers' attention."""
-    out = torch.nn.functional.scaled_dot_product_attention(
-        query, key, value, attn_mask=attention_mask, scale=scaling,
-        enable_gqa=query.shape[1] != key.shape[1])
-    return out.transpose(1, 2).contiguous(), None
+    """Attention over the static cache, written out so inductor fuses it: softmax(q·kᵀ·s +
+    mask)·v with the mask boolean (True = visible). Grouped-query heads without copying
+    the KV heads out: query head h reads KV head h // G (G = query heads per KV head, as
+    transformers' ``repeat_kv`` orders them), so q [B, H, n, D] is viewed as
+    [B, H_kv, G·n, D] and each KV head serves its G query heads in one matmul. Same
+    signature and output layout ([B, n, H, D]) as transformers' attention functions."""
+    b, h, n, d = query.shape
+    h_kv = key.shape[1]
+    g = h // h_kv
+    q = query.reshape(b, h_kv, g * n, d)
+    scale = scaling if scaling is not None else d ** -0.5
+    scores = torch.matmul(q, key.transpose(-1, -2)) * scale            # [B, H_kv, G·n, L]
+    if attention_mask is not None:
+        mask = attention_mask.expand(b, 1, n, -1).repeat(1, 1, g, 1)     # rows follow q's (head, position) order
+        scores = scores.masked_fill(~mask, float("-inf"))
+    out = torch.matmul(torch.softmax(scores.float(), dim=-1).to(value.dtype), value)  # [B, H_kv, G·n, D]
+    return out.reshape(b, h, n, d).transpose(1, 2).contiguous(), None
 
 
 def _register_attention() -> None:
