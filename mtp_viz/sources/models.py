@@ -107,7 +107,7 @@ def _drafter_spec(drafter: str) -> str:
 
 def load_pair(target: str, drafter: str | None = None, *, drafter_kind: str = "auto",
               device: str | None = None, dtype: str | None = None, target_precision: str | None = None,
-              drafter_precision: str | None = None) -> "ModelPair":
+              drafter_precision: str | None = None, compile: bool = False) -> "ModelPair":
     """Load a target and its drafter (or none, for prompt lookup).
 
     target: a preset name (``tiny``, ``e2b``, ...), a hub id or a local folder.
@@ -116,10 +116,15 @@ def load_pair(target: str, drafter: str | None = None, *, drafter_kind: str = "a
     drafter at all. Each config is read once and handed to everything that needs it.
     ``target_precision`` / ``drafter_precision``: float32, bfloat16, float16, int8 or int4
     (:mod:`.precision`); ``dtype`` sets both, and each model's own setting wins over it;
-    unset, float32 on a CPU and bfloat16 on a GPU.
+    unset, float32 on a CPU and bfloat16 on a GPU. ``compile=True``: the compiled engine
+    (:meth:`ModelPair.compile`; its graphs compiled now, ``pair.compile_seconds``), or eager
+    decoding with the one sentence of ``pair.compile_note`` saying why not.
     """
     precision = Precision.of(dtype, target_precision, drafter_precision)  # names checked before any load
-    return load_pairs(target, drafter, [precision], drafter_kind=drafter_kind, device=device)[0]
+    pair = load_pairs(target, drafter, [precision], drafter_kind=drafter_kind, device=device)[0]
+    if compile:
+        pair.compile()
+    return pair
 
 
 def load_pairs(target: str, drafter: str | None = None, precisions=(Precision(),), *,
