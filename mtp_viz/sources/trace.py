@@ -44,7 +44,7 @@ _COUNT = (0, MAX_COUNT, "a count from 0 to a billion")
 _EXPERTS = (0, MAX_EXPERTS, f"at most {MAX_LAYERS} expert counts from 0 to {MAX_EXPERTS}")
 # The range of an event's field, by name, beyond its type: the views divide by these,
 # loop over them, plot them and wait for them. A number field not named here is a count.
-_RANGES = {"t": _TIME, "seconds": _TIME, "draft_seconds": _TIME, "verify_seconds": _TIME,
+_RANGES = {"t": _TIME, "seconds": _TIME, "draft_seconds": _TIME, "verify_seconds": _TIME, "compile_seconds": _TIME,
            "p": _PROBABILITY, "q": _PROBABILITY, "acceptance_rate": _PROBABILITY,
            "p_top": _PROBABILITY, "q_top": _PROBABILITY, "residual_top": _PROBABILITY,
            "draft_len": _DRAFT, "next_draft_len": _DRAFT, "index": _DRAFT, "agreed": _DRAFT,
@@ -83,6 +83,7 @@ _SETTINGS = {
     "max_draft_tokens": (_INT, _between(0, MAX_DRAFT), f"a whole number from 0 to {MAX_DRAFT}"),
     "seed": (_INT + (type(None),), None, "a whole number or null"),
     "clock": (_TEXT, ("wall", "cpu").__contains__, '"wall" or "cpu"'),
+    "engine": (_TEXT, ("compiled", "eager").__contains__, '"compiled" or "eager"'),
     "experts": ((dict,), _moe, "empty or a mixture of experts' layers, num_experts and top_k"),
     **{k: (_TEXT, None, "text") for k in ("drafter", "schedule", "backend", "server", "model", "api")},
     **{k: (_FLAG, None, "true or false") for k in ("chat", "server_speculates")},

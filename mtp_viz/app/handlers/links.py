@@ -70,6 +70,13 @@ def _one_of(options: tuple[str, ...]) -> Callable[[str], str | None]:
     return lambda text: text.strip().lower() if text.strip().lower() in options else None
 
 
+SWITCH = {"1": True, "true": True, "0": False, "false": False}
+
+
+def _switch(text: str) -> bool | None:
+    return SWITCH.get(text.strip().lower())
+
+
 def rules(limits: Limits) -> dict[str, tuple[str, Callable[[str], Any], str]]:
     """Query name -> (form name, parser returning None when invalid, what is expected)."""
     prompt_ok = lambda t: t if t.strip() and len(t) <= limits.prompt_chars else None  # noqa: E731
@@ -89,6 +96,7 @@ def rules(limits: Limits) -> dict[str, tuple[str, Callable[[str], Any], str]]:
         "drafter": ("drafter_kind", _one_of(tuple(DRAFTERS)), "one of " + ", ".join(DRAFTERS)),
         **{name: (name, _one_of(PRECISIONS), "one of " + ", ".join(PRECISIONS))  # "default" is left out
            for name in ("target_precision", "drafter_precision")},
+        "compile": ("compile", _switch, "1 or 0"),   # the compiled engine: part of which pair loads
     }
 
 
@@ -128,8 +136,10 @@ def query(values: Mapping[str, Any], limits: Limits) -> str:
         if greedy and key in SAMPLING_ONLY:
             continue
         v = values.get(form_name)
-        if v is None or v == "":
+        if v is None or v == "" or v is False:   # a switch left off is the page's default
             continue
+        if v is True:
+            v = "1"
         text = f"{v:g}" if isinstance(v, float) else str(v)
         if check(text) is not None:
             out[key] = text

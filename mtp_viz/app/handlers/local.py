@@ -40,6 +40,22 @@ def ran_in(pair: Any) -> str:
     return f" (target {p['target']}" + (f", drafter {p['drafter']})" if p.get("drafter") else ")")
 
 
+def compiled_line(pair: Any) -> tuple[str, str]:
+    """What compiling a loaded pair did, for its status line: (" Compiled in 74.2 s (5
+    graphs), kept out of every run's timing.", "info"), the one sentence saying why it fell
+    back to eager decoding ("warn"), or ("", "info") for a pair not asked compiled."""
+    note = getattr(pair, "compile_note", "") or ""
+    if note:
+        return f" Compiling fell back to eager decoding: {note}", "warn"
+    fast = getattr(pair, "fast", None)
+    if fast is None:
+        return "", "info"
+    step = getattr(pair, "draft_step", None)
+    graphs = len(fast.shapes.seconds) + (len(step.shapes.seconds) if step is not None else 0)
+    return (f" Compiled in {getattr(pair, 'compile_seconds', 0.0):.1f} s ({graphs} graph{'s' if graphs != 1 else ''}), "
+            "kept out of every run's timing."), "info"
+
+
 def refused(e: UserError) -> Frame:
     """A run that could not start: its sentence, in #status and in the speculative pane."""
     return message(str(e), level="error") | Frame(spec=tokens.placeholder_html("No run: " + str(e)))
@@ -81,71 +97,87 @@ class Handlers(Recorded):
         return Precision.of(None, form.text(target_precision or "default", "The target precision"),
                             form.text(drafter_precision or "default", "The drafter precision"))
 
-    def model_line(self, target: str, drafter: str | None, precision: Precision | None = None) -> str:
-        st = self.loader.state(target, drafter, precision)
+    @staticmethod
+    def compiled(value: Any = None) -> bool:
+        """The page's ``#compile`` switch (None, from an older caller: off), checked: one
+        sentence for anything but true or false (the API takes any JSON value)."""
+        return False if value is None else form.flag(value, "Compiled engine")
+
+    def model_line(self, target: str, drafter: str | None, precision: Precision | None = None,
+                   compile: bool = False) -> str:
+        st = self.loader.state(target, drafter, precision, compile)
         # a custom name as typed, cut short: a status line is no place for 100,000 characters
         name = "the bundled tiny pair" if target == "tiny" else clip(target) + (f" + {clip(drafter)}" if drafter else "")
-        asked = f" in {precision.label}" if precision and precision != Precision() else ""
+        asked = (f" in {precision.label}" if precision and precision != Precision() else "") + \
+            (", compiled" if compile else "")
         if st.status in ("queued", "loading"):
-            return tokens.message_html(f"Loading {name}{asked}… {time.monotonic() - st.started:.0f} s")
+            doing = " (compiling its graphs once: a minute or more)" if compile else ""
+            return tokens.message_html(f"Loading {name}{asked}{doing}… {time.monotonic() - st.started:.0f} s")
         if st.status == "ready":
-            return tokens.message_html(f"Ready: {name}{ran_in(st.pair)}.")
+            line, level = compiled_line(st.pair) if compile else ("", "info")
+            return tokens.message_html(f"Ready: {name}{ran_in(st.pair)}.{line}", level=level)
         if st.status in ("error", "unloaded"):
             return tokens.message_html(st.message, level="error" if st.status == "error" else "warn")
         return tokens.message_html(f"{name[:1].upper()}{name[1:]}{asked} loads on first run (or press Load).")
 
+    def asked(self, key: str, custom_target: str, custom_drafter: str, target_precision: Any = None,
+              drafter_precision: Any = None, compiled: Any = None) -> tuple[str, str | None, Precision, bool]:
+        """(target, drafter, precision, compile): the pair the form names, each field checked."""
+        target, drafter = self.pick(key, custom_target, custom_drafter)
+        return target, drafter, self.precision(target_precision, drafter_precision), self.compiled(compiled)
+
     def load(self, key: str, custom_target: str, custom_drafter: str, target_precision: Any = None,
-             drafter_precision: Any = None):
+             drafter_precision: Any = None, compiled: Any = None):
         try:
-            target, drafter = self.pick(key, custom_target, custom_drafter)
-            precision = self.precision(target_precision, drafter_precision)
-            self.loader.start(target, drafter, precision)
+            target, drafter, precision, compile = self.asked(key, custom_target, custom_drafter, target_precision,
+                                                             drafter_precision, compiled)
+            self.loader.start(target, drafter, precision, compile)
         except UserError as e:
             return tokens.message_html(str(e), level="error"), gr.Timer(active=False), gr.skip()
-        return self.model_line(target, drafter, precision), gr.Timer(active=True), gr.skip()
+        return self.model_line(target, drafter, precision, compile), gr.Timer(active=True), gr.skip()
 
     def tick(self, key: str, custom_target: str, custom_drafter: str, target_precision: Any = None,
-             drafter_precision: Any = None):
+             drafter_precision: Any = None, compiled: Any = None):
         """While a pair loads: its status line; once ready, the chat switch follows the
         pair (on only when its tokenizer has a chat template)."""
         try:
-            target, drafter = self.pick(key, custom_target, custom_drafter)
-            precision = self.precision(target_precision, drafter_precision)
+            target, drafter, precision, compile = self.asked(key, custom_target, custom_drafter, target_precision,
+                                                             drafter_precision, compiled)
         except UserError:
             return gr.skip(), gr.Timer(active=False), gr.skip()
-        st = self.loader.state(target, drafter, precision)
+        st = self.loader.state(target, drafter, precision, compile)
         loading = st.status in ("queued", "loading")
         chat = gr.update(value=st.pair.chat_template is not None) if st.status == "ready" else gr.skip()
-        return self.model_line(target, drafter, precision), gr.Timer(active=loading), chat
+        return self.model_line(target, drafter, precision, compile), gr.Timer(active=loading), chat
 
     def status_line(self, key: str, custom_target: str, custom_drafter: str, target_precision: Any = None,
-                    drafter_precision: Any = None):
+                    drafter_precision: Any = None, compiled: Any = None):
         """``#model-status`` after a run, which may have loaded the pair: what it runs in."""
         try:
-            target, drafter = self.pick(key, custom_target, custom_drafter)
-            return self.model_line(target, drafter, self.precision(target_precision, drafter_precision))
+            return self.model_line(*self.asked(key, custom_target, custom_drafter, target_precision,
+                                               drafter_precision, compiled))
         except UserError:
             return gr.skip()
 
     def _ready_pair(self, target: str, drafter: str | None, sess: runs.Session,
-                    precision: Precision | None = None) -> Iterator[Any]:
+                    precision: Precision | None = None, compile: bool = False) -> Iterator[Any]:
         """Wait for the pair, yielding status lines; the last item is the pair (or None)."""
-        while (st := self.loader.wait(target, drafter, timeout=0.5, precision=precision)).status in ("queued",
-                                                                                                    "loading"):
+        while (st := self.loader.wait(target, drafter, timeout=0.5, precision=precision,
+                                      compile=compile)).status in ("queued", "loading"):
             if sess.stop.is_set():  # the model keeps loading for the next run
                 raise UserError("Stopped while the model loads.")
-            yield self.model_line(target, drafter, precision)
+            yield self.model_line(target, drafter, precision, compile)
         if st.status != "ready":
             raise UserError(st.message)
         yield st.pair
 
     def experts_switch(self, key: str, custom_target: str, custom_drafter: str, target_precision: Any = None,
-                       drafter_precision: Any = None):
+                       drafter_precision: Any = None, compiled: Any = None):
         """``#experts`` for the picked pair once it is loaded: on offer for a mixture of
         experts, off with the reason for a dense one (else unchanged)."""
         try:
-            st = self.loader.state(*self.pick(key, custom_target, custom_drafter),
-                                   self.precision(target_precision, drafter_precision))
+            st = self.loader.state(*self.asked(key, custom_target, custom_drafter, target_precision,
+                                               drafter_precision, compiled))
         except UserError:
             return gr.skip()
         if st.status != "ready":
@@ -175,11 +207,12 @@ class Handlers(Recorded):
                         if off else "")
         try:
             s = replace(self.settings(values), top=inspector.TOP)  # the inspector's candidates
-            target, drafter = self.pick(values["model"], values["custom_target"], values["custom_drafter"])
-            precision = self.precision(values.get("target_precision"), values.get("drafter_precision"))
-            yield outputs(reset | Frame(status=self.model_line(target, drafter, precision)), sess,
+            target, drafter, precision, compile = self.asked(
+                values["model"], values["custom_target"], values["custom_drafter"], values.get("target_precision"),
+                values.get("drafter_precision"), values.get("compile"))
+            yield outputs(reset | Frame(status=self.model_line(target, drafter, precision, compile)), sess,
                           gr.update(interactive=False))
-            for item in self._ready_pair(target, drafter, sess, precision):
+            for item in self._ready_pair(target, drafter, sess, precision, compile):
                 if isinstance(item, str):
                     yield outputs(Frame(status=item))
                 else:
@@ -198,13 +231,14 @@ class Handlers(Recorded):
         sess.stop.clear()
         try:
             s = self.settings(values)
-            target, drafter = self.pick(values["model"], values["custom_target"], values["custom_drafter"])
-            precision = self.precision(values.get("target_precision"), values.get("drafter_precision"))
+            target, drafter, precision, compile = self.asked(
+                values["model"], values["custom_target"], values["custom_drafter"], values.get("target_precision"),
+                values.get("drafter_precision"), values.get("compile"))
             n = form.whole(repeats, "Repeats")
             if not 2 <= n <= 15:
                 raise UserError("Measure takes between 2 and 15 repeats.")
             pair = None
-            for item in self._ready_pair(target, drafter, sess, precision):
+            for item in self._ready_pair(target, drafter, sess, precision, compile):
                 if isinstance(item, str):
                     yield outputs(Frame(status=item), sess)
                 else:
@@ -215,7 +249,7 @@ class Handlers(Recorded):
         except UserError as e:
             yield outputs(message(str(e), level="error"), sess)
             return
-        yield outputs(Frame(compare=stats.measurement_html(m)) | message(
+        yield outputs(Frame(compare=stats.measurement_html(m, engine=getattr(pair, "engine", "eager"))) | message(
             f"Measured {n} repeats of each mode (spread ×{m.spread:.2f} between the fastest and slowest "
             "repeat's speedup)."))
 
@@ -294,4 +328,4 @@ class Handlers(Recorded):
         yield events
 
 
-__all__ = ["CUSTOM", "EXPERTS_ON", "EXPERTS_WAITING", "OUTPUTS", "Handlers", "outputs", "refused"]
+__all__ = ["CUSTOM", "EXPERTS_ON", "EXPERTS_WAITING", "OUTPUTS", "Handlers", "outputs", "refused", "compiled_line"]

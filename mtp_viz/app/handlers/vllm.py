@@ -105,10 +105,11 @@ class VllmHandlers:
             return gr.skip()
 
     def load(self, key: str, custom_target: str, custom_drafter: str, url: str, baseline: str,
-             target_precision: Any = None, drafter_precision: Any = None):
-        """Load: the local pair (in the precisions asked), or, for this source, a check of the servers."""
+             target_precision: Any = None, drafter_precision: Any = None, compiled: Any = None):
+        """Load: the local pair (in the precisions and on the engine asked), or, for this
+        source, a check of the servers."""
         if key != VLLM:
-            return self.h.load(key, custom_target, custom_drafter, target_precision, drafter_precision)
+            return self.h.load(key, custom_target, custom_drafter, target_precision, drafter_precision, compiled)
         return self.probe(url, baseline), gr.Timer(active=False), gr.skip()
 
     def probe(self, url: str, baseline: str) -> str:

@@ -98,15 +98,14 @@ def inspect(sess: Any, evt: gr.EventData) -> str:
 
 
 def anatomy_for(h, key: str, custom_target: str, custom_drafter: str, sess: Any = None,
-                target_precision: Any = None, drafter_precision: Any = None) -> Any:
-    """``#anatomy`` for the pair picked in the form (in the precisions asked), once it is
-    loaded (else unchanged)."""
+                target_precision: Any = None, drafter_precision: Any = None, compiled: Any = None) -> Any:
+    """``#anatomy`` for the pair picked in the form (in the precisions and on the engine
+    asked), once it is loaded (else unchanged)."""
     try:
-        target, drafter = h.pick(key, custom_target, custom_drafter)
-        precision = h.precision(target_precision, drafter_precision)
+        asked = h.asked(key, custom_target, custom_drafter, target_precision, drafter_precision, compiled)
     except UserError:
         return gr.skip()
-    st = h.loader.state(target, drafter, precision)
+    st = h.loader.state(*asked)
     if st.status != "ready":
         return gr.skip()
     events = sess.spec if sess is not None else ()
@@ -121,8 +120,9 @@ def attach(h, session: gr.State, panel: gr.HTML, drawing: gr.HTML, load_inputs: 
     hidden = dict(api_visibility="private")
     panel.click(inspect, session, panel, queue=False, **hidden)
 
-    def redraw(key, custom_target, custom_drafter, target_precision, drafter_precision, sess=None):
-        return anatomy_for(h, key, custom_target, custom_drafter, sess, target_precision, drafter_precision)
+    def redraw(key, custom_target, custom_drafter, target_precision, drafter_precision, compiled, sess=None):
+        return anatomy_for(h, key, custom_target, custom_drafter, sess, target_precision, drafter_precision,
+                           compiled)
 
     for ev in loads:
         ev.then(redraw, load_inputs, drawing, queue=False, show_progress="hidden", **hidden)

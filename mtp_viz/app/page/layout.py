@@ -195,7 +195,11 @@ def _settings(first: FirstPair) -> dict[str, Any]:
                                              elem_id="target-precision", filterable=False),
                 drafter_precision=gr.Dropdown(choices, value="default", label="Drafter precision",
                                               info="each precision of a pair loads (and is kept) as a pair of its own",
-                                              elem_id="drafter-precision", filterable=False))
+                                              elem_id="drafter-precision", filterable=False),
+                compile=gr.Checkbox(False, label="Compiled engine", elem_id="compile",
+                                    info="compiles the target and the MTP drafter with torch.compile, once per "
+                                         "pair (a pair of its own); the compile time is reported apart, never in "
+                                         "a run's timing"))
         with gr.Row():
             c.update(
                 repeats=gr.Slider(2, 15, value=5, step=1, label="Measure: repeats of each mode",

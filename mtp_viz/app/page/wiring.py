@@ -28,7 +28,7 @@ HIDDEN = dict(api_visibility="private")  # the page's own events; /generate is t
 # Handlers.settings and in links (the vLLM source's two URL fields are added in Page.form).
 FORM = ("prompt", "model", "custom_target", "custom_drafter", "max_new_tokens", "draft_tokens", "schedule",
         "drafter_kind", "decoding", "temperature", "top_p", "top_k", "seed", "chat", "baseline", "experts",
-        "step_mode", "target_precision", "drafter_precision")
+        "step_mode", "target_precision", "drafter_precision", "compile")
 
 
 @dataclass(frozen=True, eq=False)
@@ -71,6 +71,7 @@ class Page:
     seed: gr.Number
     target_precision: gr.Dropdown   # with the picker, which pair is loaded
     drafter_precision: gr.Dropdown
+    compile: gr.Checkbox            # the compiled engine: another pair too
     repeats: gr.Slider
     speed: gr.Dropdown
     # what a run shows
@@ -99,9 +100,10 @@ class Page:
                 self.server.url: "vllm_url", self.server.baseline: "vllm_baseline_url"}
 
     def pair(self) -> list[Any]:
-        """What names the pair to load: the picker, the custom fields, then the precisions."""
+        """What names the pair to load: the picker, the custom fields, the precisions, then
+        the engine (``#compile``)."""
         return [self.model, self.custom_target, self.custom_drafter, self.target_precision,
-                self.drafter_precision]
+                self.drafter_precision, self.compile]
 
     def outputs(self) -> list[Any]:
         """What a frame fills, in :data:`OUTPUTS` order, then the session and Race replay."""
@@ -177,8 +179,10 @@ def _wire_model(demo: gr.Blocks, page: Page, h: Handlers, vh: VllmHandlers) -> l
     shown = [page.model_status, page.timer, page.chat]
     pressed = page.load_btn.click(vh.load, pair[:3] + [page.server.url, page.server.baseline] + pair[3:], shown,
                                   **HIDDEN)
-    # another precision is another pair: its line (loaded, loading, or loads on first run)
-    gr.on([page.target_precision.change, page.drafter_precision.change], h.tick, pair, shown, queue=False,
+    # another precision, or the other engine, is another pair: its line (loaded, loading,
+    # or loads on first run)
+    gr.on([page.target_precision.change, page.drafter_precision.change, page.compile.change], h.tick, pair,
+          shown, queue=False,
           show_progress="hidden", **HIDDEN)
     limits = links.Limits(tuple(h.presets), h.cap, 16 * h.prompt_cap)
     restored = teach.wire(demo, page.form(), page.status, limits)  # deep link, Copy link, tour, presenter mode

@@ -242,15 +242,18 @@ def warm_up(source: Source, new_tokens: int = 8, top: int = 0) -> None:
         pass
 
 
-def load_and_warm(target: str, drafter: str | None, precision: Any = None) -> Any:
+def load_and_warm(target: str, drafter: str | None, precision: Any = None, compile: bool = False) -> Any:
     """The app's :class:`.service.PairLoader` work: set torch's threads on purpose, load
     the pair (each model in the precision the page asked, else ``MTP_VIZ_DTYPE`` if set,
-    else the device's default), and warm it through the app's path (:func:`warm_up`)."""
+    else the device's default; ``compile``: on the compiled engine, its graphs compiled
+    now, ``pair.compile_seconds``, or eager with ``pair.compile_note`` saying why), and warm
+    it through the app's path (:func:`warm_up`)."""
     from mtp_viz.sources import models  # imports torch: only here, on first use
     models.set_threads(service.threads())
     return warm(models.load_pair(target, drafter, dtype=service.env_dtype(),
                                  target_precision=precision.target if precision else None,
-                                 drafter_precision=precision.drafter if precision else None))
+                                 drafter_precision=precision.drafter if precision else None,
+                                 **({"compile": True} if compile else {})))
 
 
 def warm(pair: Any) -> Any:
@@ -263,12 +266,14 @@ def warm(pair: Any) -> Any:
 
 def preloaded(pair: Any) -> Callable[..., Any]:
     """The app's loading work when it is given a pair already in memory (a notebook's,
-    :func:`mtp_viz.launch`): that pair for its own name in the default precision, warmed
-    but not loaded again (and torch's threads left as its owner set them); any other pair,
-    or these models in another precision, loads as usual."""
+    :func:`mtp_viz.launch`): that pair for its own name in the default precision on its
+    own engine, warmed but not loaded again (and torch's threads left as its owner set
+    them); any other pair, these models in another precision, or asked compiled, loads
+    as usual."""
     key = service.pair_key(pair.name, pair.drafter_name)
-    return lambda target, drafter, precision=None: warm(pair) if service.pair_key(target, drafter) == key \
-        and precision is None else load_and_warm(target, drafter, precision)
+    return lambda target, drafter, precision=None, compile=False: warm(pair) \
+        if service.pair_key(target, drafter) == key and precision is None and not compile \
+        else load_and_warm(target, drafter, precision, compile)
 
 
 def final_frame(sess: Session, threads: int = 0) -> Frame:

@@ -3,7 +3,8 @@
 Pairs are loaded once per process and shared by every session, in a bounded cache
 (``MTP_VIZ_MAX_PAIRS``, least recently used first out) keyed by the models as they
 resolve on disk, so ``tiny``, its folder and ``./its/folder/`` are one pair, and by the
-precision asked of each (the same models in int8 are another pair). Loads
+precision asked of each (the same models in int8 are another pair), and by the engine
+asked (compiled, or eager: the same models compiled are another pair). Loads
 run on background threads, at most ``LOAD_SLOTS`` at a time and one per pair; a
 lookup never waits for a load. ``MTP_VIZ_ALLOWED_MODELS`` limits what a public
 deployment may load at all.
@@ -191,18 +192,21 @@ def threads() -> int:
 MAX_ENDED = 32  # failed or unloaded pairs whose sentence the loader remembers
 
 
-def cache_key(target: str, drafter: str | None, precision: Precision | None = None) -> tuple:
-    """The loader's key: the models (:func:`pair_key`) and the precisions asked of them
-    (None or ``Precision()``: the deployment's default, ``MTP_VIZ_DTYPE`` or the device's)."""
+def cache_key(target: str, drafter: str | None, precision: Precision | None = None,
+              compile: bool = False) -> tuple:
+    """The loader's key: the models (:func:`pair_key`), the precisions asked of them
+    (None or ``Precision()``: the deployment's default, ``MTP_VIZ_DTYPE`` or the device's)
+    and the engine (``compile``: the compiled engine, else eager)."""
     p = precision or Precision()
-    return (*pair_key(target, drafter), p.target, p.drafter)
+    return (*pair_key(target, drafter), p.target, p.drafter, bool(compile))
 
 
 class PairLoader:
     """The process's pairs: a bounded, thread-safe cache with background loading.
 
     ``load(target, drafter)`` does the work, ``load(target, drafter, precision=...)`` for a
-    pair asked in other precisions than the default: the app's is
+    pair asked in other precisions than the default, ``compile=True`` for one asked on the
+    compiled engine (each keyword passed only when asked): the app's is
     :func:`.runs.load_and_warm` (load, then an untimed comparison through the app's path,
     so the first run is timed warm); tests pass their own."""
 
@@ -216,30 +220,35 @@ class PairLoader:
         self._states: OrderedDict[tuple, LoadState] = OrderedDict()
         self._done: dict[tuple, threading.Event] = {}
 
-    def state(self, target: str, drafter: str | None, precision: Precision | None = None) -> LoadState:
-        key = cache_key(target, drafter, precision)
+    def state(self, target: str, drafter: str | None, precision: Precision | None = None,
+              compile: bool = False) -> LoadState:
+        key = cache_key(target, drafter, precision, compile)
         with self._lock:
             st = self._states.get(key)
             if st is not None and st.status == Load.READY:
                 self._states.move_to_end(key)  # recently used
             return st or LoadState()
 
-    def start(self, target: str, drafter: str | None, precision: Precision | None = None) -> LoadState:
+    def start(self, target: str, drafter: str | None, precision: Precision | None = None,
+              compile: bool = False) -> LoadState:
         """Begin loading in the background unless it is queued, loading or loaded."""
         self.allow.check(target, drafter)
-        key = cache_key(target, drafter, precision)
+        key = cache_key(target, drafter, precision, compile)
         with self._lock:
             st = self._states.get(key)
             if st and (st.busy or st.status == Load.READY):
                 return st
             st = self._states[key] = LoadState(Load.QUEUED, "", time.monotonic())
             self._done[key] = threading.Event()
-        threading.Thread(target=self._work, args=(key, target, drafter, precision), daemon=True,
+        threading.Thread(target=self._work, args=(key, target, drafter, precision, compile), daemon=True,
                          name="mtp-viz-load").start()
         return st
 
-    def _work(self, key: tuple, target: str, drafter: str | None, precision: Precision | None) -> None:
+    def _work(self, key: tuple, target: str, drafter: str | None, precision: Precision | None,
+              compile: bool = False) -> None:
         asked = {"precision": precision} if precision and precision != Precision() else {}
+        if compile:
+            asked["compile"] = True
         with self._slots:
             with self._lock:
                 self._states[key].status = Load.LOADING
@@ -268,12 +277,12 @@ class PairLoader:
             self._done.pop(key, None)
 
     def wait(self, target: str, drafter: str | None, timeout: float | None = None,
-             precision: Precision | None = None) -> LoadState:
-        self.start(target, drafter, precision)
+             precision: Precision | None = None, compile: bool = False) -> LoadState:
+        self.start(target, drafter, precision, compile)
         with self._lock:
-            done = self._done[cache_key(target, drafter, precision)]
+            done = self._done[cache_key(target, drafter, precision, compile)]
         done.wait(timeout)
-        return self.state(target, drafter, precision)
+        return self.state(target, drafter, precision, compile)
 
     def loaded(self) -> list[tuple]:
         with self._lock:

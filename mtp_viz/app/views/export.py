@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Sequence
 
-from mtp_viz.engine.events import Event, Start, Step
+from mtp_viz.engine.events import Done, Event, Start, Step
 
 from . import charts, stats, tokens
 
@@ -64,6 +64,7 @@ def page_html(spec: Sequence[Event], ar: Sequence[Event] = (), *, greedy: bool =
     plots = "".join(f'<div class="mv-export-plot">{_figure_html(fig, i == 0)}</div>'
                     for i, fig in enumerate(figures.values()))
     prompt = next((e for e in (*spec, *ar) if isinstance(e, Start)), None)
+    done = [e for e in (*spec, *ar) if isinstance(e, Done)]
     summary = stats.compare_html(stats.run_stats(spec), stats.run_stats(ar), greedy=greedy)
     panes = "".join(
         f'<section><h2>{name}</h2>{tokens.tokens_html(events, placeholder="Not run.")}'
@@ -72,7 +73,7 @@ def page_html(spec: Sequence[Event], ar: Sequence[Event] = (), *, greedy: bool =
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
             f'<style>{css}{_PAGE_CSS}</style></head><body class="mv-export">'
             f'<h1>{html.escape(title)}</h1>'
-            f'<p class="mv-export-meta">{_describe(prompt)}</p>{summary}{tokens.legend_html()}'
+            f'<p class="mv-export-meta">{_describe(prompt, done)}</p>{summary}{tokens.legend_html()}'
             f'<div class="mv-export-panes">{panes}</div>{plots}</body></html>')
 
 
@@ -85,7 +86,9 @@ def _figure_html(fig, with_plotlyjs: bool) -> str:
     return pio.to_html(d, full_html=False, include_plotlyjs=with_plotlyjs, validate=False)
 
 
-def _describe(start: Start | None) -> str:
+def _describe(start: Start | None, done: Sequence[Done] = ()) -> str:
+    """The run's settings in one line: the prompt, the drafter, the decoding, what each
+    model ran in, the engine, and the graphs compiled during the runs (off their clocks)."""
     if start is None:
         return "No run."
     s = start.settings
@@ -98,6 +101,10 @@ def _describe(start: Start | None) -> str:
     if s.get("target_precision"):
         parts.append(f"target in {s['target_precision']}"
                      + (f", drafter in {s['drafter_precision']}" if s.get("drafter_precision") else ""))
+    parts.append(stats.ENGINES[stats.engine_of(s)])
+    compiling = sum(e.compile_seconds for e in done)
+    if compiling > 0:
+        parts.append(f"compile {compiling:.1f} s, not in the timings")
     return html.escape(" · ".join(parts))
 
 

@@ -3,7 +3,9 @@
 
 Pure functions of events, like :mod:`.view`; no gradio, no torch. ``#compare`` carries
 the figure as data attributes (``data-speedup``, ``data-spec-tps``, ``data-ar-tps``,
-``data-basis``, ``data-threads``, ``data-clock``), a contract tests and scripts read.
+``data-basis``, ``data-threads``, ``data-clock``, and ``data-engine``: what decoded, "compiled"
+or "eager" from ``Start.settings["engine"]``, "vllm" for a vLLM server, "eager" for a run
+that does not say, an older trace), a contract tests and scripts read.
 A run's times are on the clock its source names in ``Start.settings["clock"]``: "wall"
 or "cpu" (the engine thread's CPU time; :mod:`mtp_viz.sources.interleave`), and the labels
 say which.
@@ -31,6 +33,8 @@ class RunStats:
     clock: str = "wall"            # what the seconds read: "wall" or "cpu" (Start.settings)
     target_precision: str = ""     # what each model ran in (Start.settings; "" where unknown
     drafter_precision: str = ""    # or, for the drafter, no drafter model)
+    engine: str = ""               # "compiled", "eager" or "vllm" (Start.settings; "" before a Start)
+    compile_seconds: float = 0.0   # graphs compiled during the run, not in ``seconds`` (Done)
     done: bool = False
     stop_reason: str = ""
     error: str = ""
@@ -51,6 +55,7 @@ class RunStats:
             self.mode, self.clock = e.mode, str(e.settings.get("clock", "wall"))
             self.target_precision = str(e.settings.get("target_precision") or "")
             self.drafter_precision = str(e.settings.get("drafter_precision") or "")
+            self.engine = engine_of(e.settings)
         elif isinstance(e, (Accepted, Bonus, Token)):
             self.tokens += 1
             self.ids.append(e.token_id)
@@ -65,9 +70,23 @@ class RunStats:
             self.seconds = max(self.seconds, e.t)
         elif isinstance(e, Done):
             self.done, self.stop_reason, self.seconds = True, e.stop_reason, e.seconds
+            self.compile_seconds = float(getattr(e, "compile_seconds", 0.0) or 0.0)
         elif isinstance(e, Error):
             self.error = e.message
         return self
+
+
+ENGINES = {"compiled": "compiled engine", "eager": "eager engine", "vllm": "vLLM server"}
+
+
+def engine_of(settings: dict) -> str:
+    """What decoded a run, from its start event's settings: ``engine`` ("compiled" or
+    "eager"), "vllm" for a vLLM server (which compiles its own graphs), and "eager" for a
+    run that does not say (an older trace, transformers' generate)."""
+    if settings.get("backend") == "vllm":
+        return "vllm"
+    engine = settings.get("engine")
+    return engine if engine in ENGINES else "eager"
 
 
 def run_stats(events: Iterable[Event], *, now: float | None = None) -> RunStats:
@@ -113,14 +132,34 @@ def precision_html(stats: RunStats) -> str:
             f'{words}</span>')
 
 
+def engine_label(engine: str, compile_seconds: float = 0.0) -> str:
+    """The small label saying what decoded (``mv-engine``), with the graphs compiled during
+    the runs, kept out of their timings; "" when no run says."""
+    if not engine:
+        return ""
+    words = ENGINES.get(engine, "mixed engines")
+    extra = (f' · <small>compile {compile_seconds:.1f} s, not in the timings</small>'
+             if compile_seconds > 0 else "")
+    return f'<span class="mv-badge mv-neutral mv-engine">{html.escape(words)}{extra}</span>'
+
+
+def engine_both(spec: RunStats, ar: RunStats) -> str:
+    """The engine of the runs shown: one name, "mixed" when two runs differ, "" for none."""
+    engines = {s.engine for s in (spec, ar) if s.engine}
+    return engines.pop() if len(engines) == 1 else ("mixed" if engines else "")
+
+
 def _compare_div(speedup: float | None, spec_tps: float, ar_tps: float, basis: str, threads: int,
-                 body: str, clock: str = "wall") -> str:
-    """``#compare``: the figure's hooks as data attributes, the badges inside."""
+                 body: str, clock: str = "wall", engine: str = "", compile_seconds: float = 0.0) -> str:
+    """``#compare``: the figure's hooks as data attributes, the badges inside, then the engine."""
     attrs = ""
     if speedup is not None:
         attrs = (f' data-speedup="{speedup:.4f}" data-spec-tps="{spec_tps:.3f}" data-ar-tps="{ar_tps:.3f}"'
                  f' data-basis="{html.escape(basis)}" data-threads="{threads}"'
                  f' data-clock="{html.escape(clock)}"')
+    if engine:
+        attrs += f' data-engine="{html.escape(engine)}"'
+    body += engine_label(engine, compile_seconds) if body or speedup is not None else ""
     return f'<div id="compare" class="mv-compare"{attrs}>{body}</div>' + explain("compare", corner=True)
 
 
@@ -136,10 +175,12 @@ def compare_html(spec: RunStats, ar: RunStats, *, greedy: bool, threads: int = 0
     """The speedup of one run of each mode and, under greedy decoding, whether both
     outputs are token-identical. One run each cannot name a winner: the figure says
     what it is and points to Measure."""
+    engine, compiling = engine_both(spec, ar), spec.compile_seconds + ar.compile_seconds
     if not (spec.done and ar.done) or not spec.tokens or not ar.tokens \
             or not (spec.tokens_per_second and ar.tokens_per_second):
         return _compare_div(None, 0, 0, "", threads, identity_badge(spec, ar) if greedy and spec.done
-                            and ar.done and spec.tokens and ar.tokens else "")
+                            and ar.done and spec.tokens and ar.tokens else "", engine=engine,
+                            compile_seconds=compiling)
     x = spec.tokens_per_second / ar.tokens_per_second
     clock = spec.clock if spec.clock == ar.clock else "mixed"
     of = " of engine CPU time" if clock == "cpu" else ""
@@ -151,12 +192,13 @@ def compare_html(spec: RunStats, ar: RunStats, *, greedy: bool, threads: int = 0
     if greedy:
         parts.append(identity_badge(spec, ar))
     return _compare_div(x, spec.tokens_per_second, ar.tokens_per_second, "single run", threads,
-                        "".join(parts), clock)
+                        "".join(parts), clock, engine, compiling)
 
 
-def measurement_html(m) -> str:
+def measurement_html(m, engine: str = "") -> str:
     """Measure's result (:class:`mtp_viz.app.runtime.measure.Measurement`): the median of the
-    repeats, their range, and a winner only when every repeat agrees."""
+    repeats, their range, and a winner only when every repeat agrees; ``engine``: what
+    decoded them (see :func:`engine_of`)."""
     cls = {"faster": "mv-ok", "slower": "mv-warn"}.get(m.verdict, "mv-neutral")
     lo, hi = min(m.ratios), max(m.ratios)
     if m.verdict == "too close to call":
@@ -167,7 +209,8 @@ def measurement_html(m) -> str:
                 f"range ×{lo:.2f}–×{hi:.2f})")
     body = (f'<span class="mv-badge {cls} mv-speedup">{head}<small> · {m.spec_tps:.1f} vs '
             f'{m.ar_tps:.1f} tokens/s{_threads(m.threads)}</small></span>')
-    return _compare_div(m.median, m.spec_tps, m.ar_tps, f"median of {m.repeats}", m.threads, body)
+    return _compare_div(m.median, m.spec_tps, m.ar_tps, f"median of {m.repeats}", m.threads, body,
+                        engine=engine)
 
 
 def identity_badge(spec: RunStats, ar: RunStats) -> str:

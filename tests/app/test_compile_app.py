@@ -1,0 +1,189 @@
+"""The compiled engine in the app: part of which pair is loaded (the pair cache's key,
+like a precision), asked with ``#compile`` under More settings, carried by links; the
+model status says what compiling took, or why it fell back; ``#compare`` names the
+engine (``data-engine``) from the runs' start events, and so do traces and the exported
+page. Pure views and a fake loader here; the browser test compiles the real tiny pair."""
+from __future__ import annotations
+
+import dataclasses
+import html
+import json
+import threading
+from types import SimpleNamespace
+from urllib.parse import parse_qsl, urlsplit
+
+import pytest
+
+from mtp_viz.app.handlers import links, local
+from mtp_viz.app.runtime import runs, service
+from mtp_viz.app.views import export, stats
+from mtp_viz.engine.events import Done, Start
+from mtp_viz.errors import UserError
+from mtp_viz.sources import trace
+from mtp_viz.sources.precision import Precision
+from streams import ar_run, spec_run
+
+
+def _with(events, engine=None, compile_seconds=0.0, **settings):
+    """A stream with its start's settings (``engine`` if given) and its done's compile seconds."""
+    out = []
+    for e in events:
+        if isinstance(e, Start):
+            extra = {**settings, **({"engine": engine} if engine else {})}
+            e = dataclasses.replace(e, settings={**e.settings, **extra})
+        elif isinstance(e, Done):
+            e = dataclasses.replace(e, compile_seconds=compile_seconds)
+        out.append(e)
+    return out
+
+
+def _compare(spec, ar):
+    return stats.compare_html(stats.run_stats(spec), stats.run_stats(ar), greedy=True)
+
+
+# ---------------------------------------------------------------- the badge (pure views)
+
+def test_compare_carries_the_engine_of_the_start_events():
+    compiled = _compare(_with(spec_run(), "compiled"), _with(ar_run(), "compiled"))
+    assert 'data-engine="compiled"' in compiled and ">compiled engine<" in compiled
+    assert "data-speedup=" in compiled  # the figure's hooks stay
+    eager = _compare(_with(spec_run(), "eager"), _with(ar_run(), "eager"))
+    assert 'data-engine="eager"' in eager and ">eager engine<" in eager and "compiled" not in eager
+
+
+def test_a_run_that_does_not_say_is_eager_and_a_vllm_server_is_named():
+    old = _compare(spec_run(), ar_run())  # an older trace: no settings.engine
+    assert 'data-engine="eager"' in old and "eager engine" in old
+    served = _compare(_with(spec_run(), backend="vllm"), _with(ar_run(), backend="vllm"))
+    assert 'data-engine="vllm"' in served and "vLLM server" in served
+    mixed = _compare(_with(spec_run(), "compiled"), _with(ar_run(), "eager"))
+    assert 'data-engine="mixed"' in mixed
+    assert "data-engine" not in stats.compare_html(stats.RunStats(), stats.RunStats(), greedy=True)  # no run yet
+
+
+def test_compile_seconds_are_shown_apart_from_the_timings():
+    spec, ar = _with(spec_run(), "compiled", 12.25), _with(ar_run(), "compiled", 0.05)
+    shown = _compare(spec, ar)
+    assert "compile 12.3 s, not in the timings" in shown
+    assert stats.run_stats(spec).seconds == stats.run_stats(spec_run()).seconds  # not added to the clock
+    assert "not in the timings" not in _compare(_with(spec_run(), "compiled"), _with(ar_run(), "compiled"))
+
+
+def test_measure_names_the_engine_it_measured():
+    m = SimpleNamespace(verdict="faster", ratios=(1.5, 1.6, 1.7), median=1.6, repeats=3, spec_tps=30.0,
+                        ar_tps=20.0, threads=1)
+    assert 'data-engine="compiled"' in stats.measurement_html(m, engine="compiled")
+
+
+def test_the_exported_page_and_a_replayed_trace_say_which_engine_ran(tmp_path):
+    spec, ar = _with(spec_run(), "compiled", 3.5), _with(ar_run(), "compiled")
+    meta = export.page_html(spec, ar, title="t")
+    assert "compiled engine · compile 3.5 s, not in the timings" in meta
+    assert "eager engine" in export.page_html(spec_run(), ar_run(), title="t")
+    path = trace.write(tmp_path / "t.jsonl", [*spec, *ar])
+    back = trace.read(path)
+    assert stats.run_stats(back).engine == "compiled"
+    assert any(isinstance(e, Done) and e.compile_seconds == 3.5 for e in back)
+
+
+def test_a_trace_with_an_unknown_engine_is_one_sentence(tmp_path):
+    lines = trace.dumps(_with(spec_run(), "compiled")).replace('"engine": "compiled"', '"engine": "<b>x</b>"')
+    path = tmp_path / "t.jsonl"
+    path.write_text(lines, encoding="utf-8")
+    with pytest.raises(UserError, match="settings 'engine' that is not \"compiled\" or \"eager\""):
+        trace.read(path)
+    assert json.loads(trace.dumps(spec_run()).splitlines()[-1]).get("compile_seconds") is None  # omitted at 0
+
+
+# ---------------------------------------------------------------- which pair is loaded
+
+def test_the_engine_is_part_of_the_pair_cache_key():
+    calls = []
+
+    def load(target, drafter, **asked):
+        calls.append(asked)
+        return object()
+    loader = service.PairLoader(load)
+    eager = loader.wait("tiny", None, timeout=5)
+    compiled = loader.wait("tiny", None, timeout=5, compile=True)
+    assert eager.pair is not compiled.pair
+    assert loader.wait("tiny", None, timeout=5, compile=True).pair is compiled.pair
+    both = loader.wait("tiny", None, timeout=5, precision=Precision("int8"), compile=True)
+    assert calls == [{}, {"compile": True}, {"precision": Precision("int8"), "compile": True}]  # each once
+    assert both.pair is not compiled.pair
+    assert service.cache_key("tiny", None, compile=True) != service.cache_key("tiny", None)
+
+
+def test_load_and_warm_asks_load_pair_for_the_compiled_engine(monkeypatch):
+    from mtp_viz.sources import models
+    asked = []
+    monkeypatch.setattr(models, "set_threads", lambda n: None)
+    monkeypatch.setattr(models, "load_pair", lambda *a, **kw: asked.append(kw) or SimpleNamespace())
+    monkeypatch.setattr(runs, "warm", lambda pair: pair)
+    runs.load_and_warm("tiny", None, compile=True)
+    runs.load_and_warm("tiny", None)
+    assert asked[0]["compile"] is True and "compile" not in asked[1]
+    mine = SimpleNamespace(name="tiny", drafter_name=None)  # a notebook's pair serves its own engine only
+    monkeypatch.setattr(runs, "load_and_warm", lambda *a: ("loaded", a))
+    assert runs.preloaded(mine)("tiny", None) is mine
+    assert runs.preloaded(mine)("tiny", None, None, True) == ("loaded", ("tiny", None, None, True))
+
+
+def _fake_pair(note="", graphs=(0.5, 0.5, 0.5), step_graphs=(0.25, 0.25)):
+    shapes = lambda s: SimpleNamespace(shapes=SimpleNamespace(seconds=dict(enumerate(s))))  # noqa: E731
+    compiled = not note
+    return SimpleNamespace(precision={"target": "float32", "drafter": None}, compile_note=note,
+                           compile_seconds=74.24 if compiled else 0.0, chat_template=None,
+                           fast=shapes(graphs) if compiled else None,
+                           draft_step=shapes(step_graphs) if compiled else None)
+
+
+@pytest.fixture
+def handlers():
+    go = threading.Event()
+
+    def load(target, drafter, **asked):
+        go.wait(5)
+        return _fake_pair()
+    loader = service.PairLoader(load)
+    h = local.Handlers(loader, service.presets(loader.allow), ("tiny", None), cap=16, prompt_cap=256)
+    h.go = go
+    return h
+
+
+def test_the_status_says_what_compiling_took(handlers):
+    line, _, _ = handlers.load("tiny", "", "", "default", "default", True)
+    assert ", compiled (compiling its graphs once: a minute or more)" in line and "Loading" in line
+    handlers.go.set()
+    handlers.loader.wait("tiny", None, timeout=5, compile=True)
+    ready = handlers.status_line("tiny", "", "", "default", "default", True)
+    assert "Compiled in 74.2 s (5 graphs), kept out of every run&#x27;s timing." in ready
+    assert "mv-msg-info" in ready
+    assert "Compiled in" not in handlers.model_line("tiny", None)  # the eager pair: another pair, not loaded
+    with pytest.raises(UserError, match="Compiled engine must be true or false"):
+        handlers.compiled("yes")
+
+
+def test_a_compile_that_fell_back_is_a_visible_warning():
+    note = "The compiled engine needs a Gemma 4 target; decoding stays eager."
+    line, level = local.compiled_line(_fake_pair(note=note))
+    assert note in line and level == "warn" and "/" not in line.replace("s/", "")
+    assert local.compiled_line(SimpleNamespace(fast=None, compile_note="")) == ("", "info")
+
+
+def test_a_link_carries_the_compiled_engine():
+    limits = links.Limits(models=("tiny",), max_new_tokens=64, prompt_chars=100)
+    assert links.parse({"compile": "1"}, limits).values == {"compile": True}
+    assert links.parse({"compile": "0"}, limits).values == {"compile": False}
+    assert "compile (must be 1 or 0)" in links.parse({"compile": "yes"}, limits).sentence()
+    q = links.query({"model": "tiny", "compile": True}, limits)
+    assert dict(parse_qsl(urlsplit(q).query)) == {"model": "tiny", "compile": "1"}
+    assert "compile" not in links.query({"model": "tiny", "compile": False}, limits)  # off: the default
+
+
+def test_the_page_has_the_compile_switch_in_the_pair():
+    from mtp_viz.app.page import layout
+    demo = layout.build_demo(loader=service.PairLoader(lambda *a, **kw: None), target="tiny")
+    box = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "compile")
+    assert box.value is False and box.label == "Compiled engine"
+    assert "compile time is reported apart" in html.unescape(box.info)
