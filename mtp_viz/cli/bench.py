@@ -189,9 +189,10 @@ class Runner:
 def run(args: argparse.Namespace) -> int:
     if args.server or args.baseline_server:
         if (args.draft_tokens or args.drafter or args.stale_kv or args.dtype or args.target_precision
-                or args.drafter_precision or args.precisions):
-            raise UserError("--draft-tokens, --drafter, --dtype, the precisions and --stale-kv apply to the local "
-                            "engine; a vLLM server's drafter, draft length and dtype are set when it starts.")
+                or args.drafter_precision or args.precisions or args.compile):
+            raise UserError("--draft-tokens, --drafter, --dtype, the precisions, --compile and --stale-kv apply to "
+                            "the local engine; a vLLM server's drafter, draft length, dtype and compilation are "
+                            "set when it starts.")
         from .bench_server import run as run_server
         return run_server(args)
     quick = args.quick

@@ -56,6 +56,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--experts", action="store_true",
                    help="a mixture-of-experts target (26b-a4b): put on every step event the distinct experts "
                         "each layer's router sent that forward's tokens to (experts_per_layer)")
+    p.add_argument("--compile", action="store_true",
+                   help="the compiled engine: a static KV cache and torch.compile'd target and drafter steps "
+                        "(compiled once at load, timed apart; where it cannot compile, one sentence and eager)")
     p.add_argument("--stale-kv", action="store_true", help=argparse.SUPPRESS)
 
 
@@ -113,6 +116,7 @@ def open_source(args: argparse.Namespace):
                                        ("--schedule", args.schedule != "constant"),
                                        ("--device", args.device), ("--dtype", args.dtype),
                                        ("--target-precision", args.target_precision),
+                                       ("--compile", args.compile),
                                        ("--drafter-precision", args.drafter_precision)) if on]
         if local:
             raise UserError(f"{local[0]} applies to the local engine; a vLLM server's drafter and "
@@ -123,9 +127,15 @@ def open_source(args: argparse.Namespace):
     if not sys.stderr.isatty():  # keep stderr to one line per error when piped
         from transformers.utils import logging as hf_logging
         hf_logging.disable_progress_bar()
-    return sources.open_source(args.target, args.drafter, device=args.device, dtype=args.dtype,
-                               target_precision=args.target_precision, drafter_precision=args.drafter_precision,
-                               drafter_kind="lookup" if args.prompt_lookup or args.autoregressive else "auto")
+    source = sources.open_source(args.target, args.drafter, device=args.device, dtype=args.dtype,
+                                 target_precision=args.target_precision, drafter_precision=args.drafter_precision,
+                                 drafter_kind="lookup" if args.prompt_lookup or args.autoregressive else "auto",
+                                 compile=args.compile)
+    if args.compile:
+        pair = source.pair
+        print(f"mtp-viz: {pair.compile_note}" if pair.compile_note else
+              f"mtp-viz: compiled in {pair.compile_seconds:.1f} s (not in the run's timing)", file=sys.stderr)
+    return source
 
 
 def print_styled(events, color: bool, out=None) -> Done | None:

@@ -47,6 +47,7 @@ import torch
 
 WIDTHS = (1, 2, 3, 5, 9, 17)          # compiled forward widths: k + 1 tokens round up to one
 CAPACITIES = (256, 512, 1024, 2048, 4096, 8192)
+GRAPH_LIMIT = 128                     # compiled graphs per function (dynamo's default: 8)
 ATTENTION = "mtp_viz_static"          # the twin's attention function, registered once
 GEMMA4_CLASSES = ("Gemma4ForCausalLM", "Gemma4ForConditionalGeneration")
 _registered = threading.Lock()
@@ -82,6 +83,15 @@ def static_attention(module, query, key, value, attention_mask, dropout=0.0, sca
     return out.reshape(b, h, n, d).transpose(1, 2).contiguous(), None
 
 
+def _allow_graphs() -> None:
+    """One compiled function serves every FastTarget (dynamo keys its graphs by code
+    object): widths x capacities x (with or without the target's state) x pairs loaded
+    exceed dynamo's default of 8 graphs per function, past which it would run eagerly."""
+    import torch._dynamo.config as dynamo
+    dynamo.recompile_limit = max(dynamo.recompile_limit, GRAPH_LIMIT)
+    dynamo.accumulated_recompile_limit = max(dynamo.accumulated_recompile_limit, 4 * GRAPH_LIMIT)
+
+
 def _register_attention() -> None:
     from transformers import AttentionInterface
     with _registered:
@@ -92,6 +102,7 @@ def twin(model):
     """A copy of ``model`` sharing every parameter (nothing of size is copied) with a
     config of its own, set to :data:`ATTENTION`."""
     _register_attention()
+    _allow_graphs()
     other = copy.deepcopy(model, memo={id(p): p for p in model.parameters()})
     for config in {id(c): c for c in (other.config, getattr(other.config, "get_text_config", lambda: None)())
                    if c is not None}.values():

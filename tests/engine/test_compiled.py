@@ -1,0 +1,153 @@
+"""The compiled engine (engine/compiled.py) is still lossless, and says when it cannot run.
+
+Small random pairs keep compile time down (the first compile of a graph takes seconds;
+inductor caches it on disk for later processes). Greedy runs are held against
+transformers' own ``generate``, token for token, past the sliding window (16) and with
+drafts rejected; sampling against the target's exact distribution (the χ² test of
+test_sampling.py, on the compiled target). The fallback is tested for real: a compiler
+that does not exist, and a model the compiled engine does not take.
+"""
+import pytest
+import torch
+
+from factories import gemma_assistant, gemma_multimodal, gemma_target, greedy_reference, llama, word_tokenizer
+from mtp_viz.engine import compiled
+from mtp_viz.engine import loop as engine
+from mtp_viz.engine.drafters.mtp import MTPDrafter
+from mtp_viz.engine.sampling import Sampling
+from mtp_viz.sources.models import from_models
+
+PROMPTS = [list(range(3, 23)), [5, 9, 5, 9, 7, 11, 5, 9, 5, 9]]
+N = 48   # past the window of 16 from either prompt
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target, assistant = gemma_target(), gemma_assistant()
+    fast = compiled.FastTarget(target)
+    return target, assistant, fast, compiled.FastDraftStep(assistant, fast.window)
+
+
+def done_of(events):
+    events = list(events)
+    return events[0], events[-1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_compiled_greedy_is_transformers_greedy(pair, prompt):
+    target, assistant, fast, step = pair
+    reference = greedy_reference(target, prompt, N)
+    start, spec = done_of(engine.speculative(fast, MTPDrafter(assistant, target, step), prompt, max_new_tokens=N))
+    _, plain = done_of(engine.autoregressive(fast, prompt, max_new_tokens=N))
+    assert list(spec.generated_ids) == reference and list(plain.generated_ids) == reference
+    assert start.settings["engine"] == "compiled" and not fast.note and not step.note
+    assert spec.drafted > 0  # it drafted (and verified at several widths)
+
+
+@pytest.mark.slow
+def test_rejections_and_every_width_stay_lossless(pair):
+    """A drafter that is wrong every other step, at draft lengths up to 8 (widths 2..9),
+    must not change a token: the static cache's rejected entries are cropped or written over."""
+    from factories import ScriptDrafter
+    target, _, fast, _ = pair
+    prompt = PROMPTS[0]
+    reference = greedy_reference(target, prompt, N)
+    for k in (1, 2, 4, 8):
+        _, d = done_of(engine.speculative(fast, ScriptDrafter(len(prompt), reference, wrong_every=2, vocab=512),
+                                          prompt, max_new_tokens=N, draft_tokens=k))
+        assert list(d.generated_ids) == reference, k
+        assert 0 < d.accepted < d.drafted
+    assert {w for _, w, _ in fast.shapes.seconds} >= {2, 3, 5, 9}
+
+
+@pytest.mark.slow
+def test_compile_time_is_kept_off_the_clock(pair):
+    """A graph compiled during a run is reported in done.compile_seconds (the shapes'
+    own timings), and a run whose graphs exist compiles nothing."""
+    target, assistant, _, _ = pair
+    fast = compiled.FastTarget(target)   # a fresh one: every shape is new to it
+    _, first = done_of(engine.autoregressive(fast, PROMPTS[0], max_new_tokens=8))
+    assert first.compile_seconds == pytest.approx(fast.shapes.total) and first.compile_seconds > 0
+    _, again = done_of(engine.autoregressive(fast, PROMPTS[0], max_new_tokens=8))
+    assert again.compile_seconds == 0 and again.generated_ids == first.generated_ids
+
+
+@pytest.mark.slow
+def test_the_multimodal_wrapper_and_mixture_of_experts_compile_losslessly():
+    """What E2B/E4B/31B and 26B-A4B load as (Gemma4ForConditionalGeneration, dense and MoE)."""
+    prompt = PROMPTS[0]
+    for moe in (False, True):
+        target, assistant = gemma_multimodal(moe=moe), gemma_assistant()
+        fast = compiled.FastTarget(target)
+        step = compiled.FastDraftStep(assistant, fast.window)
+        _, d = done_of(engine.speculative(fast, MTPDrafter(assistant, target, step), prompt, max_new_tokens=24))
+        assert list(d.generated_ids) == greedy_reference(target, prompt, 24), moe
+        assert not fast.note and not step.note
+
+
+@pytest.mark.slow
+def test_compiled_sampling_preserves_the_distribution():
+    from test_sampling import PROMPT, SAMPLING, V, chi2_pvalue, joint_distribution, sample_counts
+    target = gemma_target(V, window=16, seed=21, sharpen=6.0, layers=2)
+    assistant = gemma_assistant(V, 16, seed=22, k=2)
+    fast = compiled.FastTarget(target)
+    drafter = MTPDrafter(assistant, target, compiled.FastDraftStep(assistant, fast.window))
+
+    def run(seed):
+        return done_of(engine.speculative(fast, drafter, PROMPT, max_new_tokens=4, draft_tokens=2,
+                                          sampling=Sampling(seed=seed, **SAMPLING)))[1].generated_ids
+    assert chi2_pvalue(sample_counts(run), joint_distribution(target)) > 1e-3
+
+
+@pytest.mark.slow
+def test_no_compiler_is_one_sentence_and_eager_decoding(monkeypatch):
+    """With no C++ compiler the pair says so in one sentence and decodes eagerly, with
+    the same tokens (a model of its own shape, so no graph can come from the disk cache)."""
+    import torch._inductor.config as inductor
+    monkeypatch.setattr(inductor.cpp, "cxx", ("/nonexistent/c++",))
+    monkeypatch.setattr(inductor, "fx_graph_cache", False)
+    monkeypatch.setattr(inductor, "autotune_local_cache", False)
+    torch._dynamo.reset()
+    target, assistant = gemma_target(384, window=16, seed=5, layers=3), gemma_assistant(384, 16, seed=6)
+    pair = from_models(target, assistant, word_tokenizer(384))
+    note = pair.compile()
+    assert note == "Compiling the target failed: no working C++ compiler was found, so it decodes eagerly."
+    assert pair.engine == "eager" and pair.compile_note == note and note.count(".") == 1
+    start, d = done_of(pair.generate("w5 w6 w7", max_new_tokens=12, chat=False))
+    assert start.settings["engine"] == "eager"
+    ids = pair.encode("w5 w6 w7", chat=False)
+    assert list(d.generated_ids) == greedy_reference(target, ids, 12, eos=pair.eos_token_ids)[:len(d.generated_ids)]
+    torch._dynamo.reset()
+
+
+def test_a_model_the_compiled_engine_does_not_take_is_one_sentence():
+    target = llama()
+    pair = from_models(target, None, word_tokenizer())
+    assert pair.compile() == "The compiled engine takes Gemma 4 targets; LlamaForCausalLM decodes eagerly."
+    assert pair.engine == "eager" and pair.decoder is target
+
+
+def test_counting_experts_needs_the_eager_engine(pair):
+    _, _, fast, _ = pair
+    with pytest.raises(ValueError, match="Counting experts needs the eager engine"):
+        list(engine.autoregressive(fast, PROMPTS[0], max_new_tokens=2, experts=True))
+
+
+def test_widths_and_capacities_bucket():
+    assert [compiled.width_for(n) for n in (1, 2, 3, 4, 5, 6, 9, 10, 17, 18)] == [1, 2, 3, 5, 5, 9, 9, 17, 17, 18]
+    assert compiled.capacity_for(100) == 256 and compiled.capacity_for(257) == 512
+    assert compiled.capacity_for(10_000) is None
+
+
+def test_the_mask_is_causal_and_windowed():
+    m = compiled.visible(torch.arange(5, 8), 10, window=3)[0, 0]
+    assert m.tolist()[0] == [False] * 3 + [True] * 3 + [False] * 4   # query 5 sees keys 3, 4, 5
+    assert compiled.visible(torch.arange(5, 6), 10, None)[0, 0, 0].sum() == 6
+
+
+def test_the_twin_shares_the_weights_and_keeps_the_targets_attention(pair):
+    target, _, fast, _ = pair
+    assert all(a is b for a, b in zip(target.parameters(), fast.twin.parameters()))
+    assert target.config._attn_implementation != compiled.ATTENTION
+    assert fast.twin.config._attn_implementation == compiled.ATTENTION
