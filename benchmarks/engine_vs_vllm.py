@@ -12,6 +12,8 @@ tokens/s (pooled; the server's through HTTP, client wall time), and whether the 
 tokens and the per-step (drafted, accepted) sequences agree with the local engine's
 (and, where they do not, how many drafts the step before the first difference kept).
 Both passes run the local autoregressive baseline, so a speedup can be formed for each.
+``--compile`` adds the compiled engine (engine/compiled.py) in both modes, on the same
+models, compiled before the timed runs (its compile time printed and written apart).
 """
 from __future__ import annotations
 
@@ -65,6 +67,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--out", default="benchmarks/results/engine-vs-vllm")
+    ap.add_argument("--compile", action="store_true", help="also the compiled engine, both modes")
     args = ap.parse_args()
     import torch
     from mtp_viz.sources.models import load_pair
@@ -74,6 +77,17 @@ def main():
     n = args.max_new_tokens
     modes = {"engine speculative": lambda p: pair.generate(p, max_new_tokens=n, draft_tokens=4, chat=False),
              "engine autoregressive": lambda p: pair.generate(p, mode="autoregressive", max_new_tokens=n, chat=False)}
+    compile_seconds = None
+    if args.compile:
+        import dataclasses
+        fast = dataclasses.replace(pair, schedules=type(pair.schedules)())   # the same models
+        note = fast.compile()
+        assert not note, note
+        compile_seconds = fast.compile_seconds
+        print(f"compiled in {compile_seconds:.1f} s")
+        modes["compiled speculative"] = lambda p: fast.generate(p, max_new_tokens=n, draft_tokens=4, chat=False)
+        modes["compiled autoregressive"] = lambda p: fast.generate(p, mode="autoregressive", max_new_tokens=n,
+                                                                   chat=False)
     if args.server:
         modes["vLLM speculative"] = lambda p: server_events(args.server, p, max_new_tokens=n)
     if args.baseline_server:
@@ -94,7 +108,8 @@ def main():
                 assert isinstance(done, Done), done
                 runs[m].append({"prompt": i, "repeat": r, "events": evs, "ids": list(done.generated_ids),
                                 "tokens": done.new_tokens,
-                                "seconds": done.seconds if m.startswith("vLLM") else wall})
+                                # compile_seconds: a graph first compiled in this run (off its time)
+                                "seconds": done.seconds if m.startswith("vLLM") else wall - done.compile_seconds})
     ref = runs["engine speculative"]
     result = {m: summary(runs[m], None if m == "engine speculative" else ref) for m in modes}
     ar = result["engine autoregressive"]["tokens_per_second"]
@@ -102,9 +117,9 @@ def main():
         row["tokens_per_second_over_engine_autoregressive"] = row["tokens_per_second"] / ar
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    tag = "speculative" if args.server else "baseline"
+    tag = ("speculative" if args.server else "baseline") + ("-compiled" if args.compile else "")
     meta = {"prompts": len(prompts), "repeats": args.repeats, "max_new_tokens": n, "draft_tokens": 4,
-            "torch_threads": 1, "torch": torch.__version__}
+            "torch_threads": 1, "torch": torch.__version__, "compile_seconds": compile_seconds}
     (out / f"{tag}.json").write_text(json.dumps({"meta": meta, "results": result}, indent=1) + "\n")
     lines = ["| source | tok/s | ÷ engine AR | accept | α | τ | same tokens as engine | same steps |",
              "|---|---|---|---|---|---|---|---|"]

@@ -263,7 +263,7 @@ def _run(args, sampling, prompts, settings, precisions, n, repeats, quick, greed
     from . import bench_report
     arms = _arms(args, precisions, n, sampling)
     tasks = _tasks(arms, settings, greedy)
-    print(f"mtp-viz bench: {len(prompts)} prompts x {len(settings)} settings x {len(arms)} precision pair(s) x "
+    print(f"mtp-viz bench: {len(prompts)} prompts x {len(settings)} settings x {len(arms)} arm(s) x "
           f"{repeats} repeats, {n} new tokens each", file=sys.stderr)
     encoded = [arms[0].pair.encode(p.text, chat=not args.no_chat) for p in prompts]
     records: list[Record] = []

@@ -28,6 +28,9 @@ graph per forward shape (``torch.compile``, inductor), with speculative decoding
   entries, which are all the drafter's window sees) so one graph serves every step.
 - **Compile time** is measured per shape and kept off the engine's clock: a step whose
   graph was compiled reports its compile seconds apart (``Forward.compile_seconds``).
+- **Mode.** ``mode`` is torch.compile's: None (inductor's kernels) by default;
+  ``"reduce-overhead"`` on a GPU records each graph as a CUDA graph
+  (``benchmarks/gpu_compiled.py`` checks it where a GPU is lent).
 - **Fallback.** If a graph cannot be compiled (no C++ compiler, a model the graph
   cannot be captured for, a graph break: ``fullgraph=True`` refuses one rather than run
   a slower, broken-up graph), the engine says so in one sentence (:attr:`FastTarget.note`)
@@ -167,7 +170,7 @@ class FastTarget:
     saying why decoding fell back to eager ("" while compiled)."""
     engine = "compiled"
 
-    def __init__(self, model):
+    def __init__(self, model, mode: str | None = None):
         self.model = model
         self.config, self.device = model.config, model.device
         self.twin = twin(model)
@@ -175,7 +178,7 @@ class FastTarget:
         self.pad = int(getattr(_text(model.config), "pad_token_id", None) or 0)
         self.shapes = Shapes()
         self.note = ""
-        self._graph = torch.compile(self._step, dynamic=False, fullgraph=True)
+        self._graph = torch.compile(self._step, dynamic=False, fullgraph=True, mode=mode)
         self._lock = threading.Lock()
         self._free: dict[int, list[StaticKV]] = {}
 
@@ -260,12 +263,12 @@ class FastDraftStep:
     padded and masked, before the window fills). The eager assistant attends to the same
     keys with no mask at all (one query), so its drafts differ only by rounding."""
 
-    def __init__(self, assistant, window: int):
+    def __init__(self, assistant, window: int, mode: str | None = None):
         self.twin = twin(assistant)
         self.window = window
         self.note = ""
         self.shapes = Shapes()
-        self._graph = torch.compile(self._step, dynamic=False, fullgraph=True)
+        self._graph = torch.compile(self._step, dynamic=False, fullgraph=True, mode=mode)
 
     def _step(self, x, position, full_kv, sliding_kv, full_mask, sliding_mask):
         a = self.twin

@@ -63,11 +63,12 @@ class ModelPair:
         """What the engine's loop runs as the target: the compiled one, or the model."""
         return self.fast if self.fast is not None else self.target
 
-    def compile(self) -> str:
+    def compile(self, mode: str | None = None) -> str:
         """Switch this pair to the compiled engine (:mod:`mtp_viz.engine.compiled`) and
         compile its graphs for a short run of each mode, timed into ``compile_seconds``.
         Returns the one sentence saying why decoding stays eager ("" when compiled; later
-        shapes compile on first use, off the run's clock)."""
+        shapes compile on first use, off the run's clock). ``mode``: torch.compile's
+        (``"reduce-overhead"``: CUDA graphs, on a GPU)."""
         import time
 
         from mtp_viz.engine import compiled, loop
@@ -75,9 +76,9 @@ class ModelPair:
         if self.compile_note:
             return self.compile_note
         t = time.perf_counter()
-        self.fast = compiled.FastTarget(self.target)
+        self.fast = compiled.FastTarget(self.target, mode=mode)
         if self.has_mtp:
-            self.draft_step = compiled.FastDraftStep(self.drafter_model, self.fast.window)
+            self.draft_step = compiled.FastDraftStep(self.drafter_model, self.fast.window, mode=mode)
         ids = [int(self.eos_token_ids[0]) + 1 if self.eos_token_ids else 2] * 8  # any tokens: shapes matter
         for _ in loop.autoregressive(self.fast, ids, max_new_tokens=3):
             pass
