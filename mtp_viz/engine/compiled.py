@@ -52,7 +52,8 @@ WIDTHS = (1, 2, 3, 5, 9, 17)          # compiled forward widths: k + 1 tokens ro
 CAPACITIES = (256, 512, 1024, 2048, 4096, 8192)
 GRAPH_LIMIT = 128                     # compiled graphs per function (dynamo's default: 8)
 ATTENTION = "mtp_viz_static"          # the twin's attention function, registered once
-GEMMA4_CLASSES = ("Gemma4ForCausalLM", "Gemma4ForConditionalGeneration")
+GEMMA4_CLASSES = ("Gemma4ForCausalLM", "Gemma4ForConditionalGeneration",               # E2B ... 31B, 26B-A4B
+                  "Gemma4UnifiedForCausalLM", "Gemma4UnifiedForConditionalGeneration")  # the 12B family
 _registered = threading.Lock()
 
 

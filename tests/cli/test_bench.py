@@ -80,7 +80,7 @@ def test_metrics_agree_with_engine_totals():
     target = gemma_target(sharpen=4.0)
     prompt = [2, 5, 9, 14, 20]
     script = greedy_reference(target, prompt, 40)
-    pair = SimpleNamespace(target=target, drafter_model=None, eos_token_ids=())
+    pair = SimpleNamespace(target=target, decoder=target, drafter_model=None, eos_token_ids=())
     runner = bench.Runner(pair, ScriptDrafter(len(prompt), script, wrong_every=3), 40,
                           Sampling(), False, 16)
     try:

@@ -87,6 +87,31 @@ def test_the_multimodal_wrapper_and_mixture_of_experts_compile_losslessly():
 
 
 @pytest.mark.slow
+def test_kv_sharing_and_the_12b_family_compile_losslessly():
+    """A target whose last layers reuse earlier layers' K/V (as E2B's do), and the 12B
+    family's classes (Gemma4UnifiedForConditionalGeneration, Gemma4UnifiedForCausalLM)
+    with their own assistant."""
+    from transformers import Gemma4ForCausalLM
+
+    from factories import gemma_text_config, unified_assistant, unified_target
+    config = gemma_text_config(layers=6, num_kv_shared_layers=2)
+    config.layer_types = ["sliding_attention", "full_attention"] * 3
+    torch.manual_seed(0)
+    shared = Gemma4ForCausalLM(config).eval()
+    assert "reuse" in shared.config.kv_sharing_modes
+    prompt = PROMPTS[0]
+    for target, assistant in ((shared, gemma_assistant()), (unified_target(), unified_assistant()),
+                              (unified_target(wrapper=False), unified_assistant())):
+        fast = compiled.FastTarget(target)
+        step = compiled.FastDraftStep(assistant, fast.window)
+        want = greedy_reference(target, prompt, 32)
+        _, d = done_of(engine.speculative(fast, MTPDrafter(assistant, target, step), prompt, max_new_tokens=32))
+        _, p = done_of(engine.autoregressive(fast, prompt, max_new_tokens=32))
+        assert list(d.generated_ids) == want and list(p.generated_ids) == want, type(target).__name__
+        assert not fast.note and not step.note
+
+
+@pytest.mark.slow
 def test_compiled_sampling_preserves_the_distribution():
     from test_sampling import PROMPT, SAMPLING, V, chi2_pvalue, joint_distribution, sample_counts
     target = gemma_target(V, window=16, seed=21, sharpen=6.0, layers=2)

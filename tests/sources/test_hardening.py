@@ -267,7 +267,7 @@ def test_the_export_of_a_checked_trace_does_not_crash():
     spec = trace.loads(_run_events(**{"1.settings.temperature": 0.7, "1.settings.schedule": "constant"}))
     assert "sampling at temperature 0.7" in export._describe(spec[0])
     spec = trace.loads(_run_events(**{"1.settings.target_precision": "int8", "1.settings.drafter_precision": None}))
-    assert export._describe(spec[0]).endswith("greedy · target in int8")
+    assert export._describe(spec[0]).endswith("greedy · target in int8 · eager engine")
     assert export.steps_csv(spec).count("\n") == 2
 
 
