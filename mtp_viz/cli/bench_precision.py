@@ -21,7 +21,6 @@ precisions (``target_precision``, ``drafter_precision``). Each row also carries:
 """
 from __future__ import annotations
 
-import dataclasses
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -77,8 +76,8 @@ def compiled(pairs) -> list:
     cannot compile is left out with its one sentence on stderr."""
     out = []
     for p in pairs:
-        twin = dataclasses.replace(p, schedules=type(p.schedules)())
-        note = twin.compile()
+        twin = p.compiled()
+        note = twin.compile_note
         if note:
             print(f"mtp-viz bench: {note}", file=sys.stderr)
             continue

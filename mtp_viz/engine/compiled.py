@@ -232,7 +232,8 @@ class FastTarget:
                 compile_s = self.shapes.seconds[shape] = time.perf_counter() - t
         else:
             logits, hidden, shared = self._step(*args)
-        kv.cache.crop(-(width - n)) if width > n else None
+        if width > n:  # the padding's entries go at once
+            kv.cache.crop(-(width - n))
         kv.length = start + n
         logits = logits[0, :n][-keep:].float()
         hidden = hidden[:, :n][:, -keep:] if hidden is not None else None
@@ -314,11 +315,10 @@ class FastDraftStep:
 
 def fallback_sentence(error: Exception) -> str:
     """Why the compiled engine cannot run here, in one sentence (never a path or a trace)."""
-    name = type(error).__name__
-    text = str(error)
-    if "CppCompileError" in name or "compiler" in text.lower() and ("c++" in text.lower() or "cxx" in text.lower()):
+    name, text = type(error).__name__, str(error).lower()
+    if "CppCompileError" in name or ("compiler" in text and ("c++" in text or "cxx" in text)):
         why = "no working C++ compiler was found"
-    elif "Unsupported" in name or "graph break" in text.lower():
+    elif "Unsupported" in name or "graph break" in text:
         why = "its graph breaks (torch.compile cannot capture it in one piece)"
     else:
         why = f"torch.compile failed ({name})"

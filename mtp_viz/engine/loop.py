@@ -61,7 +61,7 @@ def target_forward(target, cache, tokens: list[int], want_state: bool, keep: int
     """Run the target over ``tokens`` appended to ``cache``; keep the last ``keep`` logits.
     A compiled target (:class:`.compiled.FastTarget`) runs its graph for this width
     (``compiled=False``: its twin eagerly, as for a prefill of any length)."""
-    if getattr(target, "engine", "eager") == "compiled":
+    if engine_of(target) == "compiled":
         return Forward(*target.forward(cache, tokens, want_state, keep, compiled))
     ids = torch.tensor([tokens], device=target.device)
     extra = {"output_hidden_states": True, "return_shared_kv_states": True} if want_state else {}
@@ -81,7 +81,7 @@ def new_cache(target, need: int):
     """(target, cache) for a run of ``need`` positions: a compiled target's static cache,
     or transformers' ``DynamicCache`` (past a compiled target's largest capacity, its eager
     model's: ``engine`` in the start event says which ran)."""
-    if getattr(target, "engine", "eager") == "compiled":
+    if engine_of(target) == "compiled":
         cache = target.new_cache(need)
         if cache is not None:
             return target, cache
@@ -93,7 +93,7 @@ def new_cache(target, need: int):
 
 def release(target, cache) -> None:
     """A compiled target's cache goes back to its pool when the run ends."""
-    if getattr(target, "engine", "eager") == "compiled":
+    if engine_of(target) == "compiled":
         target.release(cache)
 
 

@@ -63,6 +63,14 @@ class ModelPair:
         """What the engine's loop runs as the target: the compiled one, or the model."""
         return self.fast if self.fast is not None else self.target
 
+    def compiled(self, mode: str | None = None) -> "ModelPair":
+        """The same models as a pair of its own on the compiled engine (this one stays
+        eager; nothing is copied), compiled now: what the bench compares against this one."""
+        import dataclasses
+        other = dataclasses.replace(self, schedules=ScheduleCache(), fast=None, draft_step=None)
+        other.compile(mode)
+        return other
+
     def compile(self, mode: str | None = None) -> str:
         """Switch this pair to the compiled engine (:mod:`mtp_viz.engine.compiled`) and
         compile its graphs for a short run of each mode, timed into ``compile_seconds``.
