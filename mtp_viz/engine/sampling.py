@@ -71,7 +71,8 @@ class Sampler:
         return int(torch.multinomial(probs, 1, generator=self.generator))
 
     def uniform(self) -> float:
-        return float(torch.rand((), generator=self.generator, device=self.generator.device))
+        # float32 named: the default dtype is process-wide, and a load beside this run changes it
+        return float(torch.rand((), generator=self.generator, device=self.generator.device, dtype=torch.float32))
 
 
 def residual(p_i: torch.Tensor, q_i: torch.Tensor | None, x: int) -> torch.Tensor:

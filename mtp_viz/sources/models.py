@@ -12,12 +12,13 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+from mtp_viz.engine.build import building
 from mtp_viz.errors import UserError, clip
 
 from .local import out_of_memory
 from .memory import check_fits
 from .pair import ASSISTANT_TYPES, GEMMA4_TYPES, ModelPair, model_path, text_config
-from .precision import Precision, load_kwargs
+from .precision import Precision, check_loaded, load_kwargs
 from .presets import PRESETS, is_local, resolve
 
 __all__ = ["check_pair", "from_models", "load_pair", "load_pairs", "out_of_memory", "pick_device", "set_threads"]
@@ -156,11 +157,14 @@ def load_pairs(target: str, drafter: str | None = None, precisions=(Precision(),
     kwargs = {w: load_kwargs(w[1], device) for w in wanted}
     check_fits(str(target) if is_local(target_spec) else target_spec,
                [(configs[spec], p) for spec, p in wanted], device)
-    tokenizer = _load(AutoTokenizer.from_pretrained, target_spec, config=config)
     placed = {"device_map": device} if device != "cpu" else {}
-    # a config of its own per load: a quantized load writes its quantization_config into it
-    models = {w: _load(AutoModelForCausalLM.from_pretrained, w[0], config=copy.deepcopy(configs[w[0]]),
-                       **kwargs[w], **placed).eval() for w in wanted}
+    with building():  # one build at a time in the process (see engine.build)
+        tokenizer = _load(AutoTokenizer.from_pretrained, target_spec, config=config)
+        # a config of its own per load: a quantized load writes its quantization_config into it
+        models = {w: _load(AutoModelForCausalLM.from_pretrained, w[0], config=copy.deepcopy(configs[w[0]]),
+                           **kwargs[w], **placed).eval() for w in wanted}
+    for (spec, p), model in models.items():  # never a pair that says one precision and holds another
+        check_loaded(model, p, device, str(target) if spec == target_spec else str(drafter))
     return [ModelPair(models[(target_spec, p.target)], models[(drafter, p.drafter)] if drafter else None,
                       tokenizer, str(target), drafter, device, target_spec=target_spec) for p in precisions]
 

@@ -77,6 +77,11 @@ class ModelPair:
         Returns the one sentence saying why decoding stays eager ("" when compiled; later
         shapes compile on first use, off the run's clock). ``mode``: torch.compile's
         (``"reduce-overhead"``: CUDA graphs, on a GPU)."""
+        from mtp_viz.engine.build import building
+        with building():  # never beside a load: tracing reads the default dtype a load sets
+            return self._compile(mode)
+
+    def _compile(self, mode: str | None) -> str:
         import time
 
         from mtp_viz.engine import compiled, loop

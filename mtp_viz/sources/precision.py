@@ -186,6 +186,18 @@ def load_kwargs(precision: str | None, device: str) -> dict[str, Any]:
     return kwargs
 
 
+def check_loaded(model, precision: str | None, device: str, name: str) -> None:
+    """One sentence unless every parameter of a model just loaded is in ``precision``'s
+    compute dtype (a quantized weight reports the dtype it computes in). A load that
+    raced another build in the process would fail here, not run in the wrong precision."""
+    dtype = compute_dtype(precision, device)
+    params = list(model.parameters())
+    wrong = sum(p.dtype != dtype for p in params)
+    if wrong:
+        raise UserError(f"{clip(name)} did not load in {precision or default_precision(device)}: {wrong} of "
+                        f"{len(params)} parameters came out in another dtype, so it was not used.")
+
+
 def precision_of(model) -> str:
     """What a loaded model runs in, read from the model itself: its quantization
     config's kind (``int8``, ``int4``, ``nf4``, ...) or its dtype's name. Works on models
@@ -216,5 +228,5 @@ def _quantized_kind(d: dict, qc) -> str:
     return f"{method} int{bits}" if bits else method or "quantized"
 
 
-__all__ = ["BITS", "CHOICES", "INT4_GROUP", "PRECISIONS", "Precision", "check_runs", "compute_dtype",
+__all__ = ["BITS", "CHOICES", "INT4_GROUP", "PRECISIONS", "Precision", "check_loaded", "check_runs", "compute_dtype",
            "default_precision", "load_kwargs", "precision_name", "precision_of", "quant_type"]
