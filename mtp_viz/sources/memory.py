@@ -44,7 +44,9 @@ def weight_bytes(config, dtype, bits: int | None = None) -> int:
     with ``bits`` (8 or 4), its quantizable linear weights at that many bits each."""
     import torch
     from transformers import AutoModelForCausalLM
-    with torch.device("meta"):
+
+    from mtp_viz.engine.build import building
+    with building(), torch.device("meta"):  # a build too: it sets process-wide state (engine.build)
         model = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
     # parameters() yields a tied weight (embedding = lm_head) once, as it is stored once
     total = sum(p.numel() for p in model.parameters()) * dtype.itemsize
