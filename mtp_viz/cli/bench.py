@@ -25,21 +25,28 @@ against its own target's plain decoding (:mod:`mtp_viz.cli.bench_precision`).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from mtp_viz.engine.decoding import Sampling
 from mtp_viz.engine.schedules import ScheduleCache
 from mtp_viz.errors import UserError
-from mtp_viz.prompts import load_prompts
+from mtp_viz.prompts import Prompt, load_prompts
 from mtp_viz.sources.precision import Precision
+from mtp_viz.sources.settings import MAX_DRAFT_TOKENS, RunSettings
 
-from . import bench_precision
+from . import bench_precision, bench_report
 from .bench_report import Record
+from .generate import MAX_NEW_TOKENS
 
 QUICK = dict(max_new_tokens=24, repeats=1, draft_tokens=(2, 4), per_category=1)
+MAX_REPEATS = 100      # timed repeats of every run
+DEFAULT_SCHEDULES = "constant,heuristic,optimal"
+SERVER_ONLY = ("--model", "--baseline-model", "--concurrency", "--requests")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -53,28 +60,34 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompts", default=None,
                    help="prompt suite JSON (default: the bundled category suite, mtp_viz/assets/prompts.json)")
     p.add_argument("--categories", default=None, help="comma-separated categories to keep")
-    p.add_argument("--per-category", type=int, default=0,
-                   help="use at most this many prompts per category (0: all)")
+    p.add_argument("--per-category", type=int, default=None,
+                   help="use at most this many prompts per category (0: all, the default; 1 with --quick)")
     p.add_argument("--draft-tokens", default=None,
-                   help="comma-separated draft lengths for the constant schedule (default 1,2,4,8)")
-    p.add_argument("--schedules", default="constant,heuristic,optimal",
+                   help=f"comma-separated draft lengths for the constant schedule, each 1 to {MAX_DRAFT_TOKENS} "
+                        "(default 1,2,4,8)")
+    p.add_argument("--schedules", default=DEFAULT_SCHEDULES,
                    help="comma-separated schedules; adaptive ones start from the median draft length")
-    p.add_argument("--max-draft-tokens", type=int, default=16, help="cap for adaptive schedules")
-    p.add_argument("--repeats", type=int, default=None, help="timed repeats (default 3)")
-    p.add_argument("--max-new-tokens", type=int, default=None, help="tokens per run (default 64)")
+    p.add_argument("--max-draft-tokens", type=int, default=MAX_DRAFT_TOKENS,
+                   help=f"cap for adaptive schedules, 1 to {MAX_DRAFT_TOKENS} (default {MAX_DRAFT_TOKENS})")
+    p.add_argument("--repeats", type=int, default=None, help=f"timed repeats, 1 to {MAX_REPEATS} (default 3)")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help=f"tokens per run, 1 to {MAX_NEW_TOKENS} (default 64)")
     p.add_argument("--temperature", type=float, default=0.0,
                    help="0 = greedy (default); above 0 the reference and parity checks are skipped")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (temperature > 0)")
     p.add_argument("--stale-kv", action="store_true",
                    help="give our drafter transformers' stale KV entry after a rejection")
     p.add_argument("--threads", type=int, default=0,
-                   help="torch CPU threads for the run (default: torch's own choice); 1 is "
-                        "steadier on a busy machine")
+                   help="torch CPU threads for the run, at most this machine's cores (default 0: torch's "
+                        "own choice); 1 is steadier on a busy machine")
     p.add_argument("--no-chat", action="store_true", help="feed prompts without the chat template")
     p.add_argument("--compile", action="store_true",
                    help="measure the compiled engine beside the eager one, interleaved in the same run "
                         "(every row says which: engine eager or compiled; compile time reported apart)")
-    p.add_argument("--out", default="bench-results", help="folder for bench.json/.md/.html")
+    p.add_argument("--out", default="bench-results",
+                   help="folder for bench.json/.md/.html, checked (or made) before the first run")
+    p.add_argument("--force", action="store_true",
+                   help="overwrite the results of an earlier bench in --out (without it, such a folder is refused)")
     p.add_argument("--quick", action="store_true",
                    help="smoke run: one prompt per category, 24 tokens, draft lengths 2,4, one repeat")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -99,9 +112,11 @@ def parse_settings(draft_tokens: str | None, schedules: str, quick: bool) -> lis
                   else list(QUICK["draft_tokens"] if quick else (1, 2, 4, 8)))
     except ValueError as e:
         raise UserError("--draft-tokens must be comma-separated whole numbers, like 1,2,4,8.") from e
-    if not gammas or min(gammas) < 1:
-        raise UserError("--draft-tokens must list draft lengths of at least 1.")
+    if not gammas:
+        raise UserError("--draft-tokens must list draft lengths, like 1,2,4,8.")
     names = [s.strip() for s in schedules.split(",") if s.strip()]
+    if not names:
+        raise UserError(f"--schedules must list schedules, like {','.join(SCHEDULES)}.")
     for s in names:
         if s not in SCHEDULES:
             raise UserError(f"Unknown schedule {s!r}; choose from {', '.join(SCHEDULES)}.")
@@ -186,35 +201,104 @@ class Runner:
         return Record("reference", seconds, len(gen), self.forwards, tuple(gen), cpu_seconds=cpu), None
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.server or args.baseline_server:
-        if (args.draft_tokens or args.drafter or args.stale_kv or args.dtype or args.target_precision
-                or args.drafter_precision or args.precisions or args.compile):
-            raise UserError("--draft-tokens, --drafter, --dtype, the precisions, --compile and --stale-kv apply to "
-                            "the local engine; a vLLM server's drafter, draft length, dtype and compilation are "
-                            "set when it starts.")
-        from .bench_server import run as run_server
-        return run_server(args)
+@dataclass(frozen=True)
+class Plan:
+    """A bench's flags, checked, with their defaults filled in."""
+    n: int                                  # new tokens per run
+    repeats: int
+    prompts: list[Prompt]
+    settings: list[Setting]
+    precisions: list[Precision]
+    sampling: Sampling
+    levels: list[int] | None = None         # --concurrency (a server bench)
+    requests: int | None = None             # --requests
+
+    @property
+    def greedy(self) -> bool:
+        return self.sampling.greedy
+
+
+def check(args: argparse.Namespace) -> Plan:
+    """Every flag of the bench, checked once and before any model loads or server is
+    asked: the first bad one is one sentence. Run settings are checked as every run's
+    are (:meth:`mtp_viz.sources.settings.RunSettings.validate`)."""
+    from . import bench_traffic
+    server = bool(args.server or args.baseline_server)
+    if server:
+        local = [flag for flag, on in (
+            ("--draft-tokens", args.draft_tokens), ("--drafter", args.drafter), ("--dtype", args.dtype),
+            ("--target-precision", args.target_precision), ("--drafter-precision", args.drafter_precision),
+            ("--precisions", args.precisions), ("--compile", args.compile), ("--stale-kv", args.stale_kv),
+            ("--schedules", args.schedules != DEFAULT_SCHEDULES),
+            ("--max-draft-tokens", args.max_draft_tokens != MAX_DRAFT_TOKENS), ("--threads", args.threads))
+            if on]
+        if local:
+            raise UserError(f"{local[0]} applies to the local engine; a vLLM server's drafter, draft length, "
+                            "precision, compilation and threads are set when it starts.")
+        if not args.server:
+            raise UserError("--baseline-server needs --server, the speculating server to compare.")
+    else:
+        given = [flag for flag in SERVER_ONLY if getattr(args, flag[2:].replace("-", "_")) is not None]
+        if given:
+            raise UserError(f"{given[0]} applies to a vLLM server bench; give --server URL (and "
+                            "--baseline-server URL).")
     quick = args.quick
-    n = args.max_new_tokens or (QUICK["max_new_tokens"] if quick else 64)
-    repeats = args.repeats or (QUICK["repeats"] if quick else 3)
-    per_category = args.per_category or (QUICK["per_category"] if quick else 0)
-    if n < 1 or repeats < 1:
-        raise UserError("--max-new-tokens and --repeats must be at least 1.")
+    n = (QUICK["max_new_tokens"] if quick else 64) if args.max_new_tokens is None else args.max_new_tokens
+    repeats = (QUICK["repeats"] if quick else 3) if args.repeats is None else args.repeats
+    _between("--repeats", repeats, 1, MAX_REPEATS)
+    per_category = (QUICK["per_category"] if quick else 0) if args.per_category is None else args.per_category
+    _between("--per-category", per_category, 0, None, " (0: every prompt)")
+    _between("--max-draft-tokens", args.max_draft_tokens, 1, MAX_DRAFT_TOKENS)
+    _between("--threads", args.threads, 0, os.cpu_count() or 1, " (0: torch's own choice)")
+    levels = requests = None
+    if args.concurrency is not None:
+        if not args.baseline_server:
+            raise UserError("--concurrency compares two servers: give --baseline-server too.")
+        levels = bench_traffic.parse_levels(args.concurrency)
+    if args.requests is not None:
+        if levels is None:
+            raise UserError("--requests sets the requests per level of --concurrency; give --concurrency too.")
+        requests = _between("--requests", args.requests, 1, bench_traffic.MAX_REQUESTS)
     prompts = load_prompts(args.prompts, args.categories, per_category)
     settings = parse_settings(args.draft_tokens, args.schedules, quick)
-    precisions = bench_precision.parse(args)  # every name checked before a model loads
-    greedy = args.temperature <= 0
+    sampling = Sampling(args.temperature, seed=args.seed)
+    for s in settings:  # as each run's settings will be: a bad one is refused before a model loads
+        RunSettings(prompts[0].text, max_new_tokens=n, draft_tokens=s.gamma, schedule=s.schedule,
+                    sampling=sampling, chat=not args.no_chat).validate(MAX_NEW_TOKENS)
+    precisions = [] if server else bench_precision.parse(args)  # every name checked before a model loads
+    if sampling.greedy:
+        sampling = Sampling()  # the seed is for sampling only
+    return Plan(n, repeats, prompts, settings, precisions, sampling, levels, requests)
 
+
+def _between(flag: str, value: int, low: int, high: int | None, meaning: str = "") -> int:
+    if value < low or (high is not None and value > high):
+        raise UserError(f"{flag} must be a whole number from {low} to {high}{meaning}." if high is not None
+                        else f"{flag} must be a whole number of at least {low}{meaning}.")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    plan = check(args)
+    made = bench_report.prepare_out(Path(args.out), args.force)  # before the first run, not after the last
+    try:
+        if args.server:
+            from .bench_server import run as run_server
+            return run_server(args, plan)
+        return _local(args, plan)
+    except BaseException:
+        bench_report.discard(made)  # a folder this bench made stays only with its results
+        raise
+
+
+def _local(args: argparse.Namespace, plan: Plan) -> int:
     import torch
-
-    from mtp_viz.engine.decoding import Sampling
-    sampling = Sampling(temperature=max(args.temperature, 0.0), seed=None if greedy else args.seed)
     threads = torch.get_num_threads()
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     try:
-        return _run(args, sampling, prompts, settings, precisions, n, repeats, quick, greedy)
+        return _run(args, plan.sampling, plan.prompts, plan.settings, plan.precisions, plan.n, plan.repeats,
+                    args.quick, plan.greedy)
     finally:
         torch.set_num_threads(threads)
 
@@ -312,14 +396,15 @@ def _run(args, sampling, prompts, settings, precisions, n, repeats, quick, greed
     }
     result = bench_precision.reduce(meta, records, events, settings, arms, greedy)
     by_precision = bench_precision.markdown(result)
-    paths = bench_report.write(result, Path(args.out), by_precision)
+    paths, failed = bench_report.write(result, Path(args.out), by_precision)
     print(bench_report.markdown(result, by_precision))
     print(f"wrote {', '.join(str(p) for p in paths)}", file=sys.stderr)
     if mismatches:
         print(f"mtp-viz bench: PARITY FAILURE: {mismatches} greedy run(s) differ from "
               "transformers' reference output (see 'parity' in bench.json)", file=sys.stderr)
-        return 1
-    return 0
+    if failed:
+        raise UserError(failed)
+    return 1 if mismatches else 0
 
 
 def _arm_runs(done: dict, arm) -> dict[tuple[str, str], Record]:

@@ -4,20 +4,30 @@ Every rate is pooled before it is divided (total tokens ÷ total seconds over th
 prompts of one repeat), and every timing figure is the median over repeats. The
 acceptance figures come from :mod:`mtp_viz.analysis.metrics` over all of a setting's event
 streams; the predictions from :mod:`mtp_viz.engine.theory`.
+
+The output folder is checked before the first run (:func:`prepare_out`): a bench's results
+already there are overwritten only with ``--force``, and a folder that cannot be written
+is one sentence before any model loads. A write that fails anyway, after the run, puts
+the results in a fresh temporary folder instead and says where (:func:`save`).
 """
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import os
 import platform
 import statistics
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from mtp_viz.analysis import metrics
 from mtp_viz.engine import theory
+from mtp_viz.errors import UserError, clip
+
+OUTPUTS = ("bench.json", "bench.md", "bench.html")   # what a bench writes in --out
 
 
 @dataclass
@@ -295,13 +305,79 @@ def markdown(result, extra: list[str] = ()) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(result, out: Path, extra: list[str] = ()) -> list[Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "bench.json", out / "bench.md", out / "bench.html"]
-    paths[0].write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    paths[1].write_text(markdown(result, extra), encoding="utf-8")
-    paths[2].write_text(html_report(result, extra), encoding="utf-8")
-    return paths
+def write(result, out: Path, extra: list[str] = ()) -> tuple[list[Path], str | None]:
+    """bench.json, bench.md and bench.html in ``out`` (see :func:`save`)."""
+    return save(out, {"bench.json": json.dumps(result, indent=1, ensure_ascii=False) + "\n",
+                      "bench.md": markdown(result, extra), "bench.html": html_report(result, extra)})
+
+
+def prepare_out(out: Path, force: bool) -> list[Path]:
+    """``--out`` checked before the first run: a folder (made now if missing) that takes
+    a file, and without ``force`` none of a bench's results in it yet. Returns the
+    folders this call made (deepest first), for :func:`discard` if the bench stops."""
+    shown = clip(out)
+    made: list[Path] = []
+    if out.is_dir():
+        held = [name for name in OUTPUTS if (out / name).exists()]
+        if held and not force:
+            raise UserError(f"--out {shown} already holds a bench's results ({', '.join(held)}); pass --force "
+                            "to overwrite them, or choose another folder.")
+    elif out.exists() or out.is_symlink():
+        raise UserError(f"--out {shown} is a file, not a folder.")
+    else:
+        above = next((p for p in out.absolute().parents if p.exists()), None)
+        if above is not None and not above.is_dir():
+            raise UserError(f"--out {shown} is under {clip(above)}, which is a file, not a folder.")
+        made = [out, *[p for p in out.parents if not p.exists()]]
+        try:
+            out.mkdir(parents=True)
+        except OSError as e:
+            raise UserError(f"Cannot make the folder --out {shown} ({_reason(e)}).") from None
+    try:
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as e:
+        discard(made)
+        raise UserError(f"Cannot write in the folder --out {shown} ({_reason(e)}).") from None
+    return made
+
+
+def discard(made: list[Path]) -> None:
+    """Removes the folders :func:`prepare_out` made, where they are still empty."""
+    for folder in made:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+
+
+def save(out: Path, files: dict[str, str]) -> tuple[list[Path], str | None]:
+    """Writes ``files`` (name -> text) in ``out``, each whole or not at all (written
+    beside, then renamed over the old one). Where ``out`` fails now (checked before the
+    run, then removed or filled meanwhile), they go to a fresh temporary folder instead:
+    returns the paths written and, then, the one sentence that says so."""
+    try:
+        return [_replace(out / name, text) for name, text in files.items()], None
+    except OSError as e:
+        spare = Path(tempfile.mkdtemp(prefix="mtp-viz-bench-"))
+        paths = [_replace(spare / name, text) for name, text in files.items()]
+        return paths, f"Cannot write in --out {clip(out)} ({_reason(e)}); the results are in {spare} instead."
+
+
+def _replace(path: Path, text: str) -> Path:
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        partial.write_text(text, encoding="utf-8")
+        os.replace(partial, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _reason(e: OSError) -> str:
+    return (e.strerror or type(e).__name__).lower()
 
 
 def figures(result) -> list:

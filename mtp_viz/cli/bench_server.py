@@ -17,6 +17,7 @@ baseline's too, when the baseline is the same server), as a check.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import statistics
 import sys
@@ -34,9 +35,7 @@ from mtp_viz.sources.vllm.prometheus import delta
 from mtp_viz.sources.vllm.source import Servers, VllmSource
 
 from . import bench_traffic as traffic
-from .bench_report import Record
-
-QUICK = dict(max_new_tokens=24, repeats=1, per_category=1)
+from .bench_report import Record, save
 
 
 def add_arguments(p) -> None:
@@ -51,8 +50,8 @@ def add_arguments(p) -> None:
                    help="with --server and --baseline-server: also sweep these numbers of concurrent "
                         "closed-loop clients, e.g. 1,2,4,8 (at most 16)")
     p.add_argument("--requests", type=int, default=None,
-                   help="with --concurrency: requests per level and server (default: 2 x the largest level, "
-                        "at least 8)")
+                   help=f"with --concurrency: requests per level and server, 1 to {traffic.MAX_REQUESTS} "
+                        "(default: 2 x the largest level, at least 8)")
 
 
 def _run_one(source: VllmSource, prompt: str, mode: str, n: int, args) -> tuple[Record, list]:
@@ -66,21 +65,10 @@ def _run_one(source: VllmSource, prompt: str, mode: str, n: int, args) -> tuple[
     return Record(mode, done.seconds, done.new_tokens, done.target_forwards, tuple(done.generated_ids)), evs
 
 
-def run(args) -> int:
-    from mtp_viz.prompts import load_prompts
-    if args.baseline_server and not args.server:
-        raise UserError("--baseline-server needs --server, the speculating server to compare.")
-    quick = args.quick
-    n = args.max_new_tokens or (QUICK["max_new_tokens"] if quick else 64)
-    repeats = args.repeats or (QUICK["repeats"] if quick else 3)
-    if n < 1 or repeats < 1:
-        raise UserError("--max-new-tokens and --repeats must be at least 1.")
-    prompts = load_prompts(args.prompts, args.categories,
-                           args.per_category or (QUICK["per_category"] if quick else 0))
+def run(args, plan) -> int:
+    """``plan``: the bench's flags, checked (:func:`mtp_viz.cli.bench.check`)."""
+    quick, n, repeats, prompts, levels = args.quick, plan.n, plan.repeats, plan.prompts, plan.levels
     url, base = args.server, args.baseline_server
-    levels = traffic.parse_levels(args.concurrency) if args.concurrency else None
-    if levels and not base:
-        raise UserError("--concurrency compares two servers: give --baseline-server too.")
     source = VllmSource(Servers(url, base, args.model, args.baseline_model))
     modes = ["speculative"] + (["autoregressive"] if base else [])
     warm = {mode: _run_one(source, prompts[0].text, mode, min(n, 8), args)[1]  # untimed; checks both
@@ -111,13 +99,13 @@ def run(args) -> int:
         "baseline_speculates": base_speculates})
     result["runs"] = [rec.as_dict() for rec in records]
     if levels:
-        result.update(_sweep(source.servers, prompts, levels, n, args))
+        result.update(_sweep(source.servers, prompts, levels, plan.requests, n, args))
     return _write(result, Path(args.out))
 
 
-def _sweep(servers: Servers, prompts, levels: list[int], n: int, args) -> dict[str, Any]:
+def _sweep(servers: Servers, prompts, levels: list[int], requests: int | None, n: int, args) -> dict[str, Any]:
     greedy = args.temperature <= 0
-    requests = args.requests or max(8, 2 * max(levels))
+    requests = requests or max(8, 2 * max(levels))
 
     def settings(prompt: str, mode: str) -> RunSettings:
         return RunSettings(prompt, modes=(mode,), max_new_tokens=n, chat=not args.no_chat,
@@ -129,16 +117,18 @@ def _sweep(servers: Servers, prompts, levels: list[int], n: int, args) -> dict[s
 
 
 def _write(result: dict[str, Any], out: Path) -> int:
-    out.mkdir(parents=True, exist_ok=True)
     md = markdown(result) + ("\n" + traffic.markdown(result) if "traffic" in result else "")
-    (out / "bench.json").write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    (out / "bench.md").write_text(md, encoding="utf-8")
-    written = [out / "bench.json", out / "bench.md"]
+    files = {"bench.json": json.dumps(result, indent=1, ensure_ascii=False) + "\n", "bench.md": md}
     if "traffic" in result:
-        (out / "bench.html").write_text(_html(md, traffic.figures(result["traffic"])), encoding="utf-8")
-        written.append(out / "bench.html")
+        files["bench.html"] = _html(md, traffic.figures(result["traffic"]))
+    written, failed = save(out, files)
+    if not failed and "bench.html" not in files:  # an earlier bench's report (--force) is not this one's
+        with contextlib.suppress(OSError):
+            (out / "bench.html").unlink(missing_ok=True)
     print(md)
     print(f"wrote {', '.join(map(str, written))}", file=sys.stderr)
+    if failed:
+        raise UserError(failed)
     return 0
 
 

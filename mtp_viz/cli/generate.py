@@ -20,6 +20,11 @@ from mtp_viz.engine.schedules import SCHEDULES
 from mtp_viz.errors import UserError
 from mtp_viz.sources.settings import RunSettings
 
+# The most new tokens one command may ask for, checked before a model loads: the compiled
+# engine's largest cache (mtp_viz.engine.compiled.CAPACITIES), and minutes of decoding on a
+# CPU. A model's own context is checked too, once it has loaded.
+MAX_NEW_TOKENS = 8192
+
 STYLE = {  # ANSI SGR codes; kinds stay distinguishable without color (bold, underline, strike)
     "accepted": "32",            # green
     "correction": "1;4;33",      # bold underlined yellow: the target corrected a draft
@@ -36,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--drafter", help="drafter hub id or folder (default: the target's MTP assistant)")
     g.add_argument("--prompt-lookup", action="store_true", help="draft by n-gram lookup, no second model")
     p.add_argument("--prompt", required=True, help="the prompt text")
-    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--max-new-tokens", type=int, default=128, help=f"1 to {MAX_NEW_TOKENS} (default 128)")
     p.add_argument("--draft-tokens", type=int, default=None,
                    help="initial draft length (default: the drafter's num_assistant_tokens)")
     p.add_argument("--schedule", default="constant", help=", ".join(SCHEDULES))
@@ -74,7 +79,7 @@ def add_precision_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    s = settings(args).validate()  # a bad setting is refused before a model loads
+    s = settings(args).validate(MAX_NEW_TOKENS)  # a bad setting is refused before a model loads
     source = open_source(args)
     events = source.events(s)
     first = next(events, None)  # the run's own checks (prompt, context) fail before any output

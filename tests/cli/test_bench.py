@@ -111,11 +111,6 @@ def saved_pair(tmp_path_factory):
 
 @pytest.mark.parametrize("argv, message", [
     (["--dtype", "fp8"], "Unknown dtype 'fp8'; use float32, bfloat16, float16, int8 or int4."),
-    (["--dtype", "bfloat16", "--server", "http://127.0.0.1:9"], "--draft-tokens, --drafter, --dtype, the "
-     "precisions, --compile and --stale-kv apply to the local engine"),
-    (["--precisions", "int8/int8", "--server", "http://127.0.0.1:9"], "the precisions, --compile and --stale-kv apply"),
-    (["--compile", "--server", "http://127.0.0.1:9"], "a vLLM server's drafter, draft length, dtype and "
-     "compilation are set when it starts."),
     (["--precisions", "float32/float32,int4/float32"], "int4 has no kernel on this CPU (torchao "),
     (["--precisions", "float32/float32,float32"], "A precision pair is target/drafter, like float32/int8, "
      "not 'float32'."),

@@ -53,7 +53,8 @@ def test_styled_output_and_summary(pair, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["--target", "/no/such/folder"], "There is no loadable model folder at /no/such/folder."),
     (["--target", "/root/.ssh"], "There is no loadable model folder at /root/.ssh."),
-    (["--max-new-tokens", "0"], "Max new tokens must be a whole number of at least 1."),
+    (["--max-new-tokens", "0"], "Max new tokens must be between 1 and 8192."),
+    (["--max-new-tokens", "10000000"], "Max new tokens must be between 1 and 8192."),
     (["--max-new-tokens", "lots"], "argument --max-new-tokens: invalid int value: 'lots'"),
     (["--schedule", "fastest"], "Unknown schedule 'fastest'"),
     (["--draft-tokens", "99"], "Draft tokens must be a whole number between 1 and 16."),
