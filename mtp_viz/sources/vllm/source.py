@@ -5,12 +5,16 @@ The runs go one after the other, not in turns: a server's timings are the arriva
 times of its own stream, which must be read as it comes. The baseline starts only if
 the speculating run ended well. The drafter, draft length and schedule are the
 server's own, fixed when it started; a stop closes the connection.
+
+A server's failure is a :class:`~.client.ServerError`: the CLI prints its operator's
+sentence; the app builds the source with ``sentence=`` (:func:`by_role` or
+:meth:`ServerError.visitor`), so a visitor's sentence holds no HTTP status and no path.
 """
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 from mtp_viz.engine.events import Error, Event
 from mtp_viz.errors import UserError
@@ -18,6 +22,7 @@ from mtp_viz.errors import UserError
 from ..base import Pause, Source
 from ..settings import RunSettings
 from . import stream
+from .client import ServerError
 
 
 @dataclass(frozen=True)
@@ -29,15 +34,36 @@ class Servers:
     baseline_model: str | None = None
 
 
+def by_role(servers: Servers) -> Callable[[ServerError], str]:
+    """A server's failure as a visitor's sentence that names the server by its role
+    ("the speculating server", "the baseline server"), never by its address: no HTTP
+    status, no path, no port."""
+    def sentence(e: ServerError) -> str:
+        role = ("the speculating server" if e.url == servers.spec else
+                "the baseline server" if e.url == servers.baseline else "a server")
+        return e.visitor(role, f"{role}'s address")
+    return sentence
+
+
 class VllmSource(Source):
     pausable = False   # a server sends a response's steps with its last chunk
 
-    def __init__(self, servers: Servers):
-        self.servers = servers
+    def __init__(self, servers: Servers, sentence: Callable[[ServerError], str] | None = None):
+        """``sentence``: how a server's failure is told (default: the operator's sentence,
+        ``str(error)``); the app passes a visitor's (:func:`by_role`, ``ServerError.visitor``)."""
+        self.servers, self.sentence = servers, sentence
         self.name = f"the vLLM server at {servers.spec}"
 
     def runs(self, s: RunSettings, stop: threading.Event | None = None,
              pause: Pause | None = None) -> Iterator[tuple[str, Event]]:
+        try:
+            yield from self._runs(s, stop)
+        except ServerError as e:
+            if self.sentence is None:
+                raise
+            raise UserError(self.sentence(e)) from None
+
+    def _runs(self, s: RunSettings, stop: threading.Event | None) -> Iterator[tuple[str, Event]]:
         s.validate()
         if not isinstance(s.prompt, str):
             raise UserError("A vLLM server takes a text prompt.")
@@ -62,4 +88,4 @@ class VllmSource(Source):
                 return
 
 
-__all__ = ["Servers", "VllmSource"]
+__all__ = ["Servers", "VllmSource", "by_role"]

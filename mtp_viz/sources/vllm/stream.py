@@ -26,6 +26,12 @@ built once the arrays arrive, with the final chunk.
 A server without speculation serves as the baseline: ``mode="autoregressive"`` yields
 ``token`` events as the tokens arrive. Use :func:`generate` (errors become one
 ``Error`` event) in views and :func:`events` (errors raise ``UserError``) in the CLI.
+
+What a server sends is checked against what was asked, not trusted: more tokens than
+``max_new_tokens`` (or more text than they can carry), token ids that are not ids,
+log-probabilities that are not one per token, per-step arrays that do not add up to the
+tokens, are each one sentence (a :class:`~.client.ServerError`), and the stream is
+closed there; no event ever holds more than ``max_new_tokens`` tokens.
 """
 from __future__ import annotations
 
@@ -38,10 +44,22 @@ from mtp_viz.engine.events import Accepted, Bonus, Done, Error, Event, Start, St
 from mtp_viz.errors import UserError, clip
 
 from . import client as vllm_client
+from .client import ServerError
 
 __all__ = ["generate", "events", "assemble", "Received", "step_events", "pieces"]
 
 FINISH = {"length": "max_new_tokens", "stop": "eos", "abort": "stopped"}
+MAX_TOKEN_ID = 2**31 - 1     # a token id is a vocabulary index; anything past this is not one
+MAX_DRAFT = 256              # drafts in one step at most (as a trace's draft length)
+TEXT_PER_TOKEN = 1024        # characters of text a token may carry (a real one: a few)
+
+
+class Mismatch(ValueError):
+    """What the server sent does not agree with itself (ids, logprobs, arrays, tokens)."""
+
+
+def _count(v: Any, high: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= high
 
 
 @dataclass(frozen=True)
@@ -76,9 +94,13 @@ def step_events(tokens: Sequence[Received], accepted: Sequence[int], drafted: Se
 
     ``finish`` is the engine-style stop reason, naming the cut of a last step that
     wrote fewer than ``accepted + 1`` tokens. Raises ValueError when the arrays and the
-    tokens do not add up (a server that is not what it claims)."""
-    if len(accepted) != len(drafted) or any(not 0 <= a <= d for a, d in zip(accepted, drafted)):
-        raise ValueError("per-step arrays are inconsistent")
+    tokens do not add up (a server that is not what it claims): arrays that are not
+    lists of whole numbers, of different lengths, a step that kept more than it drafted
+    or drafted more than :data:`MAX_DRAFT`, or more or fewer steps than the tokens fill."""
+    if not isinstance(accepted, (list, tuple)) or not isinstance(drafted, (list, tuple)) \
+            or len(accepted) != len(drafted) or len(accepted) > len(tokens) \
+            or not all(_count(d, MAX_DRAFT) and _count(a, d) for a, d in zip(accepted, drafted)):
+        raise Mismatch("per-step arrays are inconsistent")
     if not tokens:
         return
     first = tokens[0]
@@ -89,7 +111,7 @@ def step_events(tokens: Sequence[Received], accepted: Sequence[int], drafted: Se
     for i, (n, d) in enumerate(zip(accepted, drafted)):
         new = tokens[at:at + n + 1]
         if not new:
-            raise ValueError("more steps than tokens")
+            raise Mismatch("more steps than tokens")
         at += len(new)
         step = i + 2
         for k, tok in enumerate(new[:n]):
@@ -101,7 +123,7 @@ def step_events(tokens: Sequence[Received], accepted: Sequence[int], drafted: Se
         yield Step(step, d, n, len(new), next_draft_len=drafted[i + 1] if i + 1 < len(drafted) else 0,
                    reason="server", cut=cut, t=new[-1].t)
     if at != len(tokens):
-        raise ValueError("more tokens than steps")
+        raise Mismatch("more tokens than steps")
 
 
 def _freeze(v: Any) -> Any:
@@ -128,24 +150,57 @@ def _request(model: str, prompt: str, chat: bool, max_new_tokens: int, temperatu
     return "/v1/completions", body
 
 
-def _received(choice: dict, arrived: float) -> list[Received]:
-    """The tokens of one streamed choice: ids, text pieces and the target's probabilities."""
+def _ids(choice: dict) -> list[int]:
+    """A choice's token ids: a list of vocabulary indices (Mismatch if not)."""
     ids = choice.get("token_ids") or []
-    lp = choice.get("logprobs") or {}
-    text = choice.get("text") if "text" in choice else (choice.get("delta") or {}).get("content")
-    text = text or ""
+    if not isinstance(ids, list) or not all(_count(i, MAX_TOKEN_ID) for i in ids):
+        raise Mismatch("token ids that are not ids")
+    return ids
+
+
+def _text(choice: dict) -> str:
+    """A choice's text: completions' ``text`` or chat's ``delta.content`` (Mismatch if not text)."""
+    delta = choice.get("delta") or {}
+    if not isinstance(delta, dict):
+        raise Mismatch("a delta that is not an object")
+    text = choice.get("text") if "text" in choice else delta.get("content")
+    if text is not None and not isinstance(text, str):
+        raise Mismatch("text that is not text")
+    return text or ""
+
+
+def _received(choice: dict, arrived: float, ids: list[int] | None = None) -> list[Received]:
+    """The tokens of one streamed choice: ids, text pieces and the target's probabilities.
+
+    Raises ValueError for text without ids, and :class:`Mismatch` for ids that are not
+    ids or logprobs that are not one per id (a number at most 0 each, or null)."""
+    ids = _ids(choice) if ids is None else ids
+    text = _text(choice)
     if text and not ids:
         raise ValueError("text without token ids")
+    lp = choice.get("logprobs") or {}
+    if not isinstance(lp, dict):
+        raise Mismatch("logprobs that are not an object")
     if "content" in lp:  # chat: a list of {token, logprob}
-        strings = [c.get("token", "") for c in lp.get("content") or []]
-        logps = [c.get("logprob") for c in lp.get("content") or []]
+        content = lp.get("content") or []
+        if not isinstance(content, list) or not all(isinstance(c, dict) for c in content):
+            raise Mismatch("logprobs that are not a list")
+        strings = [c.get("token", "") for c in content]
+        logps = [c.get("logprob") for c in content]
     else:                # completions: parallel lists
         strings, logps = lp.get("tokens") or [], lp.get("token_logprobs") or []
-    if len(strings) != len(ids):
-        strings = [""] * len(ids)
+    if lp and (not isinstance(strings, list) or not isinstance(logps, list)
+               or len(strings) != len(ids) or len(logps) != len(ids)):
+        raise Mismatch("logprobs that are not one per token")
+    if not lp:
+        strings, logps = [""] * len(ids), [None] * len(ids)
+    if not all(isinstance(x, str) for x in strings) or not all(
+            x is None or (isinstance(x, (int, float)) and not isinstance(x, bool) and not math.isnan(x) and x <= 1e-3)
+            for x in logps):
+        raise Mismatch("logprobs that are not log-probabilities")
     texts = pieces(text, strings)
-    probs = [math.exp(x) if isinstance(x, (int, float)) else 1.0 for x in logps] + [1.0] * len(ids)
-    return [Received(int(i), s, p, arrived) for i, s, p in zip(ids, texts, probs)]
+    probs = [1.0 if x is None else min(1.0, math.exp(x)) for x in logps]
+    return [Received(i, s, p, arrived) for i, s, p in zip(ids, texts, probs)]
 
 
 def _pick_model(url: str, model: str | None, max_new_tokens: int) -> str:
@@ -153,8 +208,9 @@ def _pick_model(url: str, model: str | None, max_new_tokens: int) -> str:
     if model:
         match = [m for m in served if m["id"] == model]
         if not match:
-            raise UserError(f"The server at {clip(url)} does not serve a model named {clip(repr(model))}; "
-                            f"{clip(url.rstrip('/'))}/v1/models lists the ones it does.")
+            raise ServerError(url, f"{{server}} does not serve a model named {clip(repr(model))}; "
+                              f"{clip(url.rstrip('/'))}/v1/models lists the ones it does.",
+                              f"{{server}} does not serve a model named {clip(repr(model))}.")
         entry = match[0]
     else:
         entry = served[0]
@@ -190,8 +246,8 @@ def events(url: str, prompt: str, *, model: str | None = None, mode: str = "spec
     name = _pick_model(url, model, max_new_tokens)
     counters = vllm_client.scrape(url, name)
     if mode == "speculative" and not counters.enabled:
-        raise UserError(f"The server at {clip(url)} does not speculate; start it with "
-                        "--speculative-config, or use it as the baseline.")
+        raise ServerError(url, "{server} does not speculate; start it with "
+                          "--speculative-config, or use it as the baseline.")
     path, body = _request(name, prompt, chat, max_new_tokens, temperature, top_p, top_k, seed)
     settings = {"backend": "vllm", "server": url, "model": name,
                 "api": "chat" if chat else "completions", "max_new_tokens": max_new_tokens,
@@ -200,7 +256,10 @@ def events(url: str, prompt: str, *, model: str | None = None, mode: str = "spec
     t0 = time.perf_counter()
     chunks = vllm_client.post_stream(url, path, body, stop=stop, deadline=deadline,
                                      first_token_deadline=first_token_deadline)
-    yield from assemble(chunks, t0, mode, settings, stopped=lambda: stop is not None and stop.is_set())
+    try:
+        yield from assemble(chunks, t0, mode, settings, stopped=lambda: stop is not None and stop.is_set())
+    finally:
+        chunks.close()   # a refused stream hangs up now, not when the generator is collected
 
 
 def assemble(chunks: Iterable[tuple[float, dict]], t0: float, mode: str, settings: dict,
@@ -208,41 +267,66 @@ def assemble(chunks: Iterable[tuple[float, dict]], t0: float, mode: str, setting
     """Streamed chunks ``(arrival time, parsed JSON)`` → events; no I/O of its own.
 
     ``t0`` is when the request was sent (arrival times are on the same clock);
-    ``settings["server"]`` names the server in error sentences."""
+    ``settings["server"]`` names the server in error sentences; ``settings["max_new_tokens"]``,
+    when given, is the most tokens (and :data:`TEXT_PER_TOKEN` characters each) the
+    stream may bring: one more is the server's failure, before any event holds it."""
     url = settings.get("server", "the server")
+    limit = settings.get("max_new_tokens")
+    limit = limit if _count(limit, 2**62) else None
     tokens: list[Received] = []
-    finish, metrics, started, last = "", None, False, t0
+    finish, metrics, started, last, chars = "", None, False, t0, 0
+    unreadable = ServerError(url, "{server} sent a stream mtp-viz cannot read.")
     for arrived, chunk in chunks:
         last = arrived
+        choices = chunk.get("choices") or []
+        if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+            raise unreadable
         prompt_ids = chunk.get("prompt_token_ids")
-        for choice in chunk.get("choices") or []:
+        for choice in choices:
             prompt_ids = prompt_ids or choice.get("prompt_token_ids")
             if not started:
-                ids = tuple(int(i) for i in prompt_ids or ())
+                if not isinstance(prompt_ids or [], list) or not all(_count(i, MAX_TOKEN_ID)
+                                                                      for i in prompt_ids or ()):
+                    raise _mismatch(url)
+                ids = tuple(prompt_ids or ())
                 yield Start(mode, len(ids), ids, dict(settings))
                 started = True
             try:
-                new = _received(choice, arrived - t0)
+                ids = _ids(choice)
+                if limit is not None and len(tokens) + len(ids) > limit:
+                    raise ServerError(url, f"{{server}} sent more than the {limit} tokens asked for.")
+                chars += len(_text(choice))
+                if limit is not None and chars > TEXT_PER_TOKEN * limit:
+                    raise ServerError(url, f"{{server}} sent more text than the {limit} tokens asked for "
+                                      "can carry.")
+                new = _received(choice, arrived - t0, ids)
+            except Mismatch:
+                raise _mismatch(url) from None
             except ValueError:
-                raise UserError(f"The server at {clip(url)} does not return token ids; mtp-viz needs a "
-                                "vLLM that supports return_token_ids.") from None
+                raise ServerError(url, "{server} does not return token ids; mtp-viz needs a "
+                                  "vLLM that supports return_token_ids.") from None
             for tok in new:
                 if mode == "autoregressive":
                     n = len(tokens) + 1
                     yield Token(n, tok.token_id, tok.text, tok.p, tok.t)
                     yield Step(n, 0, 0, 1, t=tok.t)
                 tokens.append(tok)
-            finish = FINISH.get(choice.get("finish_reason") or "", finish)
+            reason = choice.get("finish_reason")
+            finish = FINISH.get(reason, finish) if isinstance(reason, str) else finish
         if chunk.get("metrics") is not None or chunk.get("usage") is not None:
             metrics = chunk.get("metrics") or {}
+            if not isinstance(metrics, dict):
+                raise unreadable
     stopped = stopped()
     if not started:
         if stopped:
             return
-        raise UserError(f"The server at {clip(url)} sent no tokens.")
+        raise ServerError(url, "{server} sent no tokens.")
     if stopped:
         finish = "stopped"
     spec = (metrics or {}).get("speculative_decoding") or {}
+    if not isinstance(spec, dict):
+        raise _mismatch(url)
     steps = (len(tokens), 0, 0)
     if mode == "speculative" and not stopped:
         acc, dr = spec.get("per_step_accepted"), spec.get("per_step_drafted")
@@ -250,19 +334,23 @@ def assemble(chunks: Iterable[tuple[float, dict]], t0: float, mode: str, setting
             acc, dr = acc or [], dr or []  # vLLM leaves the arrays out when no step verified drafts
         if acc is None or dr is None:
             if metrics is None:
-                raise UserError(f"The server at {clip(url)} ended the stream without its final usage chunk.")
-            raise UserError(f"The server at {clip(url)} does not report per-step acceptance; start it "
-                            "with --per-request-spec-decode-metrics detailed.")
+                raise ServerError(url, "{server} ended the stream without its final usage chunk.")
+            raise ServerError(url, "{server} does not report per-step acceptance; start it "
+                              "with --per-request-spec-decode-metrics detailed.")
         try:
             built = list(step_events(tokens, acc, dr, finish))
         except ValueError:
-            raise UserError(f"The server at {clip(url)} reported steps that do not match its tokens.") from None
+            raise ServerError(url, "{server} reported steps that do not match its tokens.") from None
         yield from built
         steps = (1 + len(acc), sum(dr), sum(min(e.accepted, e.new_tokens) for e in built
                                            if isinstance(e, Step)))
     elif mode == "speculative":
         steps = (0, 0, 0)
     yield _done(tokens, steps, last - t0, finish, metrics)
+
+
+def _mismatch(url: str) -> ServerError:
+    return ServerError(url, "{server} sent token ids or log-probabilities that do not match its tokens.")
 
 
 def _done(tokens, steps, seconds, finish, metrics) -> Done:
