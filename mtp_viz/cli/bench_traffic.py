@@ -14,6 +14,12 @@ request − TTFT) ÷ (tokens − 1)), and, on the speculating server, its per-st
 included). Speedup at a level: the speculating server's throughput over the baseline's;
 ``tpot_ratio``: the baseline's p50 time per output token over the speculating one's
 (above 1: each user's stream is faster with speculation).
+
+A sweep is bounded: levels from 1 to ``highest`` (:data:`MAX_CONCURRENCY` unless the
+caller asks fewer; the app's Traffic panel does on a locked-down deployment) and at most
+``max_requests`` requests per level (:data:`MAX_REQUESTS`), so at most ``highest`` levels
+× 2 servers × ``max_requests`` requests in all; a level whose client fails stops taking
+new requests.
 """
 from __future__ import annotations
 
@@ -34,16 +40,22 @@ MAX_REQUESTS = 256     # requests per level at most
 ROLE = {"speculative": "speculative", "autoregressive": "baseline"}  # mode -> the row's `server`
 
 
-def parse_levels(text: str) -> list[int]:
-    """``"1,2,4,8"`` -> [1, 2, 4, 8]; one sentence for anything else."""
+def parse_levels(text: str, highest: int = MAX_CONCURRENCY) -> list[int]:
+    """``"1,2,4,8"`` -> [1, 2, 4, 8], each from 1 to ``highest`` (so at most ``highest``
+    levels); one sentence for anything else."""
     try:
         levels = [int(x) for x in str(text).split(",") if x.strip()]
     except ValueError:
         levels = []
-    if not levels or any(not 1 <= n <= MAX_CONCURRENCY for n in levels):
-        raise UserError(f"Concurrency levels must be whole numbers from 1 to {MAX_CONCURRENCY}, "
-                        "separated by commas (like 1,2,4,8).")
+    if not levels or any(not 1 <= n <= highest for n in levels):
+        raise UserError(f"Concurrency levels must be whole numbers from 1 to {highest}, "
+                        f"separated by commas (like {example_levels(highest)}).")
     return sorted(set(levels))
+
+
+def example_levels(highest: int) -> str:
+    """Powers of two up to 8 and ``highest``: the levels a form starts with."""
+    return ",".join(str(n) for n in (1, 2, 4, 8) if n <= highest)
 
 
 @dataclass
@@ -96,18 +108,22 @@ def run_level(servers: Servers, mode: str, prompts: Sequence[str], concurrency: 
     """``requests`` requests by ``concurrency`` closed-loop clients to one server; request
     i takes prompt i mod len(prompts). Stops taking new requests when ``stop`` is set."""
     source, level = VllmSource(servers), Level(concurrency, ROLE[mode])
-    lock, taken = threading.Lock(), [0]
+    lock, taken, failed = threading.Lock(), [0], threading.Event()
 
     def client() -> list[Request]:
         mine = []
-        while not (stop is not None and stop.is_set()):
+        while not (stop is not None and stop.is_set()) and not failed.is_set():
             with lock:
                 i = taken[0]
                 if i >= requests:
                     return mine
                 taken[0] += 1
             p = i % len(prompts)
-            request = _request(list(source.events(settings(prompts[p], mode), stop)), p)
+            try:
+                request = _request(list(source.events(settings(prompts[p], mode), stop)), p)
+            except BaseException:
+                failed.set()   # the other clients send no more: the level has failed
+                raise
             if request is None:
                 return mine
             mine.append(request)
@@ -159,13 +175,21 @@ def pair_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def sweeping(servers: Servers, prompts: Sequence[str], levels: Sequence[int], requests: int,
              settings: Callable[[str, str], RunSettings], *, greedy: bool,
-             stop: threading.Event | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+             stop: threading.Event | None = None, highest: int = MAX_CONCURRENCY,
+             max_requests: int = MAX_REQUESTS) -> Iterator[tuple[str, dict[str, Any]]]:
     """Every level on both servers, as it goes: before each level ``(what runs next, the
     result so far)``, and at the end ``("", the result)``. A result is ``{"traffic":
     rows, "same_tokens": ...}``; ``same_tokens`` (greedy only) says whether each prompt's
-    output was the same on the two servers at every level (None when sampling)."""
-    if not 1 <= requests <= MAX_REQUESTS:
-        raise UserError(f"Requests per level must be a whole number from 1 to {MAX_REQUESTS}.")
+    output was the same on the two servers at every level (None when sampling).
+    ``highest`` and ``max_requests`` bound the levels and the requests per level (never
+    past :data:`MAX_CONCURRENCY` and :data:`MAX_REQUESTS`)."""
+    highest, max_requests = min(highest, MAX_CONCURRENCY), min(max_requests, MAX_REQUESTS)
+    if not 1 <= requests <= max_requests:
+        raise UserError(f"Requests per level must be a whole number from 1 to {max_requests}.")
+    levels = sorted(set(levels))
+    if not levels or any(not 1 <= n <= highest for n in levels):
+        raise UserError(f"Concurrency levels must be whole numbers from 1 to {highest}, "
+                        f"separated by commas (like {example_levels(highest)}).")
     if servers.baseline is None:
         raise UserError("A traffic sweep compares two servers: give the baseline server's URL too.")
     rows: list[dict[str, Any]] = []
@@ -249,5 +273,5 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["MAX_CONCURRENCY", "MAX_REQUESTS", "figures", "markdown", "pair_rows", "parse_levels", "row",
-           "run_level", "summary", "sweep", "sweeping"]
+__all__ = ["MAX_CONCURRENCY", "MAX_REQUESTS", "example_levels", "figures", "markdown", "pair_rows", "parse_levels",
+           "row", "run_level", "summary", "sweep", "sweeping"]

@@ -1,12 +1,20 @@
 """The Traffic panel's handlers: a concurrency sweep against two vLLM servers (the one
 that speculates and a baseline), level by level, with progress and Stop; the sweep
 itself is :mod:`mtp_viz.cli.bench_traffic`, as ``mtp-viz bench --concurrency`` runs it.
-No torch here. Both URLs go through the deployment's :class:`ServerPolicy` first."""
+No torch here. Both URLs go through the deployment's :class:`ServerPolicy` first.
+
+A sweep is bounded by :func:`limits`: the highest concurrency level (so the most levels)
+and the most requests per level, from ``MTP_VIZ_TRAFFIC_LEVELS`` and
+``MTP_VIZ_TRAFFIC_REQUESTS``; unset, 4 and 8 on a locked-down deployment
+(``MTP_VIZ_ALLOWED_MODELS`` set), else the sweep's own maxima (16 and 256), and never more
+than those. A server's failure is told by its role ("the baseline server …"), never with
+its address, an HTTP status or a path (:func:`mtp_viz.sources.vllm.source.by_role`)."""
 from __future__ import annotations
 
 import threading
 from typing import Any
 
+from mtp_viz.app.runtime import service
 from mtp_viz.app.runtime.guard import ServerPolicy
 from mtp_viz.app.views import tokens
 from mtp_viz.cli import bench_traffic as traffic
@@ -14,9 +22,25 @@ from mtp_viz.engine.decoding import Sampling
 from mtp_viz.errors import UserError
 from mtp_viz.prompts import code_suite, load_prompts
 from mtp_viz.sources.settings import RunSettings
-from mtp_viz.sources.vllm.source import Servers
+from mtp_viz.sources.vllm.client import ServerError
+from mtp_viz.sources.vllm.source import Servers, by_role
 
 MAX_TOKENS = 256   # new tokens per request at most, in the panel
+LOCKED_LEVELS = 4    # locked down: the highest level (MTP_VIZ_TRAFFIC_LEVELS), so at most 4 levels
+LOCKED_REQUESTS = 8  # locked down: requests per level at most (MTP_VIZ_TRAFFIC_REQUESTS)
+
+
+def limits(policy: ServerPolicy) -> tuple[int, int]:
+    """``(highest level, most requests per level)`` for this deployment's sweeps:
+    ``MTP_VIZ_TRAFFIC_LEVELS`` and ``MTP_VIZ_TRAFFIC_REQUESTS`` when set (whole numbers,
+    at least 1), else :data:`LOCKED_LEVELS` and :data:`LOCKED_REQUESTS` when locked down
+    and the sweep's maxima when not; never past those maxima. One click sends at most
+    highest × 2 servers × requests requests."""
+    highest = service.env_int("MTP_VIZ_TRAFFIC_LEVELS",
+                              LOCKED_LEVELS if policy.locked else traffic.MAX_CONCURRENCY)
+    most = service.env_int("MTP_VIZ_TRAFFIC_REQUESTS",
+                           LOCKED_REQUESTS if policy.locked else traffic.MAX_REQUESTS)
+    return min(highest, traffic.MAX_CONCURRENCY), min(most, traffic.MAX_REQUESTS)
 
 
 class Sweep:
@@ -36,6 +60,7 @@ def _whole(value: Any, name: str, low: int, high: int) -> int:
 class TrafficHandlers:
     def __init__(self, policy: ServerPolicy):
         self.policy = policy
+        self.highest, self.max_requests = limits(policy)
 
     def figures(self, rows: list[dict[str, Any]]) -> list:
         return traffic.figures(rows)
@@ -48,8 +73,8 @@ class TrafficHandlers:
         empty = self.figures([])
         try:
             servers = Servers(self.policy.check(url), self.policy.check(baseline))
-            levels_ = traffic.parse_levels(levels)
-            requests_ = _whole(requests, "Requests per level", 1, traffic.MAX_REQUESTS)
+            levels_ = traffic.parse_levels(levels, self.highest)
+            requests_ = _whole(requests, "Requests per level", 1, self.max_requests)
             n = _whole(max_tokens, "New tokens per request", 1, MAX_TOKENS)
         except UserError as e:
             yield (tokens.message_html(str(e), level="error"), *empty, "")
@@ -61,12 +86,14 @@ class TrafficHandlers:
         result: dict[str, Any] = {"traffic": [], "same_tokens": None}
         try:
             for line, result in traffic.sweeping(servers, prompts, levels_, requests_, settings,
-                                                 greedy=True, stop=sweep.stop):
+                                                 greedy=True, stop=sweep.stop, highest=self.highest,
+                                                 max_requests=self.max_requests):
                 if line:
                     yield (tokens.message_html(f"Running: {line} ({requests_} requests)…"),
                            *self.figures(result["traffic"]), self._table(result))
         except UserError as e:
-            yield (tokens.message_html(str(e), level="error"), *self.figures(result["traffic"]), self._table(result))
+            said = by_role(servers)(e) if isinstance(e, ServerError) else str(e)
+            yield (tokens.message_html(said, level="error"), *self.figures(result["traffic"]), self._table(result))
             return
         stopped = sweep.stop.is_set()
         yield (tokens.message_html(("Stopped: " if stopped else "Done: ") + self._line(result),
@@ -110,4 +137,4 @@ class TrafficHandlers:
                 if rows else "")
 
 
-__all__ = ["MAX_TOKENS", "Sweep", "TrafficHandlers"]
+__all__ = ["LOCKED_LEVELS", "LOCKED_REQUESTS", "MAX_TOKENS", "Sweep", "TrafficHandlers", "limits"]

@@ -10,7 +10,11 @@ comparison as the local engine (:func:`mtp_viz.app.runtime.runs.compare_frames` 
 charts its spec-decode counters over all the server's traffic
 (:mod:`mtp_viz.app.views.dashboard`).
 
-Every URL goes through :class:`mtp_viz.app.runtime.guard.ServerPolicy` first.
+Every URL goes through :class:`mtp_viz.app.runtime.guard.ServerPolicy` first. A server's
+failure is told in its visitor's sentence (:meth:`ServerError.visitor`): the address the
+visitor typed, never an HTTP status or a path the server answered. A run holds at most the
+tokens asked for (the source ends a server that sends more with one sentence), so its
+frames are bounded by the form's max new tokens.
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ from mtp_viz.app.views.frame import Frame, cleared
 from mtp_viz.engine.events import Step
 from mtp_viz.errors import UserError
 from mtp_viz.sources.vllm import client as vllm_client
+from mtp_viz.sources.vllm.client import ServerError
 from mtp_viz.sources.vllm.prometheus import SpecDecodeCounters
 from mtp_viz.sources.vllm.source import Servers, VllmSource
 
@@ -75,7 +80,8 @@ class VllmHandlers:
         yield outputs(cleared("Waiting for the server: its steps come with its last chunk.", ar, self.h.empty_figures,
                               caption=tokens.message_html(step_note, level="warn"), status=status),
                       sess, gr.update(interactive=False))
-        for f in runs.compare_frames(VllmSource(servers), s, sess, frame_interval=service.env_frame_interval()):
+        source = VllmSource(servers, sentence=ServerError.visitor)
+        for f in runs.compare_frames(source, s, sess, frame_interval=service.env_frame_interval()):
             if f.last and f.status is not None and not sess.stop.is_set():  # a run that ended well
                 f = f | message(self.done_line(sess))
             yield outputs(f)
@@ -126,7 +132,7 @@ class VllmHandlers:
                 parts.append(f"the {role} at {u} " + (speculates if c.enabled else "does not speculate"))
                 level = level if c.enabled == (role == "server") else "warn"
         except UserError as e:
-            return tokens.message_html(str(e), level="error")
+            return tokens.message_html(said(e), level="error")
         return tokens.message_html("Ready: " + "; ".join(parts) + ".", level=level)
 
     # ------------------------------------------------------------ the dashboard
@@ -136,7 +142,7 @@ class VllmHandlers:
         try:
             w = Watch(self.policy.check(url), time.monotonic())
         except UserError as e:
-            error = tokens.message_html(str(e), level="error")
+            error = tokens.message_html(said(e), level="error")
             return None, error, gr.skip(), gr.skip(), gr.Timer(active=False)
         return self.poll(w)
 
@@ -148,11 +154,16 @@ class VllmHandlers:
         try:
             counters = vllm_client.scrape(w.url)
         except UserError as e:
-            return w, tokens.message_html(str(e), level="error"), gr.skip(), gr.skip(), gr.Timer(active=False)
+            return w, tokens.message_html(said(e), level="error"), gr.skip(), gr.skip(), gr.Timer(active=False)
         w.history.append((time.monotonic() - w.started, counters))
         del w.history[:-DASHBOARD_HISTORY]
         return (w, dashboard.summary_html(w.url, w.history, DASHBOARD_SECONDS), dashboard.position_figure(counters),
                 dashboard.rate_figure(w.history), gr.Timer(active=True))
+
+
+def said(e: UserError) -> str:
+    """A sentence for a visitor: a server's failure without its HTTP status or path."""
+    return e.visitor() if isinstance(e, ServerError) else str(e)
 
 
 @dataclass

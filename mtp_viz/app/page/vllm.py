@@ -9,7 +9,7 @@ import gradio as gr
 
 from mtp_viz.app.handlers.traffic import MAX_TOKENS, Sweep, TrafficHandlers
 from mtp_viz.app.handlers.vllm import DASHBOARD_SECONDS, VLLM, VllmHandlers
-from mtp_viz.cli.bench_traffic import MAX_CONCURRENCY, MAX_REQUESTS
+from mtp_viz.cli.bench_traffic import example_levels
 from mtp_viz.app.runtime.guard import ServerPolicy
 from mtp_viz.app.views import dashboard, tokens
 from mtp_viz.sources.vllm.prometheus import SpecDecodeCounters
@@ -82,7 +82,7 @@ def traffic_section(th: TrafficHandlers) -> None:
         gr.Markdown(f"At each level, that many clients send requests back to back (closed loop) to the speculating "
                     f"server, then to the baseline (the order flips from level to level). Throughput is all output "
                     f"tokens over the level's wall time; TPOT is each request's time per output token after the "
-                    f"first. At most {MAX_CONCURRENCY} at once, {MAX_REQUESTS} requests per level; the prompts are "
+                    f"first. At most {th.highest} at once, {th.max_requests} requests per level; the prompts are "
                     "the bundled pair's held-out code prompts, greedy.")
         with gr.Row(equal_height=True):
             url = gr.Textbox(first, label="vLLM server (MTP)", placeholder="http://127.0.0.1:8000",
@@ -90,8 +90,10 @@ def traffic_section(th: TrafficHandlers) -> None:
             baseline = gr.Textbox("", label="Baseline server", placeholder="http://127.0.0.1:8001",
                                   elem_id="traffic-baseline-url", scale=3)
         with gr.Row(equal_height=True):
-            levels = gr.Textbox("1,2,4,8", label="Concurrent requests (levels)", elem_id="traffic-levels", scale=2)
-            requests = gr.Number(16, label="Requests per level", precision=0, elem_id="traffic-requests", scale=1)
+            levels = gr.Textbox(example_levels(th.highest), label="Concurrent requests (levels)",
+                                elem_id="traffic-levels", scale=2)
+            requests = gr.Number(min(16, th.max_requests), label=f"Requests per level (≤ {th.max_requests})",
+                                 precision=0, elem_id="traffic-requests", scale=1)
             max_tokens = gr.Number(64, label=f"New tokens per request (≤ {MAX_TOKENS})", precision=0,
                                    elem_id="traffic-tokens", scale=1)
             run = gr.Button("Sweep", variant="primary", elem_id="traffic-run", scale=0, min_width=90)
