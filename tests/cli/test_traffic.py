@@ -59,10 +59,11 @@ def test_the_traffic_panel_contacts_only_listed_servers_when_locked_down():
     th = TrafficHandlers(ServerPolicy(AllowList("tiny"), "http://127.0.0.1:8000"))
     (status, *_rest), = list(th.sweep("http://10.0.0.1:8000", "http://127.0.0.1:8000", "1", 4, 16, None))
     assert "only connects to the vLLM servers it lists" in status
+    # locked down, the sweep's bounds are MTP_VIZ_TRAFFIC_LEVELS' and MTP_VIZ_TRAFFIC_REQUESTS' defaults
     (status, *_rest), = list(th.sweep("http://127.0.0.1:8000", "http://127.0.0.1:8000", "1,99", 4, 16, None))
-    assert "whole numbers from 1 to 16" in status
+    assert "whole numbers from 1 to 4" in status
     (status, *_rest), = list(th.sweep("http://127.0.0.1:8000", "http://127.0.0.1:8000", "1", 0, 16, None))
-    assert "Requests per level must be a whole number from 1 to 256" in status
+    assert "Requests per level must be a whole number from 1 to 8" in status
 
 
 def test_a_request_stop_cut_is_not_measured_and_a_finished_one_is():
