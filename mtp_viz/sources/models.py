@@ -133,7 +133,8 @@ def load_pairs(target: str, drafter: str | None = None, precisions=(Precision(),
     """One pair per :class:`.precision.Precision` of ``precisions``, in their order, each
     distinct model in each distinct precision loaded once and shared (the bench's
     ``--precisions``): float32/float32 and float32/int8 hold one float32 target."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    with building():  # transformers' lazy first import is not safe from two threads at once
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     if not target or not str(target).strip():
         raise UserError("No target model was given.")

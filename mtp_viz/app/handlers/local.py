@@ -13,6 +13,7 @@ from typing import Any, Iterator
 import gradio as gr
 
 from mtp_viz.app.runtime import measure, runs, service, zerogpu
+from mtp_viz.app.runtime.turns import Turns, ahead_words
 from mtp_viz.app.views import charts, export, inspector, stats, tokens
 from mtp_viz.app.views.frame import Frame, cleared
 from mtp_viz.engine.events import Error
@@ -70,6 +71,9 @@ class Handlers(Recorded):
         self.loader, self.presets, self.default = loader, presets, default
         self.cap, self.prompt_cap = cap, prompt_cap
         self.runs = zerogpu.on_gpu()  # model work; under spaces.GPU on ZeroGPU hardware
+        # the engine's line: runs at once (one by default, so timings never share the CPU);
+        # Run, Measure and /generate join it once their pair is ready (runtime.turns)
+        self.engine = Turns(service.env_int("MTP_VIZ_CONCURRENCY", 1))
         self.step_mode_ok = not zerogpu.zero_gpu()  # a paused run would hold the shared GPU
         self.empty_figures = empty_figures or charts.all_figures([])  # shared, never mutated
         self.downloads = export.Downloads()
@@ -110,6 +114,9 @@ class Handlers(Recorded):
         name = "the bundled tiny pair" if target == "tiny" else clip(target) + (f" + {clip(drafter)}" if drafter else "")
         asked = (f" in {precision.label}" if precision and precision != Precision() else "") + \
             (", compiled" if compile else "")
+        if st.status == "queued" and st.ahead:
+            return tokens.message_html(f"Waiting to compile {name}{asked}: {ahead_words(st.ahead, 'compile')} "
+                                       f"(one at a time)… {time.monotonic() - st.started:.0f} s")
         if st.status in ("queued", "loading"):
             doing = " (compiling its graphs once: a minute or more)" if compile else ""
             return tokens.message_html(f"Loading {name}{asked}{doing}… {time.monotonic() - st.started:.0f} s")
@@ -124,7 +131,9 @@ class Handlers(Recorded):
               drafter_precision: Any = None, compiled: Any = None) -> tuple[str, str | None, Precision, bool]:
         """(target, drafter, precision, compile): the pair the form names, each field checked."""
         target, drafter = self.pick(key, custom_target, custom_drafter)
-        return target, drafter, self.precision(target_precision, drafter_precision), self.compiled(compiled)
+        precision, compile = self.precision(target_precision, drafter_precision), self.compiled(compiled)
+        self.loader.allow.check_build(precision, compile)
+        return target, drafter, precision, compile
 
     def load(self, key: str, custom_target: str, custom_drafter: str, target_precision: Any = None,
              drafter_precision: Any = None, compiled: Any = None):
@@ -171,6 +180,33 @@ class Handlers(Recorded):
             raise UserError(st.message)
         yield st.pair
 
+    def _waits(self, target: str, drafter: str | None, sess: runs.Session, precision: Precision | None = None,
+               compile: bool = False) -> Iterator[Any]:
+        """Wait for the pair (loading or compiling holds no turn on the engine), then for
+        the engine's turn, yielding status lines; the last item is (pair, held ticket)."""
+        for item in self._ready_pair(target, drafter, sess, precision, compile):
+            if isinstance(item, str):
+                yield item
+            else:
+                pair = item
+        for item in self._turn(sess):
+            yield item if isinstance(item, str) else (pair, item)
+
+    def _turn(self, sess: runs.Session) -> Iterator[Any]:
+        """Join the engine's line (the pair is ready by now); yield status lines while
+        waiting; the last item is the held :class:`.turns.Ticket`, which the caller leaves."""
+        ticket = self.engine.join()
+        try:
+            while not ticket.wait(0.5):
+                if sess.stop.is_set():
+                    raise UserError("Stopped while waiting for the engine.")
+                yield tokens.message_html(f"Waiting for the engine: {ahead_words(ticket.ahead, 'run')} "
+                                          "(one at a time, so timings never share the CPU)…")
+        except BaseException:  # Stop, or the visitor left: the place goes
+            ticket.leave()
+            raise
+        yield ticket
+
     def experts_switch(self, key: str, custom_target: str, custom_drafter: str, target_precision: Any = None,
                        drafter_precision: Any = None, compiled: Any = None):
         """``#experts`` for the picked pair once it is loaded: on offer for a mixture of
@@ -212,17 +248,20 @@ class Handlers(Recorded):
                 values.get("drafter_precision"), values.get("compile"))
             yield outputs(reset | Frame(status=self.model_line(target, drafter, precision, compile)), sess,
                           gr.update(interactive=False))
-            for item in self._ready_pair(target, drafter, sess, precision, compile):
+            for item in self._waits(target, drafter, sess, precision, compile):
                 if isinstance(item, str):
                     yield outputs(Frame(status=item))
                 else:
-                    pair = item
+                    pair, ticket = item
         except UserError as e:
             yield outputs(refused(e), sess, gr.update(interactive=False))
             return
-        for f in runs.compare_frames(self.source(pair, sess), s, sess, threads=service.threads(),
-                                     frame_interval=service.env_frame_interval()):
-            yield outputs(f)
+        try:
+            for f in runs.compare_frames(self.source(pair, sess), s, sess, threads=service.threads(),
+                                         frame_interval=service.env_frame_interval()):
+                yield outputs(f)
+        finally:
+            ticket.leave()
         yield outputs(Frame(), replay=gr.update(interactive=bool(sess.spec and sess.ar)))
 
     def measure(self, values: dict[str, Any], repeats: Any, sess: runs.Session | None):
@@ -237,18 +276,23 @@ class Handlers(Recorded):
             n = form.whole(repeats, "Repeats")
             if not 2 <= n <= 15:
                 raise UserError("Measure takes between 2 and 15 repeats.")
-            pair = None
-            for item in self._ready_pair(target, drafter, sess, precision, compile):
+            for item in self._waits(target, drafter, sess, precision, compile):
                 if isinstance(item, str):
                     yield outputs(Frame(status=item), sess)
                 else:
-                    pair = item
+                    pair, ticket = item
+        except UserError as e:
+            yield outputs(message(str(e), level="error"), sess)
+            return
+        try:
             yield outputs(message(
                 f"Measuring: {n} repeats of both modes, alternating, nothing rendered meanwhile…"), sess)
             m = measure.measure(pair, s, n, sess.stop, threads=service.threads())
         except UserError as e:
             yield outputs(message(str(e), level="error"), sess)
             return
+        finally:
+            ticket.leave()
         yield outputs(Frame(compare=stats.measurement_html(m, engine=getattr(pair, "engine", "eager"))) | message(
             f"Measured {n} repeats of each mode (spread ×{m.spread:.2f} between the fastest and slowest "
             "repeat's speedup)."))
@@ -305,13 +349,15 @@ class Handlers(Recorded):
             self.loader.allow.check(target, drafter_spec)
             s = form.api_settings(prompt, mode, drafter, max_new_tokens, draft_tokens, schedule, temperature,
                                   top_p, top_k, seed, chat, self.cap, self.prompt_cap)
-            pair = None
-            for item in self._ready_pair(target, drafter_spec, sess):
-                pair = None if isinstance(item, str) else item
-            source = self.source(pair, sess)
+            for item in self._waits(target, drafter_spec, sess):
+                if isinstance(item, str):
+                    yield []   # still waiting: lets the server notice a client that left
+                else:
+                    pair, ticket = item
         except UserError as e:
             yield [Error(message=str(e)).to_dict()]
             return
+        source = self.source(pair, sess)
         worker = runs.Worker(lambda: source.events(s, sess.stop), sess.stop)
         last = 0.0
         try:
@@ -325,6 +371,7 @@ class Handlers(Recorded):
                     yield list(events)
         finally:
             worker.close()
+            ticket.leave()
         yield events
 
 

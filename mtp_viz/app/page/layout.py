@@ -28,9 +28,9 @@ from mtp_viz.app.runtime.guard import ServerPolicy
 from mtp_viz.app.views import charts, explain, stats, tokens
 from mtp_viz.engine.drafters import DRAFTERS
 from mtp_viz.engine.schedules import SCHEDULES
-from mtp_viz.sources.precision import PRECISIONS
 
 from . import inspector, teach, vllm, wiring
+from .controls import Dropdown
 
 INTRO = ("A small <b>drafter</b> guesses the next few tokens; the <b>target</b> checks them all in one "
          "forward pass, keeps the longest correct prefix and adds one token of its own. Same text as "
@@ -90,7 +90,7 @@ def _prompt_column(first: FirstPair) -> dict[str, Any]:
             measure_btn=gr.Button("Measure", elem_id="measure", min_width=80, size="sm"),
             replay_btn=gr.Button("Race replay", interactive=False, elem_id="replay", min_width=100, size="sm"),
             # labelled inline (see app.css): a bare dropdown beside Race replay said nothing
-            example=gr.Dropdown(wiring.prompt_choices(examples), value=None, elem_id="examples",
+            example=Dropdown(wiring.prompt_choices(examples), value=None, elem_id="examples",
                                 label="Example prompts", show_label=True, container=False, scale=3,
                                 min_width=180, info=None, filterable=False),
             step_mode=gr.Checkbox(False, label="Step", elem_id="step-mode", container=False, scale=0,
@@ -105,7 +105,7 @@ def _model_column(first: FirstPair, choices: list, policy: ServerPolicy, cap: in
     settings every run changes."""
     custom = first.key == CUSTOM
     with gr.Row():
-        model = gr.Dropdown(choices, value=first.key, label="Model pair", scale=4, elem_id="model")
+        model = Dropdown(choices, value=first.key, label="Model pair", scale=4, elem_id="model")
         load_btn = gr.Button("Load", size="sm", elem_id="load", scale=0, min_width=60)
     with gr.Row(visible=custom) as custom_row:
         custom_target = gr.Textbox(first.target if custom else "", label="Custom target",
@@ -148,7 +148,7 @@ def _traces(h: Handlers) -> dict[str, Any]:
     """Example traces, upload, the downloads and the scrubber (below the panes: the first
     screen stays the run's)."""
     with gr.Row(elem_id="trace-row", equal_height=True):
-        trace_example = gr.Dropdown(h.example_traces(), value=None, label="Example trace (no model needed)",
+        trace_example = Dropdown(h.example_traces(), value=None, label="Example trace (no model needed)",
                                     elem_id="trace-examples", scale=3, filterable=False)
         trace_upload = gr.File(label="Replay a trace (.jsonl)", file_types=[".jsonl", ".json", ".txt"],
                                type="filepath", elem_id="trace-upload", height=100, scale=3)
@@ -165,12 +165,12 @@ def _traces(h: Handlers) -> dict[str, Any]:
     return dict(trace_example=trace_example, trace_upload=trace_upload, **downloads, scrub=scrub)
 
 
-def _settings(first: FirstPair) -> dict[str, Any]:
+def _settings(first: FirstPair, allow: service.AllowList) -> dict[str, Any]:
     """More settings, collapsed: what a first-time user does not need."""
     with gr.Accordion("More settings", open=False, elem_id="settings"):
         with gr.Row():
             c = dict(
-                schedule=gr.Dropdown(list(SCHEDULES), value="constant", label="Draft-length schedule",
+                schedule=Dropdown(list(SCHEDULES), value="constant", label="Draft-length schedule",
                                      elem_id="schedule"),
                 drafter_kind=gr.Radio([(d.label, name) for name, d in DRAFTERS.items()], value="mtp",
                                       label="Drafter", elem_id="drafter-kind"),
@@ -188,23 +188,25 @@ def _settings(first: FirstPair) -> dict[str, Any]:
                 top_k=gr.Number(0, precision=0, label="Top-k (0 = off)", elem_id="top-k"),
                 seed=gr.Number(0, precision=0, label="Seed", elem_id="seed"))
         with gr.Row():  # part of which pair is loaded: another precision is another pair
-            choices = [("default", "default"), *((p, p) for p in PRECISIONS)]
+            # a locked-down deployment offers only what it lists (MTP_VIZ_PRECISIONS, MTP_VIZ_COMPILE)
+            choices = [("default", "default"), *((p, p) for p in allow.precisions)]
             info = "default: MTP_VIZ_DTYPE, else float32 on a CPU, bfloat16 on a GPU; int8/int4 need torchao"
             c.update(
-                target_precision=gr.Dropdown(choices, value="default", label="Target precision", info=info,
+                target_precision=Dropdown(choices, value="default", label="Target precision", info=info,
                                              elem_id="target-precision", filterable=False),
-                drafter_precision=gr.Dropdown(choices, value="default", label="Drafter precision",
+                drafter_precision=Dropdown(choices, value="default", label="Drafter precision",
                                               info="each precision of a pair loads (and is kept) as a pair of its own",
                                               elem_id="drafter-precision", filterable=False),
-                compile=gr.Checkbox(False, label="Compiled engine", elem_id="compile",
+                compile=gr.Checkbox(False, label="Compiled engine", elem_id="compile", interactive=allow.compile,
                                     info="compiles the target and the MTP drafter with torch.compile, once per "
-                                         "pair (a pair of its own); the compile time is reported apart, never in "
-                                         "a run's timing"))
+                                         "pair (a pair of its own, one compile at a time); the compile time is "
+                                         "reported apart, never in a run's timing" if allow.compile else
+                                         "not offered on this deployment"))
         with gr.Row():
             c.update(
                 repeats=gr.Slider(2, 15, value=5, step=1, label="Measure: repeats of each mode",
                                   elem_id="repeats"),
-                speed=gr.Dropdown([("real time", 1.0), ("½× speed", 0.5), ("¼× speed", 0.25), ("⅒× speed", 0.1)],
+                speed=Dropdown([("real time", 1.0), ("½× speed", 0.5), ("¼× speed", 0.25), ("⅒× speed", 0.1)],
                                   value=0.25, label="Race replay speed", elem_id="replay-speed"))
     return c
 
@@ -238,7 +240,7 @@ def _page(app: AppState, first: FirstPair, choices: list, policy: ServerPolicy) 
             top.update(_model_column(first, choices, policy, h.cap))
     c = {**top, **_panes(), **_traces(h)}
     c["hint"] = gr.HTML(wiring.hint_html(h.presets, first.key, first.note), elem_id="model-hint")
-    c.update(_settings(first), timer=gr.Timer(1.0, active=False), plots=_charts(h.empty_figures),
+    c.update(_settings(first, app.loader.allow), timer=gr.Timer(1.0, active=False), plots=_charts(h.empty_figures),
              theory=_theory(), what_if=teach.sections())
     c["inspector_panel"], c["anatomy_panel"] = inspector.components()  # #inspector floats over the page
     return wiring.Page(**c, session=gr.State(None))
@@ -269,7 +271,7 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
         if policy.offered:
             vllm.dashboard_section(app.vllm)
             vllm.traffic_section(TrafficHandlers(policy))
-        gr.api(h.api_generate, api_name="generate", concurrency_id="model")
+        gr.api(h.api_generate, api_name="generate", concurrency_id="local", concurrency_limit=service.WAITING)
     demo.mtp_app = app  # type: ignore[attr-defined]
     return demo
 

@@ -163,8 +163,9 @@ def wire(demo: gr.Blocks, page: Page, h: Handlers, vh: VllmHandlers) -> None:
 
 
 def _wire_model(demo: gr.Blocks, page: Page, h: Handlers, vh: VllmHandlers) -> list:
-    """The picker, Load, the deep link (which loads the pair it names) and the loading
-    timer. Returns the events that report a pair's loading, for what follows them."""
+    """The picker, Load, the deep link (which sets the controls and says where the pair it
+    names stands, never loading or compiling it: the visitor presses Load or Run) and the
+    loading timer. Returns the events that report a pair's loading, for what follows them."""
     def on_model(key: str):
         prompts, server = examples_for(key), key == VLLM  # a server's chat template is unknown
         return (gr.update(visible=key == CUSTOM),
@@ -186,9 +187,9 @@ def _wire_model(demo: gr.Blocks, page: Page, h: Handlers, vh: VllmHandlers) -> l
           show_progress="hidden", **HIDDEN)
     limits = links.Limits(tuple(h.presets), h.cap, 16 * h.prompt_cap)
     restored = teach.wire(demo, page.form(), page.status, limits)  # deep link, Copy link, tour, presenter mode
-    # Three triggers, but not one gr.on: the link's load must follow its restore (a .then
-    # is no trigger gr.on takes), and the timer only reports, it never starts a load.
-    loads = [pressed, restored.then(h.load, pair, shown, **HIDDEN),
+    # Three triggers, but not one gr.on: the link's status line must follow its restore (a
+    # .then is no trigger gr.on takes); the link and the timer only report, never load.
+    loads = [pressed, restored.then(h.tick, pair, shown, **HIDDEN),
              page.timer.tick(h.tick, pair, shown, show_progress="hidden", **HIDDEN)]
     page.example.change(lambda p: p or gr.skip(), page.example, page.prompt, queue=False, **HIDDEN)
     return loads
@@ -198,10 +199,11 @@ def _wire_runs(page: Page, h: Handlers, vh: VllmHandlers) -> dict[str, Any]:
     """Run and Measure (on the picked source), Race replay and the two ways to replay a
     trace. Returns the events that fill the panes, by name.
 
-    Run is routed before any queue: a local run waits for the engine's slot
-    (``concurrency_id="model"``, shared with Measure and ``/generate``), a run on a vLLM
-    server for a slot of its own (``MTP_VIZ_VLLM_CONCURRENCY``), so a slow or silent
-    server never holds the local engine. The route bumps a counter of the picked source
+    Run is routed before any queue: a local run waits for its pair (loading or
+    compiling, holding nothing), then for its turn on the engine (``Handlers.engine``,
+    shared with Measure and ``/generate``: ``MTP_VIZ_CONCURRENCY`` at once, in order of
+    arrival, with its place shown); a run on a vLLM server waits for a slot of its own
+    (``MTP_VIZ_VLLM_CONCURRENCY``), so a slow or silent server never holds the local engine. The route bumps a counter of the picked source
     on the page, and that counter's change starts the run (a hidden Number, not a State:
     a State's change does not fire on an unqueued event's output)."""
     form, outputs = page.form(), page.outputs()
@@ -224,7 +226,7 @@ def _wire_runs(page: Page, h: Handlers, vh: VllmHandlers) -> dict[str, Any]:
         yield from (vh if v["model"] == VLLM else h).measure(v, data[page.repeats], data[page.session])
 
     shown = dict(show_progress="minimal", show_progress_on=page.status, **HIDDEN)
-    model_slot = dict(concurrency_id="model", **shown)
+    model_slot = dict(concurrency_id="local", concurrency_limit=service.WAITING, **shown)
     page.run_btn.click(route, [page.model, local_go, remote_go], [local_go, remote_go], queue=False, **HIDDEN)
     run_ev = local_go.change(run, set(form) | {page.session}, outputs, **model_slot)
     remote_ev = remote_go.change(run_remote, set(form) | {page.session}, outputs, concurrency_id="vllm",

@@ -5,9 +5,13 @@ Pairs are loaded once per process and shared by every session, in a bounded cach
 resolve on disk, so ``tiny``, its folder and ``./its/folder/`` are one pair, and by the
 precision asked of each (the same models in int8 are another pair), and by the engine
 asked (compiled, or eager: the same models compiled are another pair). Loads
-run on background threads, at most ``LOAD_SLOTS`` at a time and one per pair; a
-lookup never waits for a load. ``MTP_VIZ_ALLOWED_MODELS`` limits what a public
-deployment may load at all.
+run on background threads, at most ``LOAD_SLOTS`` at a time and one per pair (and one
+model build at a time in the process: :mod:`mtp_viz.engine.build`); a lookup never waits
+for a load. A pair asked compiled waits in the compiler's line first: one compile at a
+time app-wide, at most ``MTP_VIZ_COMPILE_QUEUE`` waiting, each with its place shown.
+``MTP_VIZ_ALLOWED_MODELS`` limits what a public deployment may load at all, and with it
+which precisions (``MTP_VIZ_PRECISIONS``) and whether the compiled engine
+(``MTP_VIZ_COMPILE``) are offered.
 """
 from __future__ import annotations
 
@@ -22,10 +26,14 @@ from typing import Any, Callable
 from mtp_viz.errors import UserError
 from mtp_viz.paths import assets_dir
 from mtp_viz.sources.presets import PRESETS, canonical, resolve
-from mtp_viz.sources.precision import Precision, precision_name
+from mtp_viz.sources.precision import PRECISIONS, Precision, precision_name
+
+from .turns import Turns
 
 E2B = ("google/gemma-4-E2B-it", "google/gemma-4-E2B-it-assistant")
 LOAD_SLOTS = 2  # loads running at once; more wait their turn (each is memory-hungry)
+WAITING = 16    # local runs, measurements and /generate calls open at once, each waiting for its
+                # pair, then for its turn on the engine (MTP_VIZ_CONCURRENCY at once) inside
 
 
 def env_int(name: str, default: int, minimum: int = 1) -> int:
@@ -70,6 +78,14 @@ def env_sessions() -> int:
     return env_int("MTP_VIZ_MAX_SESSIONS", 200)
 
 
+def env_flag(name: str, default: bool) -> bool:
+    """An on/off setting from the environment: 1/true/yes/on or 0/false/no/off; the
+    default when unset or anything else."""
+    value = os.environ.get(name, "").strip().lower()
+    return True if value in ("1", "true", "yes", "on") else False if value in ("0", "false", "no", "off") \
+        else default
+
+
 class AllowList:
     """``MTP_VIZ_ALLOWED_MODELS``: comma-separated preset keys, hub ids or folders. When
     set, nothing else is loaded, offered or even looked at; when unset, anything is."""
@@ -93,6 +109,31 @@ class AllowList:
         for spec in (target, drafter):
             if not self.allows(spec):
                 raise UserError("This deployment only serves the models in its picker.")
+
+    @property
+    def precisions(self) -> tuple[str, ...]:
+        """The precisions the page offers besides the default (``MTP_VIZ_PRECISIONS``,
+        comma-separated; unknown names are ignored): every one unless locked down, none
+        when locked down (each other precision is another pair in memory)."""
+        spec = os.environ.get("MTP_VIZ_PRECISIONS")
+        if spec is None:
+            return () if self.active else PRECISIONS
+        names = {n.strip().lower() for n in spec.split(",")}
+        return tuple(p for p in PRECISIONS if p in names)
+
+    @property
+    def compile(self) -> bool:
+        """Whether the page offers the compiled engine (``MTP_VIZ_COMPILE``): by default
+        yes, and no when locked down (a compile takes a CPU for minutes)."""
+        return env_flag("MTP_VIZ_COMPILE", not self.active)
+
+    def check_build(self, precision: "Precision | None", compile: bool) -> None:
+        """Raise UserError unless this deployment offers the precisions and engine asked."""
+        for name in (precision.target, precision.drafter) if precision else ():
+            if name is not None and name not in self.precisions:
+                raise UserError(f"This deployment does not offer the {name} precision.")
+        if compile and not self.compile:
+            raise UserError("This deployment does not offer the compiled engine.")
 
 
 def presets(allow: AllowList) -> dict[str, dict[str, Any]]:
@@ -171,6 +212,12 @@ class LoadState:
     message: str = ""
     started: float = 0.0
     pair: Any = None
+    ticket: Any = None     # a compile's place in the compiler's line (turns.Ticket), while queued
+
+    @property
+    def ahead(self) -> int:
+        """Compiles before this one in the compiler's line (0 once it runs, and for a load)."""
+        return self.ticket.ahead if self.ticket is not None and self.status == Load.QUEUED else 0
 
     @property
     def busy(self) -> bool:
@@ -219,6 +266,9 @@ class PairLoader:
         self._slots = threading.Semaphore(LOAD_SLOTS)
         self._states: OrderedDict[tuple, LoadState] = OrderedDict()
         self._done: dict[tuple, threading.Event] = {}
+        waiting = env_int("MTP_VIZ_COMPILE_QUEUE", 2, minimum=0)
+        self.compiles = Turns(1, waiting, f"{waiting + 1} compiles are already running or waiting; "
+                                          "try again when one has finished, or run the eager engine.")
 
     def state(self, target: str, drafter: str | None, precision: Precision | None = None,
               compile: bool = False) -> LoadState:
@@ -233,12 +283,14 @@ class PairLoader:
               compile: bool = False) -> LoadState:
         """Begin loading in the background unless it is queued, loading or loaded."""
         self.allow.check(target, drafter)
+        self.allow.check_build(precision, compile)
         key = cache_key(target, drafter, precision, compile)
         with self._lock:
             st = self._states.get(key)
             if st and (st.busy or st.status == Load.READY):
                 return st
-            st = self._states[key] = LoadState(Load.QUEUED, "", time.monotonic())
+            ticket = self.compiles.join() if compile else None   # full: one sentence
+            st = self._states[key] = LoadState(Load.QUEUED, "", time.monotonic(), ticket=ticket)
             self._done[key] = threading.Event()
         threading.Thread(target=self._work, args=(key, target, drafter, precision, compile), daemon=True,
                          name="mtp-viz-load").start()
@@ -249,13 +301,20 @@ class PairLoader:
         asked = {"precision": precision} if precision and precision != Precision() else {}
         if compile:
             asked["compile"] = True
-        with self._slots:
-            with self._lock:
-                self._states[key].status = Load.LOADING
-            try:
-                new = LoadState(Load.READY, "", self._states[key].started, self._load(target, drafter, **asked))
-            except BaseException as e:  # noqa: BLE001 - shown to the user as one sentence
-                new = LoadState(Load.ERROR, user_message(e), self._states[key].started)
+        ticket = self._states[key].ticket
+        try:
+            if ticket is not None:
+                ticket.wait()                # the compiler's turn (one compile at a time)
+            with self._slots:
+                with self._lock:
+                    self._states[key].status = Load.LOADING
+                try:
+                    new = LoadState(Load.READY, "", self._states[key].started, self._load(target, drafter, **asked))
+                except BaseException as e:  # noqa: BLE001 - shown to the user as one sentence
+                    new = LoadState(Load.ERROR, user_message(e), self._states[key].started)
+        finally:
+            if ticket is not None:
+                ticket.leave()
         with self._lock:
             self._states[key] = new
             self._states.move_to_end(key)
@@ -294,5 +353,6 @@ def css() -> str:
     return (assets_dir() / "app.css").read_text(encoding="utf-8")
 
 
-__all__ = ["css", "AllowList", "Load", "LoadState", "PairLoader", "cache_key", "default_pair", "env_cap", "env_prompt_cap",
+__all__ = ["css", "AllowList", "Load", "LoadState", "PairLoader", "WAITING", "cache_key", "default_pair", "env_cap",
+           "env_flag", "env_prompt_cap",
            "env_frame_interval", "env_sessions", "pair_key", "presets", "threads", "user_message"]
