@@ -194,3 +194,42 @@ class Trickler:
         self._pw.stop()
         self.silent.shutdown()
         self.silent.server_close()
+
+
+class Compiler:
+    """A visitor in headless Chromium who picks ``precision`` for both models, ticks
+    Compiled engine and presses Run: a pair to load and compile (a minute or more on a
+    cold inductor cache) before that visitor's run starts. Playwright's sync API: use it
+    from one thread only."""
+
+    def __init__(self, app_url: str, precision: str = "bfloat16"):
+        sys.path.insert(0, str(ROOT / "tests"))
+        from browsing import ARGS, CHROMIUM, open_app, open_settings
+        from playwright import sync_api
+        self._pw = sync_api.sync_playwright().start()
+        self._browser = self._pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        self.page = open_app(self._browser, app_url)
+        open_settings(self.page)
+        for field in ("target-precision", "drafter-precision"):
+            self.page.click(f"#{field} input")
+            self.page.locator(f"#{field}").get_by_role("option", name=precision, exact=True).click()
+        self.page.locator("#compile input").check()
+        self.page.fill("#prompt textarea", "def parse(line):\n")
+
+    def start(self) -> None:
+        """Press Run; return once the page says the pair is compiling."""
+        self.page.click("#run")
+        self.page.wait_for_selector("#status:has-text('compiling its graphs')", timeout=120_000)
+
+    def compiling(self) -> bool:
+        """Is the visitor's pair still loading or compiling (its run not started)?"""
+        return "compiling its graphs" in self.page.inner_text("#status")
+
+    def finish(self, timeout: float) -> str:
+        """Wait for the visitor's run to end; its #compare engine ("compiled" or not)."""
+        self.page.wait_for_selector("#status:has-text('Done')", timeout=timeout * 1000)
+        return self.page.locator("#compare").get_attribute("data-engine") or ""
+
+    def close(self) -> None:
+        self._browser.close()
+        self._pw.stop()

@@ -21,6 +21,12 @@ Then a visitor in headless Chromium points the vLLM source at a server that tric
 keep-alive comments and never a token, and presses Run: waves of greedy clients alone and
 beside that waiting run must show the same latency (``--trickle``).
 
+Then a visitor in headless Chromium picks bfloat16 for both models, ticks Compiled
+engine and presses Run on a cold inductor cache (the server's own, fresh): waves of
+greedy clients alone and while that pair loads and compiles; each wave beside it must end
+while it still compiles, and the plain clients' latency p50/p90 is reported both ways
+(``--compile``).
+
 Then memory: the soak runs greedy requests one after another from one session; the
 flood sends one-off plain HTTP calls, each a new Gradio session (``MTP_VIZ_MAX_SESSIONS``
 bounds what those cost). Each must grow the server's resident memory by less than
@@ -35,6 +41,7 @@ import math
 import os
 import statistics
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -255,6 +262,46 @@ def trickle_check(url: str, refs: dict, clients: int, repeats: int, timeout: flo
             "problems": problems, "held_nothing": finished and all(waiting) and not problems}
 
 
+def compile_check(url: str, refs: dict, clients: int, waves: int, timeout: float) -> dict:
+    """Does a visitor's compile hold the plain visitors? Waves of ``clients`` greedy
+    /generate clients alone, then while a visitor in headless Chromium waits for a pair
+    in other precisions to load and compile on a cold inductor cache (``Compiler``): up to
+    ``waves`` waves beside it, as long as it still compiles. Every wave beside it must
+    finish while the compile still runs (queued behind it, as before the engine's line,
+    they would have finished after it); their latencies, p50 and p90, alone and beside it,
+    are reported side by side (a ratio from the same run, not a verdict)."""
+    from load_clients import Compiler
+    specs = [dict(kind="greedy", label=str(i % len(PROMPTS)), kw=dict(prompt=PROMPTS[i % len(PROMPTS)]))
+             for i in range(clients)]
+    latencies, problems, compiling = {"alone": [], "beside": []}, [], []
+    visitor = Compiler(url)
+    try:
+        for _ in range(waves):
+            outcomes = wave(url, specs, refs, timeout)
+            latencies["alone"] += [o.latency for o in outcomes if o.latency is not None]
+            problems += [asdict(o) for o in outcomes if not o.ok]
+        t0 = time.monotonic()
+        visitor.start()
+        for _ in range(waves):
+            if not visitor.compiling():
+                break
+            outcomes = wave(url, specs, refs, timeout)
+            compiling.append(visitor.compiling())
+            latencies["beside"] += [o.latency for o in outcomes if o.latency is not None]
+            problems += [asdict(o) for o in outcomes if not o.ok]
+        engine = visitor.finish(timeout)
+        compile_wait = time.monotonic() - t0
+    finally:
+        visitor.close()
+    alone, beside = latencies["alone"], latencies["beside"]
+    return {"clients": clients, "waves_alone": waves, "waves_beside": len(compiling),
+            "latency_alone_p50_s": pct(alone, 0.5), "latency_alone_p90_s": pct(alone, 0.9),
+            "latency_beside_p50_s": pct(beside, 0.5), "latency_beside_p90_s": pct(beside, 0.9),
+            "compile_to_done_s": compile_wait, "engine": engine, "still_compiling": bool(compiling) and all(compiling),
+            "problems": problems,
+            "held_nothing": bool(compiling) and all(compiling) and not problems and engine == "compiled"}
+
+
 def flood(url: str, calls: int, timeout: float, server: Server) -> dict:
     """``calls`` cheap requests (bad input, answered before any model work) over the
     plain HTTP API, each a new Gradio session: what many one-off callers cost the
@@ -330,6 +377,16 @@ def report_md(r: dict) -> str:
                   f"({'–' if tc['ratio'] is None else format(tc['ratio'], '.2f')}x); that run "
                   f"still waiting at the end of every wave: {'yes' if tc['still_waiting'] else 'NO'}; Stop ended it: "
                   f"{'yes' if tc['stopped'] else 'NO'} ({'PASS' if tc['held_nothing'] else 'FAIL'})."]
+    cc = r.get("compile_check")
+    if cc:
+        lines += ["", f"**A compile holds no plain visitor:** {cc['clients']} greedy clients at once, latency "
+                  f"p50 / p90 {seconds(cc['latency_alone_p50_s'])} / {seconds(cc['latency_alone_p90_s'])} alone "
+                  f"({cc['waves_alone']} waves), {seconds(cc['latency_beside_p50_s'])} / "
+                  f"{seconds(cc['latency_beside_p90_s'])} while a visitor (headless Chromium) waited for a "
+                  f"bfloat16 pair to load and compile on a cold inductor cache ({cc['waves_beside']} waves); "
+                  f"the compile still running at the end of every wave: {'yes' if cc['still_compiling'] else 'NO'}; "
+                  f"that visitor's run done {cc['compile_to_done_s']:.0f} s after Run, on the "
+                  f"{cc['engine'] or '?'} engine ({'PASS' if cc['held_nothing'] else 'FAIL'})."]
     if s:
         lines += ["", f"**Soak:** {s['runs']} sequential greedy runs, {s['completed_runs']} completed, "
                   f"cross-talk {s['cross_talk']}, unexpected {s['unexpected']}; server RSS "
@@ -345,7 +402,7 @@ def report_md(r: dict) -> str:
                   f"(**{fl['growth_mb']:+.1f} MB**, goal < {r['limit_mb']:.0f} MB).",
                   "", "RSS during the flood (calls: MB): " + ", ".join(f"{n}: {m:.0f}" for n, m in fl["rss_mb"])]
     lines += ["", f"**Verdict:** {'PASS' if r['passed'] else 'FAIL'}" + (f" ({r['aborted']})" if r.get("aborted") else "")]
-    problems = [p for w in [*r["waves"], tc or {}, s or {}, fl or {}] for p in w.get("problems", [])]
+    problems = [p for w in [*r["waves"], tc or {}, cc or {}, s or {}, fl or {}] for p in w.get("problems", [])]
     if problems:
         lines += ["", "Problems:", ""] + [f"- {p['kind']} {p['label']}: {p['problem']}: {p['detail']}"
                                           for p in problems[:30]]
@@ -368,6 +425,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trickle", type=int, default=3,
                     help="greedy clients per wave of the silent-vLLM check, in headless Chromium (0: none)")
     ap.add_argument("--trickle-repeats", type=int, default=3, help="waves alone and beside it, each")
+    ap.add_argument("--compile", type=int, default=3,
+                    help="greedy clients per wave of the compile check, beside a visitor compiling in headless "
+                         "Chromium on a cold inductor cache (0: none)")
+    ap.add_argument("--compile-waves", type=int, default=3, help="waves alone, and at most as many beside it")
     ap.add_argument("--max-sessions", type=int, help="the server's MTP_VIZ_MAX_SESSIONS (default: the app's)")
     ap.add_argument("--limit-mb", type=float, default=50.0, help="most server RSS growth the soak or flood may show")
     ap.add_argument("--client-timeout", type=float, default=300.0, help="seconds one request may take")
@@ -380,7 +441,9 @@ def main(argv: list[str] | None = None) -> int:
                "threads": args.threads, "load_before": os.getloadavg(), "waves": [], "passed": False,
                "args": {k: str(v) for k, v in vars(args).items()},
                "max_sessions": args.max_sessions or env_sessions(), "limit_mb": args.limit_mb}
-    server = Server(args.threads, {"MTP_VIZ_MAX_SESSIONS": str(args.max_sessions)} if args.max_sessions else {})
+    cache = tempfile.TemporaryDirectory(prefix="mtp-viz-inductor-")   # the compile check's cold cache
+    server = Server(args.threads, {"TORCHINDUCTOR_CACHE_DIR": cache.name,
+                                   **({"MTP_VIZ_MAX_SESSIONS": str(args.max_sessions)} if args.max_sessions else {})})
 
     def cap() -> None:  # the wall-clock cap: record what there is, stop everything
         r.update(aborted=f"wall-clock cap of {args.max_seconds:.0f} s reached", load_after=os.getloadavg())
@@ -400,8 +463,8 @@ def main(argv: list[str] | None = None) -> int:
             for rnd in range(args.rounds):
                 plans.append((n, rnd + 1, [client_spec(i, serial + i) for i in range(n)]))
                 serial += n
-        alone = [dict(kind="greedy", label=str(i % len(PROMPTS)))
-                 for i in range(min(max(args.soak, args.trickle), len(PROMPTS)))]  # the soak's, the trickle check's
+        alone = [dict(kind="greedy", label=str(i % len(PROMPTS)))   # the soak's, the trickle and compile checks'
+                 for i in range(min(max(args.soak, args.trickle, args.compile), len(PROMPTS)))]
         refs = references(server.url, [s for _, _, specs in plans for s in specs] + alone,
                           args.client_timeout)
         greedy = [tuple(v) for (k, _), v in refs.items() if k == "greedy"]
@@ -424,6 +487,12 @@ def main(argv: list[str] | None = None) -> int:
                                                     args.client_timeout)
             print(f"trickle: p50 latency {seconds(tc['latency_alone_p50_s'])} alone, "
                   f"{seconds(tc['latency_beside_p50_s'])} beside a silent vLLM run", flush=True)
+        if args.compile:
+            r["compile_check"] = cc = compile_check(server.url, refs, args.compile, args.compile_waves,
+                                                    args.client_timeout)
+            print(f"compile: plain latency p50/p90 {seconds(cc['latency_alone_p50_s'])} / "
+                  f"{seconds(cc['latency_alone_p90_s'])} alone, {seconds(cc['latency_beside_p50_s'])} / "
+                  f"{seconds(cc['latency_beside_p90_s'])} beside a cold compile", flush=True)
         if args.soak:
             r["soak"] = soak(server.url, args.soak, refs, args.client_timeout, server)
             print(f"soak: {args.soak} runs, RSS growth {r['soak']['growth_mb']:+.1f} MB", flush=True)
@@ -433,12 +502,14 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         watchdog.cancel()
         server.stop()
+        cache.cleanup()
     r["load_after"] = os.getloadavg()
     parts = r["waves"] + [r[k] for k in ("soak", "flood") if k in r]
     r["passed"] = (r["references_distinct"] and all(
         p["completed_runs"] == p["normal_runs"] and p["expected_errors"] == p["bad_inputs"]
         and p["left_mid_stream"] == p["leavers"] and not p["cross_talk"] and not p["unexpected"] for p in parts)
         and r["leave_check"]["freed"] and r.get("trickle_check", {"held_nothing": True})["held_nothing"]
+        and r.get("compile_check", {"held_nothing": True})["held_nothing"]
         and all(r[k]["growth_mb"] < args.limit_mb for k in ("soak", "flood") if k in r))
     write(args.out, r)
     print(report_md(r))

@@ -19,5 +19,5 @@ nice -n 5 python -m training.train_tiny --out "$OUT" --stages drafter,eval --dra
     --drafter-batch 4 --drafter-anchors 256 --drafter-unroll 6 --threads 1
 # 5. wall-clock benchmark on the held-out prompts (run it on a quiet machine), then the model card
 mtp-viz bench --target "$OUT/target" --drafter "$OUT/drafter" --prompts "$OUT/eval_prompts.json" --no-chat \
-    --threads 1 --draft-tokens 2,3,4,6,8 --schedules constant --repeats 3 --out "$BENCH"
+    --threads 1 --draft-tokens 2,3,4,6,8 --schedules constant --repeats 3 --out "$BENCH" --force
 python -m training.card --out "$OUT" --bench "$BENCH/bench.json"

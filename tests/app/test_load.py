@@ -26,8 +26,9 @@ def test_small_load_test_against_the_real_app(tmp_path):
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"}
     proc = subprocess.run([sys.executable, str(SCRIPT), "--clients", "3", "--rounds", "1", "--soak", "10",
                            "--flood", "30", "--trickle", "2", "--trickle-repeats", "2", "--max-sessions", "10",
-                           "--out", str(tmp_path), "--max-seconds", "300"],
-                          env=env, capture_output=True, text=True, timeout=360)
+                           "--compile", "2", "--compile-waves", "1",
+                           "--out", str(tmp_path), "--max-seconds", "900"],
+                          env=env, capture_output=True, text=True, timeout=960)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     r = json.loads((tmp_path / "load_test.json").read_text())
     assert r["passed"] and r["references_distinct"] and not r.get("aborted")
@@ -44,6 +45,11 @@ def test_small_load_test_against_the_real_app(tmp_path):
     t = r["trickle_check"]
     assert t["held_nothing"] and t["still_waiting"] and t["stopped"] and t["problems"] == []
     assert t["latency_beside_p50_s"] > 0 and t["latency_alone_p50_s"] > 0
+    # a visitor's cold compile (another precision, the compiled engine) holds no plain client:
+    # the wave beside it ended while it still compiled, and that visitor's run then ran compiled
+    c = r["compile_check"]
+    assert c["held_nothing"] and c["still_compiling"] and c["engine"] == "compiled" and c["problems"] == []
+    assert c["latency_alone_p50_s"] > 0 and c["latency_beside_p90_s"] > 0
     s = r["soak"]
     assert (s["runs"], s["completed_runs"], s["cross_talk"], s["unexpected"]) == (10, 10, 0, 0)
     assert len(s["rss_mb"]) == 11 and s["rss_mb"][0][1] > 100  # a real server holding a real model
