@@ -6,22 +6,29 @@ open with a header line, ``{"type": "trace", "format": "mtp-viz-trace", "version
 readers also take a file without it, which is exactly what ``generate --jsonl`` prints.
 
 A trace may come from anyone (an upload to a public app), so reading it is strict and
-bounded: at most :data:`MAX_BYTES` bytes and :data:`MAX_EVENTS` events, every field of
-the declared type and within the range the views can show (times from 0 to 24 hours,
-probabilities from 0 to 1, counts not negative, the settings the views read of their
-type), runs in order. Anything else is one :class:`UserError` sentence that names a
-line number and a field name at most, never the file's contents or its path.
+bounded: at most :data:`MAX_BYTES` bytes (a larger file is refused by its size, before
+any of it is read) and :data:`MAX_EVENTS` events, arrays and objects nested at most
+:data:`MAX_DEPTH` deep (checked on each line's text before it is decoded, so the outcome
+does not depend on the process's recursion limit), every field of the declared type and
+within the range the views can show (times from 0 to 24 hours, probabilities from 0 to
+1, counts not negative, the settings the views read of their type), runs in order.
+Anything else is one :class:`UserError` sentence that names a line number and a field
+name at most, never the file's contents or its path. Reading is linear in the trace's
+size: each event type's field checks are built once per class (:func:`_checks`).
 
 ``python -m mtp_viz.sources.trace`` regenerates the example traces shipped in
 ``mtp_viz/assets/traces/`` from the bundled tiny pair (see :func:`main`).
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
+import os
+import re
 import typing
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from mtp_viz.engine.events import EVENT_TYPES, Done, Error, Event, Start, Step, event_from_dict
 from mtp_viz.errors import UserError
@@ -30,6 +37,7 @@ FORMAT = "mtp-viz-trace"
 VERSION = 1
 MAX_BYTES = 5_000_000   # a 64-token run with its baseline is ~40 kB; this is 100 of them
 MAX_EVENTS = 100_000
+MAX_DEPTH = 32          # arrays and objects in one line; real events nest 5 deep at most (server metrics)
 MODES = ("speculative", "autoregressive")
 MAX_SECONDS = 24 * 3600.0   # longer than any run the app records; a replay waits this long
 MAX_DRAFT = 256             # the app drafts at most 16; views loop over every position
@@ -92,8 +100,8 @@ _SETTINGS = {
        for k in ("target_precision", "drafter_precision")},
 }
 
-__all__ = ["FORMAT", "VERSION", "MAX_BYTES", "MAX_EVENTS", "MAX_SECONDS", "header", "dumps", "write", "loads", "read",
-           "split_runs", "spec_and_ar"]
+__all__ = ["FORMAT", "VERSION", "MAX_BYTES", "MAX_EVENTS", "MAX_DEPTH", "MAX_SECONDS", "header", "dumps", "write",
+           "loads", "read", "split_runs", "spec_and_ar", "too_large"]
 
 
 def header(**meta: str) -> dict[str, Any]:
@@ -114,10 +122,18 @@ def write(path: str | Path, events: Iterable[Event], **meta: str) -> Path:
     return path
 
 
+def too_large() -> str:
+    """The sentence for a trace over :data:`MAX_BYTES` (the app's upload check says it too)."""
+    return f"The trace is larger than {MAX_BYTES // 1_000_000} MB, the most this app reads."
+
+
 def read(path: str | Path) -> list[Event]:
-    """The events of a trace file; its size is checked before any of it is read."""
+    """The events of a trace file; its size is checked before any of it is read (a
+    file whose size is not known, a pipe, is read to :data:`MAX_BYTES` and one byte)."""
     try:
         with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size > MAX_BYTES:
+                raise UserError(too_large())
             data = f.read(MAX_BYTES + 1)
     except OSError:
         raise UserError("The trace file cannot be read.") from None
@@ -133,7 +149,7 @@ def loads(data: bytes | str) -> list[Event]:
     if isinstance(data, str):
         data = data.encode("utf-8")
     if len(data) > MAX_BYTES:
-        raise UserError(f"The trace is larger than {MAX_BYTES // 1_000_000} MB, the most this app reads.")
+        raise UserError(too_large())
     try:
         text = data.decode("utf-8-sig")  # an editor on Windows may save a byte-order mark
     except UnicodeDecodeError:
@@ -142,9 +158,10 @@ def loads(data: bytes | str) -> list[Event]:
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
+        _check_depth(line, n)  # before json.loads, whose recursion the line could exhaust
         try:
             d = json.loads(line, parse_constant=_no_constants)
-        except (ValueError, RecursionError):  # RecursionError: arrays nested thousands deep
+        except (ValueError, RecursionError):  # RecursionError: cannot happen MAX_DEPTH deep
             raise UserError(f"Line {n} of the trace is not JSON.") from None
         if not isinstance(d, dict):
             raise UserError(f"Line {n} of the trace is not a JSON object.")
@@ -156,6 +173,32 @@ def loads(data: bytes | str) -> list[Event]:
         events.append(_event(d, n))
     split_runs(events)  # checks the runs' order
     return events
+
+
+# A JSON string, its closing quote optional: an unclosed one runs to the end of the line,
+# so every match ends where the next search starts and the scan stays linear.
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+def _check_depth(line: str, n: int) -> None:
+    """Refuse a line whose arrays and objects nest deeper than :data:`MAX_DEPTH`, from its
+    text and without recursion, so json.loads and everything after it never meets one.
+    The brackets inside strings do not count; a line whose brackets do not pair is not
+    JSON. Linear in the line's length."""
+    if line.count("[") + line.count("{") <= MAX_DEPTH:  # every real line: no scan
+        return
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", line))
+    if 2 * (brackets.count("[") + brackets.count("{")) != len(brackets):  # they cannot all close
+        raise UserError(f"Line {n} of the trace is not JSON.")
+    depth = 0
+    for c in brackets:
+        depth += 1 if c in "[{" else -1
+        if depth < 0:  # a bracket closed that was never opened
+            raise UserError(f"Line {n} of the trace is not JSON.")
+        if depth > MAX_DEPTH:
+            raise UserError(f"Line {n} of the trace nests arrays or objects more than {MAX_DEPTH} deep, "
+                            "the most this app reads.")
 
 
 def _check_header(d: dict, n: int, first: bool) -> None:
@@ -171,13 +214,14 @@ def _event(d: dict, n: int) -> Event:
     cls = EVENT_TYPES.get(d.get("type")) if isinstance(d.get("type"), str) else None
     if cls is None:
         raise UserError(f"Line {n} of the trace has an unknown event type.")
-    hints = typing.get_type_hints(cls)
+    checks = _checks(cls)
     for name, value in d.items():
-        if name in hints and name != "type" and not _fits(value, hints[name]):
+        if name in checks and not checks[name][0](value):
             raise UserError(f"Line {n} of the trace has a field of the wrong type.")
     for name, value in d.items():
-        if name in hints and name != "type":
-            _check_range(name, value, n)
+        within = checks[name][1] if name in checks else None
+        if within is not None and not within(value):
+            raise UserError(_out_of_range(name, n))
     if cls is Start and isinstance(d.get("settings"), dict):
         _check_settings(d["settings"], n)
     if cls is Step and d.get("accepted", 0) > d.get("draft_len", 0):  # else "rejected -3"
@@ -188,36 +232,67 @@ def _event(d: dict, n: int) -> Event:
         raise UserError(f"Line {n} of the trace misses a field its event needs.") from None
 
 
-def _fits(value: Any, hint: Any) -> bool:
-    """Whether a JSON value fits a field of type int, float, str, dict or a tuple of one
-    of the scalars (``tuple[int, ...]``, ``tuple[float, ...]``, ``tuple[str, ...]``)."""
+Check = Callable[[Any], bool]
+
+
+@functools.cache
+def _checks(cls: type[Event]) -> dict[str, tuple[Check, Check | None]]:
+    """An event class's fields (but ``type``), each with the test of a JSON value for its
+    declared type (:func:`_fits`) and the test of a value of that type for its range
+    (:func:`_within`, None: any). Built once per class: resolving the type hints costs
+    far more than checking an event, and a trace holds up to :data:`MAX_EVENTS`."""
+    return {name: (_fits(hint), _within(name, hint))
+            for name, hint in typing.get_type_hints(cls).items() if name != "type"}
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_float(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_str(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _is_dict(value: Any) -> bool:
+    return isinstance(value, dict)
+
+
+def _fits(hint: Any) -> Check:
+    """The test of whether a JSON value fits a field of type int, float, str, dict or a
+    tuple of one of the scalars (``tuple[int, ...]``, ``tuple[float, ...]``,
+    ``tuple[str, ...]``); a field of any other type takes any value."""
     origin = typing.get_origin(hint) or hint
-    if origin is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if origin is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if origin is str:
-        return isinstance(value, str)
     if origin is tuple:
-        item = typing.get_args(hint)[0]
-        return isinstance(value, list) and all(_fits(x, item) for x in value)
-    if origin is dict:
-        return isinstance(value, dict)
-    return True
+        item = _fits(typing.get_args(hint)[0])
+        return lambda value: isinstance(value, list) and all(map(item, value))
+    return {int: _is_int, float: _is_float, str: _is_str, dict: _is_dict}.get(origin, lambda value: True)
 
 
-def _check_range(name: str, value: Any, n: int) -> None:
-    """A field of the right type, within what a view can show (see _RANGES, _CHOICES)."""
+def _within(name: str, hint: Any) -> Check | None:
+    """The test of whether a value of a field's type is within what a view can show (see
+    _RANGES, _LENGTHS, _CHOICES): a number or a list of numbers in its range, a word one
+    of its choices; None for text and the settings mapping (checked on its own)."""
     if name in _CHOICES:
-        if value not in _CHOICES[name]:
-            raise UserError(f"Line {n} of the trace has a {name!r} that is not one of its known values.")
-        return
-    numbers = value if isinstance(value, list) else [value]
-    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in numbers):
-        return  # text, or the settings mapping (checked on its own)
-    low, high, words = _RANGES.get(name, _COUNT)
-    if not all(low <= x <= high for x in numbers) or len(numbers) > _LENGTHS.get(name, len(numbers)):
-        raise UserError(f"Line {n} of the trace has a {name!r} that is not {words}.")
+        return _CHOICES[name].__contains__
+    origin = typing.get_origin(hint) or hint
+    low, high, _ = _RANGES.get(name, _COUNT)
+    if origin in (int, float):
+        return lambda value: low <= value <= high
+    if origin is tuple and typing.get_args(hint)[0] in (int, float):
+        most = _LENGTHS.get(name)
+        return lambda values: (most is None or len(values) <= most) and (
+            not values or low <= min(values) and max(values) <= high)
+    return None
+
+
+def _out_of_range(name: str, n: int) -> str:
+    if name in _CHOICES:
+        return f"Line {n} of the trace has a {name!r} that is not one of its known values."
+    return f"Line {n} of the trace has a {name!r} that is not {_RANGES.get(name, _COUNT)[2]}."
 
 
 def _check_settings(settings: dict, n: int) -> None:

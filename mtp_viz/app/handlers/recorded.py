@@ -3,12 +3,20 @@ download) and the exports. The session's recorded events are all they need: no m
 
 Handlers build *frames* (:class:`mtp_viz.app.views.frame.Frame`) and return them as the
 page's outputs list (:func:`outputs`), leaving the parts a frame does not set unchanged.
+
+A trace is a visitor's file, so reading one is bounded (:func:`read_trace`): a file over
+:data:`MAX_UPLOAD_BYTES` (the reader's own :data:`~mtp_viz.sources.trace.MAX_BYTES`, also
+the page's upload limit) is refused by its size, unread; at most :data:`MAX_PARSES`
+traces are parsed at once in the process, and a visitor past them sees that the trace
+waits, for :data:`PARSE_WAIT` seconds at most, then one sentence.
 """
 from __future__ import annotations
 
 import json
+import os
+import threading
 import time
-from typing import Any
+from typing import Any, Generator
 
 import gradio as gr
 
@@ -24,6 +32,37 @@ from . import form
 
 REPLAY_SECONDS = 300.0  # the longest a Race replay plays before it shows the whole run
 OUTPUTS = SLOTS + PLOTS  # a frame's outputs, then the session and Race replay's button
+MAX_PARSES = 2          # traces parsed at once, all sessions together: parsing holds a CPU
+PARSE_WAIT = 30.0       # seconds a trace waits for a parse slot (a 5 MB parse takes about one)
+PARSES = threading.BoundedSemaphore(MAX_PARSES)
+# The largest trace upload, in bytes: the reader's own bound. The page passes it to Gradio's
+# launch as ``max_file_size`` (``Handlers.MAX_UPLOAD_BYTES``), whose upload route refuses a
+# larger file as it arrives; read_trace refuses one by its size too.
+MAX_UPLOAD_BYTES = trace.MAX_BYTES
+WAITING = "Waiting to read the trace: other visitors' traces are being read."
+BUSY = "The app is busy reading other visitors' traces; try again in a moment."
+
+
+def read_trace(path: str) -> Generator[str, None, TraceSource]:
+    """Read the trace at ``path`` as a :class:`TraceSource`, within the app's bounds:
+    a file over :data:`MAX_UPLOAD_BYTES` is refused by its size, before a parse slot
+    and without reading it; then a parse slot of :data:`PARSES`, waited for at most
+    :data:`PARSE_WAIT` seconds. A generator: it yields :data:`WAITING` while the slots
+    are taken, and returns the source (``yield from``); every refusal is a UserError."""
+    try:
+        size = os.stat(path).st_size
+    except OSError:
+        raise UserError("The trace file cannot be read.") from None
+    if size > MAX_UPLOAD_BYTES:
+        raise UserError(trace.too_large())
+    if not PARSES.acquire(blocking=False):
+        yield WAITING
+        if not PARSES.acquire(timeout=PARSE_WAIT):
+            raise UserError(BUSY)
+    try:
+        return TraceSource.read(path)
+    finally:
+        PARSES.release()
 
 
 def outputs(f: Frame, sess: Any = None, replay: Any = None) -> list[Any]:
@@ -42,6 +81,8 @@ def message(text: str, level: str = "info") -> Frame:
 class Recorded:
     """Mixed into :class:`mtp_viz.app.handlers.local.Handlers`; uses its ``downloads`` and
     ``empty_figures``."""
+
+    MAX_UPLOAD_BYTES = MAX_UPLOAD_BYTES  # for the page: launch(max_file_size=Handlers.MAX_UPLOAD_BYTES)
 
     @staticmethod
     def replay(sess: runs.Session | None, speed: Any):
@@ -137,8 +178,12 @@ class Recorded:
         if not path:
             return
         sess = sess or runs.Session()
+        reading = read_trace(path)
         try:
-            source = TraceSource.read(path)
+            while True:
+                yield outputs(message(next(reading)))  # waiting for a parse slot
+        except StopIteration as done:
+            source = done.value
         except UserError as e:
             yield outputs(message(str(e), level="error"))
             return
@@ -174,4 +219,4 @@ class Recorded:
         return path
 
 
-__all__ = ["OUTPUTS", "Recorded", "message", "outputs"]
+__all__ = ["MAX_PARSES", "MAX_UPLOAD_BYTES", "OUTPUTS", "PARSE_WAIT", "Recorded", "message", "outputs", "read_trace"]
