@@ -212,5 +212,8 @@ def from_models(target, drafter=None, processor=None) -> ModelPair:
         from transformers import AutoTokenizer
         processor = _load(AutoTokenizer.from_pretrained, name)
     tokenizer = getattr(processor, "tokenizer", processor)  # a processor holds its tokenizer
+    if not (callable(tokenizer) and hasattr(tokenizer, "decode")):
+        raise UserError(f"from_models needs the processor or tokenizer as its third argument, "
+                        f"not {type(processor).__name__}.")
     template = getattr(processor, "chat_template", None) or getattr(tokenizer, "chat_template", None)
     return ModelPair(target, drafter, tokenizer, name, drafter_name, str(target.device), template=template)

@@ -155,7 +155,7 @@ def loads(data: bytes | str) -> list[Event]:
     except UnicodeDecodeError:
         raise UserError("The trace is not UTF-8 text.") from None
     events: list[Event] = []
-    for n, line in enumerate(text.splitlines(), 1):
+    for n, line in enumerate(text.split("\n"), 1):  # JSON Lines: only \n ends a line (U+2028 may sit in a token)
         if not line.strip():
             continue
         _check_depth(line, n)  # before json.loads, whose recursion the line could exhaust

@@ -17,6 +17,7 @@ import re
 
 import pytest
 
+from mtp_viz.errors import UserError
 from serving import serve
 
 PARAMS = ("prompt", "model", "mode", "drafter", "max_new_tokens", "draft_tokens", "schedule",
@@ -145,3 +146,17 @@ def test_a_bad_replay_speed_is_one_sentence(speed):
     sess.spec, sess.ar = spec_run(), ar_run()
     frames = list(local.Handlers.replay(sess, speed))
     assert len(frames) == 1 and "replay speed" in frames[0][local.OUTPUTS.index("status")]
+
+
+@pytest.mark.parametrize("field,value,name", [("experts", "yes", "Count experts"), ("experts", 1, "Count experts"),
+                                              ("chat", "no", "Chat"), ("baseline", 0, "Baseline")])
+def test_a_forged_switch_on_the_page_is_true_or_false_only(field, value, name):
+    """The page's switches take true or false, as /generate's chat and #compile do: "yes"
+    and 1 were read as on (bool("no") is true)."""
+    from mtp_viz.app.handlers import form
+    values = dict(prompt="def f():", decoding="greedy", seed=0, temperature=0.8, top_k=0, top_p=0.95, baseline=True,
+                  drafter_kind="auto", max_new_tokens=8, draft_tokens=4, schedule="constant", chat=False,
+                  experts=False)
+    values[field] = value
+    with pytest.raises(UserError, match=f"^{name} must be true or false, not "):
+        form.form_settings(values, 64, 512)

@@ -83,6 +83,7 @@ def test_without_a_processor_the_tokenizer_comes_from_the_targets_folder(tmp_pat
     ("a drafter name", "from_models needs the drafter model itself (a transformers model), not str."),
     ("no tokenizer", "from_models needs the processor or tokenizer for a target that was not loaded "
                      "from a folder or the Hub."),
+    ("a tokenizer's name", "from_models needs the processor or tokenizer as its third argument, not str."),
 ])
 def test_a_pair_that_cannot_work_is_one_sentence(models, no_loading, case, message):
     target, drafter = models
@@ -90,7 +91,7 @@ def test_a_pair_that_cannot_work_is_one_sentence(models, no_loading, case, messa
     args = {"vocabulary": (target, gemma_assistant(256), tok), "width": (target, gemma_assistant(backbone=128), tok),
             "not gemma": (llama(V), drafter, tok), "a name": ("google/gemma-4-E2B-it", drafter, tok),
             "no target": (None, drafter, tok), "a drafter name": (target, "google/gemma-4-E2B-it-assistant", tok),
-            "no tokenizer": (target, drafter, None)}[case]
+            "no tokenizer": (target, drafter, None), "a tokenizer's name": (target, drafter, "tok")}[case]
     with pytest.raises(UserError) as e:
         from_models(*args)
     assert str(e.value) == message

@@ -194,3 +194,14 @@ def test_a_file_over_max_bytes_is_refused_by_its_size_before_any_of_it_is_read(t
     path.write_bytes(text.encode() + b"\n" * (trace.MAX_BYTES - len(text.encode())))
     assert os.path.getsize(path) == trace.MAX_BYTES
     assert trace.read(path) == trace.loads(text)
+
+
+def test_a_token_holding_a_unicode_line_separator_reads_back():
+    """The reader split lines where Python's str.splitlines does (U+2028, U+2029, U+0085 too),
+    so a trace the app wrote of a model that emitted one failed to read back ("not JSON")."""
+    from mtp_viz.engine.events import Start, Token
+    from mtp_viz.sources import trace
+    events = [Start(mode="autoregressive", prompt_tokens=1),
+              Token(step=1, token_id=5, text="a\u2028b\u2029c\u0085d", p=0.5, t=0.1)]
+    back = trace.loads(trace.dumps(events))
+    assert [e for e in back if isinstance(e, Token)][0].text == "a\u2028b\u2029c\u0085d"

@@ -76,10 +76,11 @@ def form_settings(v: dict[str, Any], cap: int, prompt_cap: int) -> RunSettings:
                                                   whole(v["top_k"], "Top-k"), number(v["top_p"], "Top-p"), seed)
     return RunSettings(
         prompt=check_prompt(v["prompt"], prompt_cap),
-        modes=MODES if v["baseline"] else ("speculative",), drafter=v["drafter_kind"],
+        modes=MODES if flag(v["baseline"], "Baseline") else ("speculative",), drafter=v["drafter_kind"],
         max_new_tokens=whole(v["max_new_tokens"], "Max new tokens"),
         draft_tokens=whole(v["draft_tokens"], "Draft tokens"), schedule=v["schedule"], sampling=sampling,
-        chat=bool(v["chat"]), experts=bool(v.get("experts")), max_prompt_tokens=prompt_cap).validate(cap)
+        chat=flag(v["chat"], "Chat"), experts=flag(v.get("experts", False), "Count experts"),
+        max_prompt_tokens=prompt_cap).validate(cap)
 
 
 def api_settings(prompt: Any, mode: Any, drafter: Any, max_new_tokens: Any, draft_tokens: Any,

@@ -299,6 +299,7 @@ def launch(demo: gr.Blocks, *, host: str | None = None, port: int | None = None,
     threading.Thread(target=_report_load, args=(loader, target, drafter), daemon=True).start()
     demo.queue(default_concurrency_limit=service.env_int("MTP_VIZ_CONCURRENCY", 1),
                max_size=service.env_int("MTP_VIZ_QUEUE_SIZE", 32))
+    kwargs.setdefault("max_file_size", Handlers.MAX_UPLOAD_BYTES)  # a larger upload is refused as it arrives
     return demo.launch(server_name=host, server_port=port,
                        **{**launch_kwargs(), "state_session_capacity": service.env_sessions(), **kwargs})
 
