@@ -16,12 +16,14 @@ which precisions (``MTP_VIZ_PRECISIONS``) and whether the compiled engine
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from collections import OrderedDict
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from mtp_viz.errors import UserError
 from mtp_viz.paths import assets_dir
@@ -305,7 +307,8 @@ class PairLoader:
         try:
             if ticket is not None:
                 ticket.wait()                # the compiler's turn (one compile at a time)
-            with self._slots:
+                yield_cpu()
+            with self._slots, (short_switches() if ticket is not None else nullcontext()):
                 with self._lock:
                     self._states[key].status = Load.LOADING
                 try:
@@ -346,6 +349,37 @@ class PairLoader:
     def loaded(self) -> list[tuple]:
         with self._lock:
             return [k for k, s in self._states.items() if s.status == Load.READY]
+
+
+COMPILE_NICENESS = 15   # a compiling thread's (and its compiler processes') niceness
+
+
+COMPILE_SWITCH = 0.0002  # seconds: the interpreter's switch interval while a compile runs
+
+
+def yield_cpu() -> None:
+    """Lower this thread's CPU priority (Linux: a thread is a task with its own niceness,
+    and the C++ compilers inductor starts from it inherit it), so a compile (minutes of
+    tracing and C++ on the same cores) takes the CPU only when runs leave it idle. The
+    loader runs each load on a thread of its own, so nothing else inherits the niceness."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), COMPILE_NICENESS)
+    except (AttributeError, OSError):  # not Linux, or not allowed: compile at normal priority
+        pass
+
+
+@contextmanager
+def short_switches() -> Iterator[None]:
+    """While a compile traces (pure Python, minutes), a run's thread gives up the
+    interpreter's lock at every torch op and waits up to one switch interval (5 ms by
+    default) to get it back: a forward of a thousand ops took seconds. A shorter interval
+    bounds that wait; compiles run one at a time, so saving and restoring it is safe."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(COMPILE_SWITCH)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
 
 
 def css() -> str:
