@@ -48,11 +48,15 @@ def locked(tmp_path_factory):
 
 
 def transformers_greedy(prompt: str, n: int) -> list[int]:
-    """transformers' own greedy continuation by the bundled target loaded alone, in float32."""
+    """transformers' own greedy continuation by the bundled target loaded alone, in float32.
+    Its load takes the process's build lock like every load in the app beside it: an
+    overlapping ``from_pretrained`` would corrupt both (see engine.build)."""
+    from mtp_viz.engine.build import building
     from mtp_viz.paths import assets_dir
     folder = assets_dir() / "tiny" / "target"
-    tok = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    with building():
+        tok = AutoTokenizer.from_pretrained(folder)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     ids = tok(prompt, return_tensors="pt")["input_ids"]
     out = model.generate(ids, do_sample=False, max_new_tokens=n, pad_token_id=tok.pad_token_id or 0)
     return out[0, ids.shape[1]:].tolist()
