@@ -27,6 +27,7 @@ _PUBLIC = {
     "TraceSource": "mtp_viz.sources.recorded",
     "record": "mtp_viz.sources.hf_generate",
     "open_source": "mtp_viz.sources",
+    "show": "mtp_viz.notebook",
     "launch": "mtp_viz.notebook",
     "Sampling": "mtp_viz.engine.decoding",
     "UserError": "mtp_viz.errors",
