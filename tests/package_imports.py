@@ -9,6 +9,10 @@ imported to find out), for the layer test (``tests/test_layers.py``) and the cyc
   ``a.b.c`` is ``a.b.x``; in the package ``a.b`` it is ``a.b.x`` too).
 - ``from a import b`` imports the module ``a.b`` when the package holds one, else the
   name ``b`` from ``a``'s ``__init__``, and then it imports ``a``.
+- A string that names one of the package's submodules (``"mtp_viz.app.page.layout"``,
+  or ``"mtp_viz.engine.drafters.mtp:MTPDrafter"``) is an import too: that is how a
+  registry hands a module to ``importlib.import_module`` (the CLI's subcommands, the
+  drafters, the public names of ``mtp_viz/__init__.py``).
 """
 from __future__ import annotations
 
@@ -50,6 +54,10 @@ def imports(path: Path, root: Path, known: set[str] | frozenset[str] = frozenset
             else:  # another's: either may be a module
                 out.add(mod)
                 out.update(subs)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            named = node.value.split(":")[0]
+            if named in known and "." in named:  # not the top package's bare name, a word too
+                out.add(named)
     return out
 
 

@@ -68,7 +68,8 @@ def test_wheel_carries_the_bundled_pair_and_runs_it_from_any_folder(tmp_path):
 
 def test_the_package_has_no_import_cycle():
     """No module of mtp_viz imports, through any chain, a module that imports it: every
-    import counted, one inside a function too (``tests/package_imports.py``)."""
+    import counted, one inside a function or named by a registry's string too
+    (``tests/package_imports.py``)."""
     graph = import_graph(ROOT / "mtp_viz")
     found = cycles(graph)
     assert found == [], f"{len(found)} import cycles:\n" + "\n".join(" -> ".join(c + [c[0]]) for c in found)
@@ -77,16 +78,17 @@ def test_the_package_has_no_import_cycle():
     assert "mtp_viz.notebook" in graph and "mtp_viz.notebook.__init__" not in graph  # a package by its name
 
 
-PLANTED = {  # a package with three cycles, each one only a checker that does all three can see
-    "__init__.py": "",
+PLANTED = {  # a package with four cycles, each one only a checker that does all four can see
+    "__init__.py": "from planted.d import y\n",
     "a.py": "def f():\n    from planted import b\n",           # an import inside a function
     "b.py": "import planted.a\n",
     "sub/__init__.py": "from planted.c import x\n",           # a package, named planted.sub
     "c.py": "import planted.sub\nx = 1\n",
-    "d.py": "from . import e\ny = 1\n",                       # relative imports
+    "d.py": "from . import e\ny = 1\nKIND = \"planted\"\n",     # relative imports; a word, not an import
     "e.py": "from .d import y\n",
+    "f.py": "RUNNERS = {\"h\": \"planted.sub.h:run\"}\n",        # a registry's string names a module
     "sub/g.py": "from ..a import f\nfrom . import h\n",       # no cycle: planted.a, planted.sub.h
-    "sub/h.py": "import os\n",
+    "sub/h.py": "import planted.f\n",
 }
 
 
@@ -102,8 +104,10 @@ def test_the_cycle_check_catches_a_planted_cycle(tmp_path):
     graph = import_graph(_plant(tmp_path, PLANTED))
     assert graph["planted.sub.g"] == {"planted.a", "planted.sub.h"}
     assert graph["planted.sub"] == {"planted.c"} and graph["planted.d"] == {"planted.e"}
-    assert cycles(graph) == [["planted.a", "planted.b"], ["planted.c", "planted.sub"], ["planted.d", "planted.e"]]
-    broken = {**PLANTED, "b.py": "import os\n", "c.py": "x = 1\n", "e.py": "y = 2\n"}
+    assert graph["planted"] == {"planted.d"} and graph["planted.f"] == {"planted.sub.h"}
+    assert cycles(graph) == [["planted.a", "planted.b"], ["planted.c", "planted.sub"], ["planted.d", "planted.e"],
+                             ["planted.f", "planted.sub.h"]]
+    broken = {**PLANTED, "b.py": "import os\n", "c.py": "x = 1\n", "e.py": "y = 2\n", "f.py": "RUNNERS = {}\n"}
     assert cycles(import_graph(_plant(tmp_path / "broken", broken))) == []
 
 
