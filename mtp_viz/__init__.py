@@ -14,7 +14,7 @@ below is imported from its layer on first use. This module names every layer, so
 above them all: no module of the package imports it (the version is
 :mod:`mtp_viz.version`'s).
 """
-from mtp_viz.version import __version__
+from mtp_viz.version import __version__  # noqa: F401 - the package's version, re-exported
 
 
 # public name -> the module that defines it

@@ -48,8 +48,6 @@ FRONT_END_HANDOFFS = {
     ("mtp_viz.notebook", "mtp_viz.app.views.notebook"),
     ("mtp_viz.notebook", "mtp_viz.app.views.anatomy"),
     ("mtp_viz.notebook", "mtp_viz.app.views.charts"),
-    # The terminal view outside a notebook is the CLI's print_styled.
-    ("mtp_viz.notebook", "mtp_viz.cli.generate"),
     # Starting the app is what these two do: mtp_viz.launch(pair) (inline), and `mtp-viz ui`
     # (the CLI's SUBCOMMANDS names the app's module for importlib).
     ("mtp_viz.notebook", "mtp_viz.app.page.layout"),

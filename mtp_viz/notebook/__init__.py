@@ -74,7 +74,7 @@ def show_events(events: Iterable[Event], *, charts: bool = True, out=None) -> li
             yield e
 
     if not in_notebook():
-        from mtp_viz.cli.generate import print_styled
+        from mtp_viz.analysis.terminal import print_styled
         out = out or sys.stdout
         print_styled(kept(events), color=getattr(out, "isatty", lambda: False)(), out=out)
         return seen
