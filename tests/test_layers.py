@@ -88,6 +88,8 @@ def violations(path: Path) -> list[str]:
             bad.append(f"{name} (a pure view) imports {imp}")
         if imp == PUBLIC_API and name != PUBLIC_API:
             bad.append(f"{name} imports {PUBLIC_API}, the public API above every layer")
+        if name in SHARED and within(imp, PUBLIC_API) and imp not in SHARED:
+            bad.append(f"{name} (shared by every layer) imports {imp}")
         if not imp.startswith("mtp_viz") or imp in SHARED or layer is None:
             continue
         theirs = layer_of(imp)
@@ -109,12 +111,13 @@ def test_each_module_imports_only_from_layers_below(path):
 def test_the_check_catches_an_upward_import(tmp_path, monkeypatch):
     """Negative control: an engine module importing a source, a view importing gradio,
     a source importing the notebook lazily (inside a method, as ``pair.show()`` once
-    did), and an analysis module importing the public API or naming a view in a
-    registry's string are caught."""
+    did), an analysis module importing the public API or naming a view in a registry's
+    string, and a shared module importing a layer are caught."""
     engine = PACKAGE / "engine" / "loop.py"
     view = PACKAGE / "app" / "views" / "charts.py"
     source = PACKAGE / "sources" / "pair.py"
     analysis = PACKAGE / "analysis" / "metrics.py"
+    shared = PACKAGE / "prompts.py"
     real = Path.read_text
 
     def planted(self, *args, **kwargs):
@@ -125,6 +128,8 @@ def test_the_check_catches_an_upward_import(tmp_path, monkeypatch):
             return text + "\ndef f():\n    import gradio\n"
         if self == source:
             return text + "\nclass Drawn:\n    def show(self):\n        from mtp_viz.notebook import show_events\n"
+        if self == shared:
+            return text + "\ndef f():\n    from .sources import presets\n"
         if self == analysis:
             return text + "\nVIEWS = {'tokens': 'mtp_viz.app.views.tokens:step_html'}\nfrom mtp_viz import launch\n"
         return text
@@ -136,6 +141,7 @@ def test_the_check_catches_an_upward_import(tmp_path, monkeypatch):
     assert violations(analysis) == [  # through the public API, and through a registry's string
         "mtp_viz.analysis.metrics imports mtp_viz, the public API above every layer",
         "mtp_viz.analysis.metrics (mtp_viz.analysis) imports mtp_viz.app.views.tokens (mtp_viz.app)"]
+    assert violations(shared) == ["mtp_viz.prompts (shared by every layer) imports mtp_viz.sources.presets"]
 
 
 def test_a_front_end_importing_another_front_end_is_caught(monkeypatch):
