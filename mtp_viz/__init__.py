@@ -10,9 +10,12 @@ One event stream, many sources, many views::
         ...                                           # both modes, taking turns
 
 Nothing is imported eagerly: ``import mtp_viz`` loads no model and no torch; each name
-below is imported from its layer on first use.
+below is imported from its layer on first use. This module names every layer, so it sits
+above them all: no module of the package imports it (the version is
+:mod:`mtp_viz.version`'s).
 """
-__version__ = "0.1.0"
+from mtp_viz.version import __version__  # noqa: F401 - the package's version, re-exported
+
 
 # public name -> the module that defines it
 _PUBLIC = {
@@ -27,6 +30,7 @@ _PUBLIC = {
     "TraceSource": "mtp_viz.sources.recorded",
     "record": "mtp_viz.sources.hf_generate",
     "open_source": "mtp_viz.sources",
+    "show": "mtp_viz.notebook",
     "launch": "mtp_viz.notebook",
     "Sampling": "mtp_viz.engine.decoding",
     "UserError": "mtp_viz.errors",

@@ -1,7 +1,8 @@
 """The package's layers, enforced: engine core < sources < analysis < front ends.
 
-Each module's imports (at any depth: a lazy import inside a function counts too) are
-read from its source with ``ast``; nothing is imported to check them.
+Each module's imports (at any depth: a lazy import inside a function counts too, and so
+does a module a registry names in a string for ``importlib``) are read from its source
+with ``ast`` (``tests/package_imports.py``); nothing is imported to check them.
 """
 from __future__ import annotations
 
@@ -10,49 +11,61 @@ from pathlib import Path
 
 import pytest
 
+from package_imports import imports as _imports
+from package_imports import module_name as _module_name
+from package_imports import modules
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "mtp_viz"
-SHARED = ("mtp_viz", "mtp_viz.errors", "mtp_viz.paths", "mtp_viz.prompts")  # any layer may use these
+SHARED = ("mtp_viz.errors", "mtp_viz.paths", "mtp_viz.prompts", "mtp_viz.version")  # any layer may use these
+PUBLIC_API = "mtp_viz"  # names every layer's modules (imported on first use), so none imports it
 
 # layer -> the layers (package prefixes) it may import, besides itself and SHARED
+BELOW_FRONT_ENDS = ("mtp_viz.engine", "mtp_viz.sources", "mtp_viz.analysis")
 ALLOWED = {
     "mtp_viz.engine": (),
     "mtp_viz.sources": ("mtp_viz.engine",),
     "mtp_viz.analysis": ("mtp_viz.engine",),
-    "mtp_viz.cli": ("mtp_viz.engine", "mtp_viz.sources", "mtp_viz.analysis"),
-    "mtp_viz.app": ("mtp_viz.engine", "mtp_viz.sources", "mtp_viz.analysis", "mtp_viz.cli"),
-    "mtp_viz.notebook": ("mtp_viz.engine", "mtp_viz.sources", "mtp_viz.analysis", "mtp_viz.cli", "mtp_viz.app"),
+    # the front ends, side by side: none imports another
+    "mtp_viz.cli": BELOW_FRONT_ENDS,
+    "mtp_viz.app": BELOW_FRONT_ENDS,
+    "mtp_viz.notebook": BELOW_FRONT_ENDS,
 }
-# The only imports up the layers: ``pair.show()`` and ``rec.show()`` hand their events to
-# the notebook front end (a convenience the notebook API promises), lazily, when called.
-HANDOFFS = {("mtp_viz.sources.pair", "mtp_viz.notebook"), ("mtp_viz.sources.hf_generate", "mtp_viz.notebook")}
+FRONT_ENDS = ("mtp_viz.cli", "mtp_viz.app", "mtp_viz.notebook")
+# The front-end-to-front-end imports that remain, (importer, imported) module by module. The
+# list only shrinks: a new pair fails test_each_module_imports_only_from_layers_below, and a
+# pair no longer imported fails test_every_front_end_handoff_is_still_an_import (take it off).
+FRONT_END_HANDOFFS = {
+    # The app's Measure and Traffic panels run the CLI's bench (its Runner and Setting, the
+    # report's speedup ratios, the concurrency sweep and its levels): a measurement layer
+    # below the front ends is to hold them.
+    ("mtp_viz.app.runtime.measure", "mtp_viz.cli.bench"),
+    ("mtp_viz.app.runtime.measure", "mtp_viz.cli.bench_report"),
+    ("mtp_viz.app.handlers.traffic", "mtp_viz.cli.bench_traffic"),
+    ("mtp_viz.app.page.vllm", "mtp_viz.cli.bench_traffic"),
+    # The notebook draws with the app's pure views (token spans and stats, anatomy, charts),
+    # which no lower layer holds yet.
+    ("mtp_viz.notebook", "mtp_viz.app.views.notebook"),
+    ("mtp_viz.notebook", "mtp_viz.app.views.anatomy"),
+    ("mtp_viz.notebook", "mtp_viz.app.views.charts"),
+    # Starting the app is what these two do: mtp_viz.launch(pair) (inline), and `mtp-viz ui`
+    # (the CLI's SUBCOMMANDS names the app's module for importlib).
+    ("mtp_viz.notebook", "mtp_viz.app.page.layout"),
+    ("mtp_viz.cli.main", "mtp_viz.app.page.layout"),
+}
 VIEWS = "mtp_viz.app.views"
 NOT_IN_VIEWS = ("gradio", "torch", "transformers", "mtp_viz.app.page", "mtp_viz.app.handlers",
                 "mtp_viz.app.runtime")
+KNOWN = frozenset(modules(PACKAGE))
 
 
 def module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    return _module_name(path, ROOT)
 
 
 def imports(path: Path) -> set[str]:
     """Every module ``path`` imports, ours and others', as absolute dotted names."""
-    name, is_pkg = module_name(path), path.name == "__init__.py"
-    out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            out.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = name.split(".") if is_pkg else name.split(".")[:-1]
-                base = base[:len(base) - node.level + 1]
-                mod = ".".join(base + ([node.module] if node.module else []))
-            else:
-                mod = node.module or ""
-            out.add(mod)
-            out.update(f"{mod}.{a.name}" for a in node.names)  # a name may be a submodule
-    return out
+    return _imports(path, ROOT, KNOWN)
 
 
 def within(name: str, prefix: str) -> bool:
@@ -70,13 +83,22 @@ def violations(path: Path) -> list[str]:
     name = module_name(path)
     layer = layer_of(name)
     bad = []
-    for imp in imports(path):
+    for imp in sorted(imports(path)):
         if within(name, VIEWS) and any(within(imp, n) for n in NOT_IN_VIEWS):
             bad.append(f"{name} (a pure view) imports {imp}")
+        if imp == PUBLIC_API and name != PUBLIC_API:
+            bad.append(f"{name} imports {PUBLIC_API}, the public API above every layer")
+        if name in SHARED and within(imp, PUBLIC_API) and imp not in SHARED:
+            bad.append(f"{name} (shared by every layer) imports {imp}")
         if not imp.startswith("mtp_viz") or imp in SHARED or layer is None:
             continue
         theirs = layer_of(imp)
-        if theirs and theirs != layer and theirs not in ALLOWED[layer] and (name, theirs) not in HANDOFFS:
+        if not theirs or theirs == layer or theirs in ALLOWED[layer]:
+            continue
+        if theirs in FRONT_ENDS and layer in FRONT_ENDS:
+            if (name, imp) not in FRONT_END_HANDOFFS:
+                bad.append(f"{name} ({layer}) imports {imp} ({theirs}), another front end")
+        else:
             bad.append(f"{name} ({layer}) imports {imp} ({theirs})")
     return bad
 
@@ -87,10 +109,15 @@ def test_each_module_imports_only_from_layers_below(path):
 
 
 def test_the_check_catches_an_upward_import(tmp_path, monkeypatch):
-    """Negative control: an engine module importing a source, and a view importing
-    gradio, are caught."""
+    """Negative control: an engine module importing a source, a view importing gradio,
+    a source importing the notebook lazily (inside a method, as ``pair.show()`` once
+    did), an analysis module importing the public API or naming a view in a registry's
+    string, and a shared module importing a layer are caught."""
     engine = PACKAGE / "engine" / "loop.py"
     view = PACKAGE / "app" / "views" / "charts.py"
+    source = PACKAGE / "sources" / "pair.py"
+    analysis = PACKAGE / "analysis" / "metrics.py"
+    shared = PACKAGE / "prompts.py"
     real = Path.read_text
 
     def planted(self, *args, **kwargs):
@@ -99,11 +126,56 @@ def test_the_check_catches_an_upward_import(tmp_path, monkeypatch):
             return text + "\nfrom mtp_viz.sources import models\n"
         if self == view:
             return text + "\ndef f():\n    import gradio\n"
+        if self == source:
+            return text + "\nclass Drawn:\n    def show(self):\n        from mtp_viz.notebook import show_events\n"
+        if self == shared:
+            return text + "\ndef f():\n    from .sources import presets\n"
+        if self == analysis:
+            return text + "\nVIEWS = {'tokens': 'mtp_viz.app.views.tokens:step_html'}\nfrom mtp_viz import launch\n"
         return text
     monkeypatch.setattr(Path, "read_text", planted)
     assert "mtp_viz.engine.loop (mtp_viz.engine) imports mtp_viz.sources.models (mtp_viz.sources)" \
         in violations(engine)
     assert violations(view) == ["mtp_viz.app.views.charts (a pure view) imports gradio"]
+    assert violations(source) == ["mtp_viz.sources.pair (mtp_viz.sources) imports mtp_viz.notebook (mtp_viz.notebook)"]
+    assert violations(analysis) == [  # through the public API, and through a registry's string
+        "mtp_viz.analysis.metrics imports mtp_viz, the public API above every layer",
+        "mtp_viz.analysis.metrics (mtp_viz.analysis) imports mtp_viz.app.views.tokens (mtp_viz.app)"]
+    assert violations(shared) == ["mtp_viz.prompts (shared by every layer) imports mtp_viz.sources.presets"]
+
+
+def test_a_front_end_importing_another_front_end_is_caught(monkeypatch):
+    """Negative control: the app importing the notebook (lazily) or the CLI's generate, the
+    CLI naming the notebook in a registry's string, and the notebook importing the CLI's
+    bench are caught; an allow-listed pair is not."""
+    app = PACKAGE / "app" / "handlers" / "local.py"
+    cli = PACKAGE / "cli" / "main.py"
+    notebook = PACKAGE / "notebook" / "__init__.py"
+    real = Path.read_text
+
+    def planted(self, *args, **kwargs):
+        text = real(self, *args, **kwargs)
+        if self == app:
+            return text + "\ndef f():\n    from mtp_viz.notebook import show\n    from mtp_viz.cli import generate\n"
+        if self == cli:
+            return text + "\nSUBCOMMANDS['show'] = ('mtp_viz.notebook', 'Draw a run.')\n"
+        if self == notebook:
+            return text + "\ndef g():\n    from mtp_viz.cli.bench import Runner\n"
+        return text
+    monkeypatch.setattr(Path, "read_text", planted)
+    assert violations(app) == [
+        "mtp_viz.app.handlers.local (mtp_viz.app) imports mtp_viz.cli.generate (mtp_viz.cli), another front end",
+        "mtp_viz.app.handlers.local (mtp_viz.app) imports mtp_viz.notebook (mtp_viz.notebook), another front end"]
+    assert violations(cli) == [
+        "mtp_viz.cli.main (mtp_viz.cli) imports mtp_viz.notebook (mtp_viz.notebook), another front end"]
+    assert violations(notebook) == [
+        "mtp_viz.notebook (mtp_viz.notebook) imports mtp_viz.cli.bench (mtp_viz.cli), another front end"]
+
+
+def test_every_front_end_handoff_is_still_an_import():
+    """The allow-list only shrinks: a pair that is no longer imported comes off it."""
+    found = {(module_name(path), imp) for path in MODULES for imp in imports(path)}
+    assert sorted(FRONT_END_HANDOFFS - found) == []
 
 
 def test_the_package_folder_holds_at_most_eight_modules():

@@ -3,7 +3,6 @@ requirements.txt matches pyproject.toml, the Space's front matter names the test
 Gradio, the package has no import cycle, and `spaces` changes nothing off ZeroGPU."""
 from __future__ import annotations
 
-import ast
 import importlib.util
 import json
 import re
@@ -11,6 +10,8 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+
+from package_imports import cycles, import_graph
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,45 +66,54 @@ def test_wheel_carries_the_bundled_pair_and_runs_it_from_any_folder(tmp_path):
     assert proc.stdout.strip().startswith(str(site))
 
 
-def _imports(path: Path) -> set[str]:
-    """Our own modules this file imports (at any depth), as dotted names."""
-    pkg = ".".join(path.relative_to(ROOT).with_suffix("").parts)
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = pkg.split(".")[:-node.level] if not path.name == "__init__.py" else \
-                    pkg.split(".")[:len(pkg.split(".")) - node.level + 1]
-                mod = ".".join(base + ([node.module] if node.module else []))
-            else:
-                mod = node.module or ""
-            if mod.startswith("mtp_viz"):
-                out.add(mod)
-                out.update(f"{mod}.{a.name}" for a in node.names)
-        elif isinstance(node, ast.Import):
-            out.update(a.name for a in node.names if a.name.startswith("mtp_viz"))
-    return out
-
-
 def test_the_package_has_no_import_cycle():
-    files = {".".join(p.relative_to(ROOT).with_suffix("").parts): p
-             for p in (ROOT / "mtp_viz").rglob("*.py")}
-    graph = {m: {i for i in _imports(p) if i in files and i != m} for m, p in files.items()}
-    state: dict[str, int] = {}
-
-    def visit(m, trail):
-        state[m] = 1
-        for n in graph[m]:
-            assert state.get(n) != 1, "import cycle: " + " -> ".join(trail + [m, n])
-            if n not in state:
-                visit(n, trail + [m])
-        state[m] = 2
-
-    for m in graph:
-        if m not in state:
-            visit(m, [])
+    """No module of mtp_viz imports, through any chain, a module that imports it: every
+    import counted, one inside a function or named by a registry's string too
+    (``tests/package_imports.py``)."""
+    graph = import_graph(ROOT / "mtp_viz")
+    found = cycles(graph)
+    assert found == [], f"{len(found)} import cycles:\n" + "\n".join(" -> ".join(c + [c[0]]) for c in found)
     assert graph["mtp_viz.engine.theory"] == set()  # pure formulas
     assert "mtp_viz.engine.theory" in graph["mtp_viz.engine.schedules"]
+    assert "mtp_viz.notebook" in graph and "mtp_viz.notebook.__init__" not in graph  # a package by its name
+
+
+PLANTED = {  # a package with four cycles, each one only a checker that does all four can see
+    "__init__.py": "from planted.d import y\n",
+    "a.py": "def f():\n    from planted import b\n",           # an import inside a function
+    "b.py": "import planted.a\n",
+    "sub/__init__.py": "from planted.c import x\n",           # a package, named planted.sub
+    "c.py": "import planted.sub\nx = 1\n",
+    "d.py": "from . import e\ny = 1\nKIND = \"planted\"\n",     # relative imports; a word, not an import
+    "e.py": "from .d import y\n",
+    "f.py": "RUNNERS = {\"h\": \"planted.sub.h:run\"}\n",        # a registry's string names a module
+    "sub/g.py": "from ..a import f\nfrom . import h\n",       # no cycle: planted.a, planted.sub.h
+    "sub/h.py": "import planted.f\n",
+}
+
+
+def _plant(folder: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (folder / "planted" / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / "planted" / name).write_text(text, encoding="utf-8")
+    return folder / "planted"
+
+
+def test_the_cycle_check_catches_a_planted_cycle(tmp_path):
+    """Negative control: each planted cycle is reported, and none once it is broken."""
+    graph = import_graph(_plant(tmp_path, PLANTED))
+    assert graph["planted.sub.g"] == {"planted.a", "planted.sub.h"}
+    assert graph["planted.sub"] == {"planted.c"} and graph["planted.d"] == {"planted.e"}
+    assert graph["planted"] == {"planted.d"} and graph["planted.f"] == {"planted.sub.h"}
+    assert cycles(graph) == [["planted.a", "planted.b"], ["planted.c", "planted.sub"], ["planted.d", "planted.e"],
+                             ["planted.f", "planted.sub.h"]]
+    broken = {**PLANTED, "b.py": "import os\n", "c.py": "x = 1\n", "e.py": "y = 2\n", "f.py": "RUNNERS = {}\n"}
+    assert cycles(import_graph(_plant(tmp_path / "broken", broken))) == []
+
+
+def test_the_cycle_check_counts_every_circuit_once():
+    graph = {"a": {"b", "c"}, "b": {"a", "c"}, "c": {"a"}, "d": {"a"}}  # a-b, a-c, a-b-c
+    assert cycles(graph) == [["a", "b"], ["a", "c"], ["a", "b", "c"]]
 
 
 def test_spaces_installed_changes_nothing_off_zerogpu():

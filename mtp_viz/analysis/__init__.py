@@ -1,1 +1,2 @@
-"""Analysis: pure functions over events (metrics, what-if, anatomy, stream slicing)."""
+"""Analysis: pure functions over events (metrics, what-if, anatomy, stream slicing, the
+terminal view)."""

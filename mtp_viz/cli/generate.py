@@ -14,8 +14,9 @@ import json
 import os
 import sys
 
+from mtp_viz.analysis.terminal import print_styled
 from mtp_viz.engine.decoding import Sampling
-from mtp_viz.engine.events import Accepted, Bonus, Done, Error, Rejected, Token
+from mtp_viz.engine.events import Error
 from mtp_viz.engine.schedules import SCHEDULES
 from mtp_viz.errors import UserError
 from mtp_viz.sources.settings import RunSettings
@@ -24,14 +25,6 @@ from mtp_viz.sources.settings import RunSettings
 # engine's largest cache (mtp_viz.engine.compiled.CAPACITIES), and minutes of decoding on a
 # CPU. A model's own context is checked too, once it has loaded.
 MAX_NEW_TOKENS = 8192
-
-STYLE = {  # ANSI SGR codes; kinds stay distinguishable without color (bold, underline, strike)
-    "accepted": "32",            # green
-    "correction": "1;4;33",      # bold underlined yellow: the target corrected a draft
-    "extension": "1;36",         # bold cyan: the target's extra token after full acceptance
-    "token": "0",
-    "rejected": "2;9;31",        # dim struck-through red
-}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -141,35 +134,3 @@ def open_source(args: argparse.Namespace):
         print(f"mtp-viz: {pair.compile_note}" if pair.compile_note else
               f"mtp-viz: compiled in {pair.compile_seconds:.1f} s (not in the run's timing)", file=sys.stderr)
     return source
-
-
-def print_styled(events, color: bool, out=None) -> Done | None:
-    out = out or sys.stdout
-    def paint(text: str, style: str) -> str:
-        return f"\x1b[{STYLE[style]}m{text}\x1b[0m" if color and text else text
-
-    done = None
-    for e in events:
-        if isinstance(e, Accepted):
-            out.write(paint(e.text, "accepted"))
-        elif isinstance(e, Rejected) and color:  # without color a struck-through token is unreadable
-            out.write(paint(e.text, "rejected"))
-        elif isinstance(e, Bonus):
-            out.write(paint(e.text, e.kind))
-        elif isinstance(e, Token):
-            out.write(e.text)
-        elif isinstance(e, Done):
-            done = e
-        out.flush()
-    if done is not None:
-        out.write("\n" + summary_line(done) + "\n")
-    return done
-
-
-def summary_line(d: Done) -> str:
-    parts = [f"{d.new_tokens} new tokens", f"{d.target_forwards} target forwards",
-             f"{d.mean_accepted_length:.2f} tokens/forward"]
-    if d.drafted:
-        parts.append(f"acceptance {d.acceptance_rate:.0%} ({d.accepted}/{d.drafted})")
-    parts.append(f"{d.tokens_per_second:.1f} tokens/s")
-    return " · ".join(parts)

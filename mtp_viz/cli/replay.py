@@ -16,11 +16,10 @@ import time
 from typing import Callable, Iterator, Sequence
 
 from mtp_viz.analysis.stream import events_until
+from mtp_viz.analysis.terminal import print_styled
 from mtp_viz.engine.events import Event
 from mtp_viz.errors import UserError
 from mtp_viz.sources.recorded import TraceSource
-
-from .generate import print_styled
 
 POLL = 0.02  # seconds between looks at the clock: finer than a terminal needs
 

@@ -2,22 +2,25 @@
 happens, and the whole app over a pair already in memory.
 
     pair = mtp_viz.from_models(target_model, assistant_model, processor)
-    events = pair.show("Why is the sky blue?", max_new_tokens=64)   # tokens, stats, charts
+    events = mtp_viz.show(pair, "Why is the sky blue?", max_new_tokens=64)  # tokens, stats, charts
+    mtp_viz.show(rec)                                                # a recorded generate call
     demo = mtp_viz.launch(pair)                                      # the app, inline
 
-Outside a notebook :func:`show_events` prints the CLI's styled terminal view instead.
-A front end like the CLI: it consumes a source's events and imports IPython only when
-it draws.
+Outside a notebook :func:`show` prints the terminal view (the one ``mtp-viz generate``
+prints) instead. A front end like the CLI: it consumes a source's events and imports
+IPython only when it draws; nothing below it imports it.
 """
 from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from mtp_viz.engine.events import Event
+from mtp_viz.errors import UserError, clip
 
-__all__ = ["in_notebook", "launch", "show_anatomy", "show_events", "show_side_by_side"]
+__all__ = ["in_notebook", "launch", "show", "show_anatomy", "show_events", "show_side_by_side"]
 
 FRAME_SECONDS = 0.25   # the inline view is redrawn at most this often while a run streams
 
@@ -28,6 +31,35 @@ def in_notebook() -> bool:
     ipython = sys.modules.get("IPython")
     shell = ipython.get_ipython() if ipython is not None else None
     return shell is not None and (hasattr(shell, "kernel") or "google.colab" in sys.modules)
+
+
+def show(what: Any, /, prompt: str | list | None = None, *, charts: bool = True, out=None,
+         **settings: Any) -> list[Event]:
+    """Draw a run as it happens and return its events (:func:`show_events`: inline in a
+    notebook, the app's token spans, the stats line, then its charts; elsewhere the
+    terminal view on ``out``). ``what`` is one of:
+
+    - a :class:`~mtp_viz.sources.pair.ModelPair` and a ``prompt``: the pair's
+      ``generate(prompt, **settings)``, which takes every setting ``generate`` takes;
+    - a recording from :func:`mtp_viz.record`: its latest recorded call;
+    - events: a list, or any iterable of them (a run still streaming is drawn as it comes).
+    """
+    from mtp_viz.sources.hf_generate import Recording
+    from mtp_viz.sources.pair import ModelPair
+    if isinstance(what, ModelPair):
+        if prompt is None:
+            raise UserError("mtp_viz.show(pair, prompt) runs the pair on a prompt: give it one.")
+        return show_events(what.generate(prompt, **settings), charts=charts, out=out)
+    if prompt is not None or settings:
+        given = ", ".join((["prompt"] if prompt is not None else []) + sorted(settings))
+        raise UserError(f"mtp_viz.show takes a prompt and generate's settings with a model pair only; "
+                        f"a {type(what).__name__} is drawn as it is (given: {clip(given)}).")
+    if isinstance(what, Recording):
+        return show_events(what.source.recorded["speculative"], charts=charts, out=out)
+    if isinstance(what, (str, bytes)) or not isinstance(what, Iterable):
+        raise UserError(f"mtp_viz.show draws a model pair's run, a recording or events, not "
+                        f"{clip(type(what).__name__)}.")
+    return show_events(what, charts=charts, out=out)
 
 
 def show_events(events: Iterable[Event], *, charts: bool = True, out=None) -> list[Event]:
@@ -42,7 +74,7 @@ def show_events(events: Iterable[Event], *, charts: bool = True, out=None) -> li
             yield e
 
     if not in_notebook():
-        from mtp_viz.cli.generate import print_styled
+        from mtp_viz.analysis.terminal import print_styled
         out = out or sys.stdout
         print_styled(kept(events), color=getattr(out, "isatty", lambda: False)(), out=out)
         return seen

@@ -4,7 +4,7 @@
         out = target.generate(**inputs, assistant_model=assistant, max_new_tokens=64, do_sample=False)
     rec.events    # start, drafted, accepted, rejected, bonus, step, ..., done (docs/events.md)
     rec.source    # the same run as a Source (a TraceSource): the app, the CLI, trace files
-    rec.show()    # drawn inline in a notebook (mtp_viz.notebook), else in the terminal
+    mtp_viz.show(rec)  # drawn inline in a notebook (mtp_viz.notebook), else in the terminal
     rec.save("run.jsonl")  # a trace file: the app's upload and mtp-viz replay play it
 
 The call itself is the reader's, unchanged, and so is its output. Inside the ``with``
@@ -132,12 +132,6 @@ class Recording:
         if not self.calls:
             raise UserError("Nothing was recorded: call generate with an assistant_model inside record().")
         return TraceSource(self.events)
-
-    def show(self):
-        """The latest recorded call drawn as :meth:`ModelPair.show` draws a run (inline in
-        a notebook, else the terminal view); returns its events."""
-        from mtp_viz.notebook import show_events  # a front end, imported only when drawing
-        return show_events(self.source.recorded["speculative"])
 
     def save(self, path) -> Any:
         """The latest recorded call as a trace file, which the app's trace upload and

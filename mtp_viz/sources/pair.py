@@ -223,12 +223,5 @@ class ModelPair:
         return run_mode(self, s, mode, clock=clock, stop=stop, pause=pause,
                         schedule=None if named else schedule)
 
-    def show(self, prompt: str | list, **settings):
-        """:meth:`generate` drawn as it happens: inline in a notebook (the app's token
-        spans, the stats line, then the charts), else the terminal view. Takes what
-        :meth:`generate` takes; returns the run's events."""
-        from mtp_viz.notebook import show_events  # a front end, imported only when drawing
-        return show_events(self.generate(prompt, **settings))
-
 
 __all__ = ["ASSISTANT_TYPES", "GEMMA4_TYPES", "ModelPair", "model_path", "text_config"]

@@ -106,7 +106,7 @@ __all__ = ["FORMAT", "VERSION", "MAX_BYTES", "MAX_EVENTS", "MAX_DEPTH", "MAX_SEC
 
 def header(**meta: str) -> dict[str, Any]:
     """The first line of a written trace; ``meta`` (e.g. a title) rides along, unread."""
-    from mtp_viz import __version__
+    from mtp_viz.version import __version__
     return {"type": "trace", "format": FORMAT, "version": VERSION, "mtp_viz": __version__, **meta}
 
 

@@ -1,6 +1,7 @@
-"""The notebook front end for real: ``pair.show()`` in a Jupyter kernel draws the app's
-token spans while the run streams, then its charts; outside a notebook it prints the
-terminal view; ``mtp_viz.launch(pair)`` serves the app on a pair already in memory."""
+"""The notebook front end for real: ``mtp_viz.show(pair, prompt)`` in a Jupyter kernel
+draws the app's token spans while the run streams, then its charts; outside a notebook
+it prints the terminal view, for a pair's run, a recording or events alike;
+``mtp_viz.launch(pair)`` serves the app on a pair already in memory."""
 from __future__ import annotations
 
 import json
@@ -9,6 +10,8 @@ import re
 import pytest
 
 from kernels import code_cell, execute, outputs
+from locations import ROOT
+from mtp_viz.errors import UserError
 
 PROMPT = "def parse(line):\n"
 
@@ -42,14 +45,16 @@ def test_show_in_a_real_kernel_draws_the_app_token_spans_then_the_charts(tmp_pat
     import nbformat
     nb = nbformat.v4.new_notebook(cells=[
         code_cell(LOAD),
-        code_cell(f"events = pair.show({PROMPT!r}, max_new_tokens=24, chat=False)"),
+        code_cell(f"events = mtp_viz.show(pair, {PROMPT!r}, max_new_tokens=24, chat=False)"),
         code_cell("print(json.dumps([e.token_id for e in events if e.type in ('accepted', 'bonus')]))"),
-        code_cell("chat = pair.show([{'role': 'user', 'content': 'import os'}], mode='autoregressive', "
+        code_cell("chat = mtp_viz.show(pair, [{'role': 'user', 'content': 'import os'}], mode='autoregressive', "
                   "max_new_tokens=8)\nprint(len([e for e in chat if e.type == 'token']))"),
+        code_cell("print(mtp_viz.__file__)"),
     ])
     done = execute(nb, tmp_path)
     assert outputs(done, "error") == []
     streams = [o.text for o in outputs(done, "stream") if o.name == "stdout"]
+    assert streams[-1].strip() == str(ROOT / "mtp_viz" / "__init__.py")  # the kernel ran this checkout's mtp_viz
     spec_ids = json.loads(streams[0])
     html = outputs(done, "text/html")
     spec_cell = next(h for h in html if 'data-kind="accepted"' in h or 'data-kind="bonus"' in h)
@@ -82,9 +87,40 @@ def test_the_inline_view_is_the_same_run_as_generate(tiny_in_memory):
 
 
 def test_show_outside_a_notebook_prints_the_terminal_view(tiny_in_memory, capsys):
-    events = tiny_in_memory.show(PROMPT, max_new_tokens=12, chat=False)
+    import mtp_viz
+    events = mtp_viz.show(tiny_in_memory, PROMPT, max_new_tokens=12, chat=False)
     printed = capsys.readouterr().out
     assert len(ids(events)) == 12 and "12 new tokens" in printed and "tokens/forward" in printed
+
+
+def test_show_draws_events_a_list_or_a_stream_as_it_draws_the_pair_run(tiny_in_memory, capsys):
+    """Events given as a list, or as a run still streaming (a generator), print the same
+    terminal view as the pair's run itself, and come back whole."""
+    import mtp_viz
+    ran = mtp_viz.show(tiny_in_memory, PROMPT, max_new_tokens=12, chat=False)
+    by_pair = capsys.readouterr().out
+    from_list = mtp_viz.show(ran)
+    assert capsys.readouterr().out == by_pair and from_list == ran
+    streamed = mtp_viz.show(tiny_in_memory.generate(PROMPT, max_new_tokens=12, chat=False))
+    text = by_pair.rsplit("\n", 2)[0]  # the tokens, before the summary line (its tokens/s differ)
+    assert ids(streamed) == ids(ran) and capsys.readouterr().out.rsplit("\n", 2)[0] == text
+    from mtp_viz.notebook import show
+    assert mtp_viz.show is show and "show" in mtp_viz.__all__
+    assert not hasattr(tiny_in_memory, "show")  # the pair does not draw itself: the notebook draws it
+
+
+def test_show_refuses_what_it_cannot_draw_in_one_sentence(tiny_in_memory, capsys):
+    import mtp_viz
+    events = list(tiny_in_memory.generate(PROMPT, max_new_tokens=2, chat=False))
+    for call, says in [(lambda: mtp_viz.show(tiny_in_memory), "give it one"),
+                       (lambda: mtp_viz.show(events, PROMPT), r"\(given: prompt\)"),
+                       (lambda: mtp_viz.show(events, max_new_tokens=4), r"\(given: max_new_tokens\)"),
+                       (lambda: mtp_viz.show(PROMPT), "not str"),
+                       (lambda: mtp_viz.show(3), "not int")]:
+        with pytest.raises(UserError, match=says) as err:
+            call()
+        assert str(err.value).count(". ") == 0 and str(err.value).endswith(".")
+    assert capsys.readouterr().out == ""  # nothing was drawn
 
 
 def test_launch_serves_the_app_on_the_pair_in_memory(tiny_in_memory):

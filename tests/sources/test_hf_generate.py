@@ -323,6 +323,8 @@ def test_calls_without_an_assistant_record_nothing(tiny):
         assert torch.equal(ref, out) and rec.events == [] and rec.calls == []
         with pytest.raises(UserError, match="Nothing was recorded"):
             rec.source
+        with pytest.raises(UserError, match="Nothing was recorded"):
+            mtp_viz.show(rec)
         generate(t, a, ids, n=8)
         generate(t, a, ids, n=12)
     assert [c[-1].new_tokens for c in rec.calls] == [8, 12] and rec.events is rec.calls[-1]
@@ -383,8 +385,8 @@ def test_the_public_name():
 
 def test_show_draws_the_recorded_call_and_save_writes_a_trace_the_reader_reads(tmp_path, capsys):
     """Without a tokenizer given, the one saved where the model was loaded from fills
-    the text; rec.show() prints it (no notebook here), rec.save() writes a trace whose
-    events read back equal."""
+    the text; mtp_viz.show(rec) prints it (no notebook here), rec.save() writes a trace
+    whose events read back equal."""
     import mtp_viz
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -395,7 +397,7 @@ def test_show_draws_the_recorded_call_and_save_writes_a_trace_the_reader_reads(t
     ids = AutoTokenizer.from_pretrained(target_dir)("def parse(line):\n", return_tensors="pt")
     with mtp_viz.record(target) as rec:
         out = target.generate(**ids, assistant_model=drafter, max_new_tokens=20, do_sample=False)
-    shown = rec.show()
+    shown = mtp_viz.show(rec)
     text = "".join(e.text for e in shown if e.type in ("accepted", "bonus"))
     assert text and capsys.readouterr().out.startswith(text)
     assert AutoTokenizer.from_pretrained(target_dir).decode(out[0, ids["input_ids"].shape[-1]:]) == text
