@@ -121,6 +121,7 @@ def test_raw_http_non_finite_numbers_and_lone_surrogates(app, body, sentence):
     assert ok[-1]["type"] == "done"
 
 
+@pytest.mark.slow
 def test_allow_list_refuses_other_models_without_loading(folders, monkeypatch):
     from gradio_client import Client
     from mtp_viz.app.runtime import runs, service

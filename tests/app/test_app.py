@@ -73,6 +73,7 @@ def test_compare_frames_turn_failures_into_one_sentence():
     assert "KeyError" in msg and "/secret" not in msg
 
 
+@pytest.mark.slow
 def test_fast_steps_share_frames_but_the_last_frame_is_complete():
     sess = runs.Session()
     frames = list(runs.compare_frames(FakePair(), settings(), sess, frame_interval=60))
@@ -164,6 +165,7 @@ def _engine_seconds(events):
     return next(e.seconds for e in events if isinstance(e, Done))
 
 
+@pytest.mark.slow
 def test_engine_time_does_not_include_a_slow_consumer(real_pair):
     """The engine's clock runs on its worker: a consumer that sleeps after every event
     must not show up in the engine's seconds. A negative control consumes the same

@@ -10,7 +10,12 @@ import json
 import os
 import subprocess
 import sys
+
+import pytest
+
 from locations import ROOT
+
+pytestmark = pytest.mark.slow  # the load test runs a real app with waves of clients and a cold compile: minutes
 
 SCRIPT = ROOT / "benchmarks" / "load_test.py"
 

@@ -11,6 +11,8 @@ import pytest
 from kernels import execute, outputs
 from locations import ROOT
 
+pytestmark = pytest.mark.slow  # real Jupyter kernels
+
 NOTEBOOK = ROOT / "notebooks" / "gemma4_mtp.ipynb"
 
 

@@ -13,6 +13,8 @@ from kernels import code_cell, execute, outputs
 from locations import ROOT
 from mtp_viz.errors import UserError
 
+pytestmark = pytest.mark.slow  # real models, kernels and a served app: a minute or more
+
 PROMPT = "def parse(line):\n"
 
 LOAD = """

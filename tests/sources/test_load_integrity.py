@@ -19,6 +19,8 @@ from mtp_viz.errors import UserError
 from mtp_viz.sources.models import load_pair
 from mtp_viz.sources.precision import check_loaded
 
+pytestmark = pytest.mark.slow  # loads the bundled pair a dozen times, some beside each other
+
 PROMPT = "def add(a, b):\n    return"
 
 

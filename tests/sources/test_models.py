@@ -80,6 +80,7 @@ def test_local_paths_get_one_answer_that_leaks_nothing(spec):
     assert str(e.value) == f"There is no loadable model folder at {spec}."
 
 
+@pytest.mark.slow
 def test_hub_errors_are_classified_by_type():
     with pytest.raises(UserError, match="not in the local Hugging Face cache"):
         load_pair("nobody-here/no-such-model")
