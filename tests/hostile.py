@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 SECRET = "/srv/private/path-the-server-knows"   # in what the servers say; never in a message
@@ -14,6 +15,24 @@ MODELS = {"data": [{"id": "m", "owned_by": "vllm", "max_model_len": 4096}]}
 SPEC_METRICS = ('vllm:spec_decode_num_drafts_total{model_name="m"} 3\n'
                 'vllm:spec_decode_num_draft_tokens_total{model_name="m"} 12\n'
                 'vllm:spec_decode_num_accepted_tokens_total{model_name="m"} 6\n')
+
+
+@contextmanager
+def serving():
+    """``start(routes) -> (server, url)`` (:func:`serve`) for a test; every server it
+    started is shut down when the block ends (the test files' ``serve`` fixtures)."""
+    servers = []
+
+    def start(routes):
+        server, url = serve(routes)
+        servers.append(server)
+        return server, url
+    try:
+        yield start
+    finally:
+        for server in servers:
+            server.shutdown()
+            server.server_close()
 
 
 def serve(routes):

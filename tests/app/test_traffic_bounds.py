@@ -29,16 +29,8 @@ OPEN = service.AllowList("")
 
 @pytest.fixture
 def serve():
-    servers = []
-
-    def start(routes):
-        server, url = hostile.serve(routes)
-        servers.append(server)
-        return server, url
-    yield start
-    for s in servers:
-        s.shutdown()
-        s.server_close()
+    with hostile.serving() as start:
+        yield start
 
 
 @pytest.fixture(autouse=True)

@@ -17,16 +17,8 @@ from mtp_viz.sources.vllm import client, prometheus
 
 @pytest.fixture
 def serve():
-    servers = []
-
-    def start(routes):
-        server, url = hostile.serve(routes)
-        servers.append(server)
-        return url
-    yield start
-    for s in servers:
-        s.shutdown()
-        s.server_close()
+    with hostile.serving() as start:
+        yield lambda routes: start(routes)[1]
 
 
 def _sentence(err: UserError) -> str:

@@ -24,17 +24,9 @@ PROMPT = "def f():"
 
 @pytest.fixture
 def serve():
-    servers = []
-
-    def start(completions):
-        server, url = hostile.serve({"/v1/models": json.dumps(MODELS), "/metrics": SPEC_METRICS,
-                                     "/v1/completions": completions})
-        servers.append(server)
-        return server, url
-    yield start
-    for s in servers:
-        s.shutdown()
-        s.server_close()
+    with hostile.serving() as start:
+        yield lambda completions: start({"/v1/models": json.dumps(MODELS), "/metrics": SPEC_METRICS,
+                                         "/v1/completions": completions})
 
 
 def _chunk(ids, *, logprobs=None, text=None, finish=None, prompt=(2, 3)):
