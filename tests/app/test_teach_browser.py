@@ -32,7 +32,7 @@ def _page(browser, url, query="", tour_seen=True):
     # after the link's restore: the status of the pair it names (a link loads nothing, so a pair
     # other than the one loaded at launch "loads on first run"; the launch's own failed here)
     page.wait_for_function("() => /no model|loads on first run/.test(document.querySelector('#model-status')"
-                           ".innerText)", timeout=60_000)
+                           "?.innerText || '')", timeout=60_000)
     page.wait_for_selector("body[data-tour]", state="attached", timeout=30_000)
     return page
 
