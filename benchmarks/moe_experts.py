@@ -17,7 +17,7 @@ For γ = 1..8, at the same context (a 64-token random prompt, prefilled once):
     v(γ) = t(one target forward over γ + 1 new tokens, γ + 1 logits kept)
            ÷ t(one target forward over 1 new token, 1 logit kept)
 
-both through the engine's own ``target_forward`` on its cache, rolled back after each
+both through the engine's own eager decoder (``mtp_viz.engine.decoder``) on its cache, rolled back after each
 forward, so every forward sees the same context. This is the bench's v (one
 verification forward ÷ one autoregressive step; see mtp_viz/analysis/metrics.py). The
 plain step and the verification of each pair run back to back, in alternating order;
@@ -49,7 +49,7 @@ from transformers import Gemma4ForCausalLM, Gemma4TextConfig
 
 from mtp_viz.engine import theory
 from mtp_viz.engine.experts import ExpertTap
-from mtp_viz.engine.loop import new_cache, target_forward
+from mtp_viz.engine.decoder import EagerDecoder
 
 ROOT = Path(__file__).resolve().parent.parent
 GAMMAS = tuple(range(1, 9))
@@ -84,21 +84,21 @@ def active_params(model) -> int:
     return total - cfg.num_hidden_layers * unused
 
 
-def timed(model, cache, tokens: list[int]) -> tuple[float, float]:
+def timed(kv, tokens: list[int]) -> tuple[float, float]:
     """(CPU seconds of this thread, wall seconds) of one forward; the cache rolled back."""
     cpu, wall = time.thread_time(), time.perf_counter()
-    target_forward(model, cache, tokens, False, keep=len(tokens))
+    kv.forward(tokens, False, keep=len(tokens))
     cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
-    cache.crop(-len(tokens))
+    kv.crop(len(tokens))
     return cpu, wall
 
 
-def counted(model, cache, tokens: list[int]) -> tuple[int, ...]:
+def counted(model, kv, tokens: list[int]) -> tuple[int, ...]:
     """Distinct experts per layer of one forward over ``tokens`` (untimed); the cache rolled back."""
     tap = ExpertTap(model)
     tap.arm()
-    target_forward(model, cache, tokens, False, keep=1)
-    cache.crop(-len(tokens))
+    kv.forward(tokens, False, keep=1)
+    kv.crop(len(tokens))
     return tap.take()
 
 
@@ -114,8 +114,8 @@ def measure(models: dict, prompts: list[list[int]], drafts: list[list[int]], rep
     for p, (prompt, draft) in enumerate(zip(prompts, drafts)):
         caches = {}
         for name, model in models.items():
-            caches[name] = new_cache(model)
-            target_forward(model, caches[name], prompt[:-1], False, keep=1)  # the context, prefilled once
+            caches[name] = EagerDecoder(model).open(len(prompt) + max(GAMMAS) + 1)
+            caches[name].forward(prompt[:-1], False, keep=1)  # the context, prefilled once
         last = prompt[-1]
         for name, model in models.items():
             if model.config.enable_moe_block:
@@ -126,7 +126,7 @@ def measure(models: dict, prompts: list[list[int]], drafts: list[list[int]], rep
             for name in names[turn % len(names):] + names[:turn % len(names)]:
                 for g in GAMMAS[turn % len(GAMMAS):] + GAMMAS[:turn % len(GAMMAS)]:
                     first, second = ([last], [last] + draft[:g]) if turn % 2 == 0 else ([last] + draft[:g], [last])
-                    a, b = timed(models[name], caches[name], first), timed(models[name], caches[name], second)
+                    a, b = timed(caches[name], first), timed(caches[name], second)
                     plain, verify = (a, b) if turn % 2 == 0 else (b, a)
                     cell = out[name][g]
                     cell["cpu"].append(verify[0] / plain[0])
@@ -211,10 +211,10 @@ def main(argv=None) -> int:
     prompts = [torch.randint(3, VOCAB, (args.context,), generator=gen).tolist() for _ in range(args.prompts)]
     drafts = [torch.randint(3, VOCAB, (max(GAMMAS),), generator=gen).tolist() for _ in range(args.prompts)]
     for name, model in models.items():  # warm up every shape once, untimed
-        cache = new_cache(model)
-        target_forward(model, cache, prompts[0], False, keep=1)
+        kv = EagerDecoder(model).open(2 * len(prompts[0]))
+        kv.forward(prompts[0], False, keep=1)
         for g in (0,) + GAMMAS:
-            timed(model, cache, prompts[0][:g + 1])
+            timed(kv, prompts[0][:g + 1])
     load_before = wait_for_quiet(args.max_load, patience=1800)
     out = measure(models, prompts, drafts, args.repeats)
     meta = {"when": time.strftime("%Y-%m-%d %H:%M"), "machine": f"{os.cpu_count()}-core CPU (shared)",

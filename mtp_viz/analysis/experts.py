@@ -15,7 +15,7 @@ from typing import Iterable, Sequence
 
 from mtp_viz.engine.events import Event, Start, Step
 
-__all__ = ["ExpertStep", "expert_steps", "mean_by_draft_length", "moe_of", "is_vllm", "ceiling"]
+__all__ = ["ExpertStep", "expert_steps", "mean_by_draft_length", "moe_of", "unrouted", "ceiling"]
 
 
 @dataclass(frozen=True)
@@ -43,9 +43,11 @@ def moe_of(events: Sequence[Event]) -> dict | None:
     return None if start is None else start.settings.get("experts")
 
 
-def is_vllm(events: Sequence[Event]) -> bool:
+def unrouted(events: Sequence[Event]) -> str:
+    """What ran, named, when its source cannot report which experts its router chose
+    (a server); "" when it can."""
     start = _start(events)
-    return start is not None and start.settings.get("backend") == "vllm"
+    return start.ran.label if start is not None and not start.ran.routing else ""
 
 
 def expert_steps(events: Iterable[Event]) -> list[ExpertStep]:

@@ -49,6 +49,8 @@ from dataclasses import dataclass, field
 import torch
 
 from .build import turn
+from .decoder import EagerDecoder, Forward, Session
+from .events import Ran
 
 WIDTHS = (1, 2, 3, 5, 9, 17)          # compiled forward widths: k + 1 tokens round up to one
 CAPACITIES = (256, 512, 1024, 2048, 4096, 8192)
@@ -168,10 +170,10 @@ class Shapes:
 
 
 class FastTarget:
-    """The target, compiled: what the loop calls instead of the eager model. ``model``
-    is the eager target (config, device, dtype are its); ``note`` is the one sentence
-    saying why decoding fell back to eager ("" while compiled)."""
-    engine = "compiled"
+    """The target, compiled: a :class:`~.decoder.Decoder` the loop runs instead of the
+    eager one. ``model`` is the eager target (config, device, dtype are its); ``note`` is
+    the one sentence saying why decoding fell back to eager ("" while compiled)."""
+    ran = Ran("compiled", "compiled engine", routing=False)  # hooks see no compiled graph
 
     def __init__(self, model, mode: str | None = None):
         self.model = model
@@ -184,6 +186,12 @@ class FastTarget:
         self._graph = torch.compile(self._step, dynamic=False, fullgraph=True, mode=mode)
         self._lock = threading.Lock()
         self._free: dict[int, list[StaticKV]] = {}
+
+    def open(self, need: int) -> Session:
+        """A run's session: a static cache from the pool, or, past the largest capacity,
+        the eager model's (the start event's ``engine`` then says "eager")."""
+        cache = self.new_cache(need)
+        return Session(self, cache) if cache is not None else EagerDecoder(self.model).open(need)
 
     # -- the cache pool: one run's cache goes back for the next run (same buffers, same graphs)
     def new_cache(self, need: int) -> StaticKV | None:
@@ -210,10 +218,10 @@ class FastTarget:
         return out.logits, out.hidden_states[-1], dict(out.shared_kv_states)
 
     @torch.inference_mode()
-    def forward(self, kv: StaticKV, tokens: list[int], want_state: bool, keep: int, compiled: bool = True):
-        """The loop's target forward over ``tokens`` appended to ``kv``: (logits [keep, V],
-        hidden [1, keep, H] or None, shared K/V per layer type or None, compile seconds).
-        ``compiled=False`` runs the twin eagerly (the prefill: one shape per prompt)."""
+    def forward(self, kv: StaticKV, tokens: list[int], want_state: bool, keep: int, compiled: bool = True) -> Forward:
+        """The loop's target forward over ``tokens`` appended to ``kv`` (see
+        :class:`~.decoder.Forward`). ``compiled=False`` runs the twin eagerly (the
+        prefill: one shape per prompt)."""
         n, start = len(tokens), kv.length
         width = width_for(n) if compiled else n
         ids = torch.tensor([tokens + [self.pad] * (width - n)], device=self.device)
@@ -241,7 +249,7 @@ class FastTarget:
         kv.length = start + n
         logits = logits[0, :n][-keep:].float()
         hidden = hidden[:, :n][:, -keep:] if hidden is not None else None
-        return logits, hidden, self._verified_kv(shared, start + n, n), compile_s
+        return Forward(logits, hidden, self._verified_kv(shared, start + n, n), compile_s)
 
     def _fallback(self, error: Exception, args):
         # a graph that fails fails while it is traced or built, on fake tensors: the
@@ -267,7 +275,8 @@ class FastDraftStep:
     in as full attention: ``capacity`` positions, the first S real and the rest masked;
     sliding attention: the last W real entries (all the drafter's window sees; fewer,
     padded and masked, before the window fills). The eager assistant attends to the same
-    keys with no mask at all (one query), so its drafts differ only by rounding."""
+    keys with no mask at all (one query), so its drafts differ only by rounding. Its
+    eager counterpart is :class:`~.decoder.EagerDraftStep`."""
 
     def __init__(self, assistant, window: int, mode: str | None = None):
         self.twin = twin(assistant)

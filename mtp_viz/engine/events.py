@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 
 __all__ = [
     "Event", "Start", "Drafted", "Accepted", "Rejected", "Bonus", "Token", "Step", "Done",
-    "Error", "event_from_dict", "EVENT_TYPES",
+    "Error", "Ran", "event_from_dict", "EVENT_TYPES",
 ]
 
 
@@ -86,13 +86,49 @@ def _frozen(v: Any) -> Any:
 
 
 @dataclass(frozen=True)
+class Ran:
+    """What produced a run, in ``Start.settings["ran"]``: every source says it, and
+    views and analysis read it, never a source's name. ``engine`` is what ``data-engine``
+    shows; ``label`` how a view names it; ``rejected_ids`` whether the stream names each
+    rejected draft (a server says only how many); ``routing`` whether the source can
+    report which experts its router chose."""
+    engine: str = "eager"
+    label: str = "eager engine"
+    rejected_ids: bool = True
+    routing: bool = True
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def of(cls, settings: dict[str, Any]) -> "Ran":
+        """What a start event's settings say ran; a trace written before ``ran`` existed
+        says it in older keys (``engine``: "compiled" or "eager"; a server's ``backend``)."""
+        said = settings.get("ran")
+        if isinstance(said, dict):
+            names = {f.name for f in dataclasses.fields(cls)}
+            return cls(**{k: v for k, v in said.items() if k in names})
+        older = _BEFORE_RAN.get(settings.get("backend")) or _BEFORE_RAN.get(settings.get("engine"))
+        return older or cls()
+
+
+# what older traces said in place of ``ran``, by their ``backend`` or ``engine`` key
+_BEFORE_RAN = {"vllm": Ran("vllm", "vLLM server", rejected_ids=False, routing=False),
+               "compiled": Ran("compiled", "compiled engine", routing=False)}
+
+
+@dataclass(frozen=True)
 class Start(Event):
     """First event of every generation."""
     type: ClassVar[str] = "start"
     mode: str                      # "speculative" or "autoregressive"
     prompt_tokens: int
     prompt_ids: tuple[int, ...] = ()
-    settings: dict[str, Any] = field(default_factory=dict)  # drafter, schedule, sampling, limits
+    settings: dict[str, Any] = field(default_factory=dict)  # drafter, schedule, sampling, limits, ran
+
+    @property
+    def ran(self) -> Ran:
+        return Ran.of(self.settings)
 
 
 @dataclass(frozen=True)

@@ -26,13 +26,14 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
-from transformers import DynamicCache
 
+from .decoder import Forward, Session, as_decoder
 from .drafters.base import DraftContext, Drafter, Proposal
 from .events import Accepted, Bonus, Done, Drafted, Event, Rejected, Start, Step, Token
 from .experts import NO_TAP, ExpertTap, moe_shape
 from .sampling import Sampler, Sampling, accept
 from .schedules import Schedule, make_schedule
+from .stopwatch import Stopwatch
 from .topk import TopK, no_fields
 
 
@@ -43,31 +44,21 @@ class Tally:
     drafter_forwards: int = 0
     drafted: int = 0
     accepted: int = 0            # drafts emitted (an EOS or the token limit may cut a step)
-    compile_seconds: float = 0.0  # graphs compiled during the run (compiled engine), off its clock
 
 
-@dataclass
-class Forward:
-    """One target forward, reduced to what the loop needs."""
-    logits: torch.Tensor                  # [n, V] float32
-    hidden: torch.Tensor | None           # [1, n, H] last-layer activations (MTP only)
-    shared_kv: dict | None                # layer type -> (K, V), ending with the n new tokens
-    compile_seconds: float = 0.0          # compiling its graph (compiled engine), off the clock
-
-
-@torch.inference_mode()
-def target_forward(target, cache, tokens: list[int], want_state: bool, keep: int,
-                   compiled: bool = True) -> Forward:
-    """Run the target over ``tokens`` appended to ``cache``; keep the last ``keep`` logits.
-    A compiled target (:class:`.compiled.FastTarget`) runs its graph for this width
-    (``compiled=False``: its twin eagerly, as for a prefill of any length)."""
-    if engine_of(target) == "compiled":
-        return Forward(*target.forward(cache, tokens, want_state, keep, compiled))
-    ids = torch.tensor([tokens], device=target.device)
-    extra = {"output_hidden_states": True, "return_shared_kv_states": True} if want_state else {}
-    out = target(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=keep, **extra)
-    hidden = out.hidden_states[-1][:, -keep:] if want_state else None
-    return Forward(out.logits[0, -keep:].float(), hidden, getattr(out, "shared_kv_states", None))
+@dataclass(frozen=True)
+class Generation:
+    """One generation's settings as the loop reads them (both modes)."""
+    max_new_tokens: int = 64
+    sampling: Sampling = Sampling()
+    eos_token_ids: frozenset[int] = frozenset()
+    detok: Any = None
+    stop: Any = None          # a threading.Event: set, the run ends after its current step
+    pause: Any = None         # step mode's hook (speculative only)
+    top: int = 0
+    experts: bool = False
+    stale_kv: bool = False    # speculative only: see :func:`speculative`
+    clock: Callable[[], float] = time.perf_counter
 
 
 def crop_shared_kv(shared_kv: dict, drop: int) -> dict:
@@ -77,35 +68,13 @@ def crop_shared_kv(shared_kv: dict, drop: int) -> dict:
     return {t: (k[:, :, :-drop], v[:, :, :-drop]) for t, (k, v) in shared_kv.items()}
 
 
-def new_cache(target, need: int):
-    """(target, cache) for a run of ``need`` positions: a compiled target's static cache,
-    or transformers' ``DynamicCache`` (past a compiled target's largest capacity, its eager
-    model's: ``engine`` in the start event says which ran)."""
-    if engine_of(target) == "compiled":
-        cache = target.new_cache(need)
-        if cache is not None:
-            return target, cache
-        target = target.model
-    cache = DynamicCache(config=target.config)
-    cache.activate_past_recording()  # sliding-window layers can then be rolled back
-    return target, cache
-
-
-def release(target, cache) -> None:
-    """A compiled target's cache goes back to its pool when the run ends."""
-    if engine_of(target) == "compiled":
-        target.release(cache)
-
-
-def engine_of(target) -> str:
-    """"compiled" or "eager": what the start event's ``engine`` says."""
-    return getattr(target, "engine", "eager")
-
-
-def _no_experts_when_compiled(target, experts: bool) -> None:
-    if experts and engine_of(target) == "compiled":
+def _open(target, need: int, experts: bool) -> Session:
+    """The run's session on ``target``'s decoder (a transformers model decodes eagerly)."""
+    decoder = as_decoder(target)
+    if experts and not decoder.ran.routing:
         raise ValueError("Counting experts needs the eager engine (its hooks see no compiled graph); "
                          "load the pair without compiling.")
+    return decoder.open(need)
 
 
 class _Text:
@@ -129,6 +98,9 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
                 clock: Callable[[], float] = time.perf_counter) -> Iterator[Event]:
     """Speculative decoding with any drafter; yields the event stream of docs/events.md.
 
+    ``target`` is a :class:`~mtp_viz.engine.decoder.Decoder` (the compiled engine's) or a
+    transformers model (decoded eagerly).
+
     stale_kv=True leaves the MTP drafter the KV entry computed from the first rejected
     draft, as transformers 5.24 does after a rejection (an experiment switch; past the
     sliding window transformers also keeps every rejected entry in the sliding layers,
@@ -143,115 +115,120 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
     if isinstance(schedule, str):
         schedule = make_schedule(schedule, initial=draft_tokens or drafter.default_draft_tokens,
                                  cap=max_draft_tokens)
-    _no_experts_when_compiled(target, experts)
-    target, cache = new_cache(target, len(prompt_ids) + max_new_tokens + max_draft_tokens + 1)
-    try:
-        yield from _speculative(target, cache, drafter, prompt_ids, max_new_tokens, sampling, schedule,
-                                eos_token_ids, detok, stale_kv, stop, pause, top, experts, clock)
-    finally:
-        release(target, cache)
+    g = Generation(max_new_tokens, sampling, frozenset(eos_token_ids), detok, stop, pause, top, experts,
+                   stale_kv, clock)
+    with _open(target, len(prompt_ids) + max_new_tokens + max_draft_tokens + 1, experts) as kv:
+        yield from _speculative(kv, drafter, list(prompt_ids), schedule, g)
 
 
-def _speculative(target, cache, drafter, prompt_ids, max_new_tokens, sampling, schedule, eos_token_ids,
-                 detok, stale_kv, stop, pause, top, experts, clock) -> Iterator[Event]:
-    text, eos = _Text(detok), set(eos_token_ids)
-    sampler = Sampler(sampling, device=target.device)
+def _speculative(kv: Session, drafter: Drafter, prompt_ids: list[int], schedule: Schedule,
+                 g: Generation) -> Iterator[Event]:
+    text, sampler = _Text(g.detok), Sampler(g.sampling, device=kv.decoder.model.device)
     ids = list(prompt_ids)
     yield Start("speculative", len(ids), tuple(ids), {
         "drafter": drafter.kind, "schedule": schedule.name, "draft_tokens": schedule.initial,
-        "max_draft_tokens": schedule.cap, **run_setting(target, max_new_tokens, sampling, clock, experts)})
-    tap = ExpertTap(target) if experts else NO_TAP  # no hooks unless asked
-    t0 = clock()
+        "max_draft_tokens": schedule.cap, **run_setting(kv, g)})
+    tap = ExpertTap(kv.decoder.model) if g.experts else NO_TAP  # no hooks unless asked
+    watch, tally = Stopwatch(g.clock), Tally(forwards=1)
     drafter.reset()
     schedule.start()  # resets per-generation state; the prefill step drafts nothing
-    want_state = drafter.needs_target_state
-
-    # Step 1 is the prefill: no drafts, the target's first token closes it.
-    tap.arm()
-    fwd = target_forward(target, cache, ids, want_state, keep=1, compiled=False)
-    cache.crop(0)
-    proposal, tally = Proposal([]), Tally(forwards=1)
-    step, draft_s, pick = 1, 0.0, _picker(sampler)
-    tops = TopK(top, sampler, drafter, detok) if top else None
+    pick = _picker(sampler)
+    tops = TopK(g.top, sampler, drafter, g.detok) if g.top else None
     pick = tops.wrap(pick) if tops else pick
-    verify_s = clock() - t0
-    routed = tap.take()  # the forward's distinct experts per layer (() unless counted)
+    # Step 1 is the prefill: no drafts, the target's first token closes it.
+    proposal, draft_s, step = Proposal([]), 0.0, 1
+    fwd, verify_s, routed = _verify(kv, ids, [], drafter.needs_target_state, tap, watch, prefill=True)
     while True:
         # -- accept: decide, cut at EOS / the token limit, emit, crop the cache ----------
         drafts = proposal.tokens
-        # greedy needs only the argmax; sampling the processed distributions p_0..p_k
-        p = None if sampler.greedy else sampler.probs(fwd.logits)
-        argmax = fwd.logits.argmax(-1).tolist() if sampler.greedy else None
-        n, nxt = accept(sampler, drafts, proposal.q, p, argmax)
-        p_tok = token_probs(fwd.logits, p, drafts, n, nxt)
-        new, cut, stop_reason = limit(drafts[:n] + [nxt], eos,
-                                      max_new_tokens - (len(ids) - len(prompt_ids)))
+        n, nxt, p = _decide(sampler, fwd, proposal)
+        new, cut, stop_reason = limit(drafts[:n] + [nxt], g.eos_token_ids, g.max_new_tokens - (len(ids) - len(prompt_ids)))
         kept = min(n, len(new))  # drafts emitted; below n only when an EOS cut the step
         extra = tops.verdict(ids, fwd.logits, p, drafts, proposal.q, n) if tops else no_fields
-        yield from _verdict_events(step, ids, proposal, p_tok, n, new, text, extra)
+        yield from _verdict_events(step, ids, proposal, token_probs(fwd.logits, p, drafts, n, nxt), n, new, text,
+                                   extra)
         ids.extend(new)
-        tally.drafted += len(drafts)
-        tally.accepted += kept
-        # The forward appended 1 + len(drafts) KV entries; the first 1 + n are verified.
-        rejected_kv = len(drafts) - n
-        cache.crop(-rejected_kv)
+        tally.drafted, tally.accepted = tally.drafted + len(drafts), tally.accepted + kept
+        kv.crop(len(drafts) - n)  # the forward appended 1 + len(drafts) entries; 1 + n are verified
         drafter.rollback(len(ids))
-        next_k, reason = schedule.update(drafted=len(drafts), accepted=n,
-                                         draft_seconds=draft_s, verify_seconds=verify_s)
-        if not stop_reason and stop is not None and stop.is_set():
+        next_k, reason = schedule.update(drafted=len(drafts), accepted=n, draft_seconds=draft_s,
+                                         verify_seconds=verify_s)
+        if not stop_reason and g.stop is not None and g.stop.is_set():
             stop_reason = "stopped"
         yield Step(step, len(drafts), kept, len(new), draft_s, verify_s, next_k, reason, cut,
-                   clock() - t0, agreed=n, experts_per_layer=routed)
+                   watch.elapsed(), agreed=n, experts_per_layer=routed)
         if stop_reason:
             break
-        t0 += _held(pause, "verified", clock)
+        _hold(g.pause, "verified", watch)
 
         # -- draft --------------------------------------------------------------------
         step += 1
-        ctx = DraftContext(ids)
-        if want_state:
-            drop = max(rejected_kv - 1, 0) if stale_kv else rejected_kv
-            ctx.hidden = fwd.hidden[:, n:n + 1]
-            ctx.shared_kv = crop_shared_kv(fwd.shared_kv, drop)
-        budget = max_new_tokens - (len(ids) - len(prompt_ids)) - 1  # leave room for the bonus
-        t = clock()
-        proposal = drafter.propose(ctx, min(next_k, budget), pick, schedule.keep_drafting)
-        draft_s = clock() - t - proposal.compile_seconds   # a graph compiled now is not drafting
-        t0 += proposal.compile_seconds
-        tally.compile_seconds += proposal.compile_seconds
+        budget = g.max_new_tokens - (len(ids) - len(prompt_ids)) - 1  # leave room for the bonus
+        proposal, draft_s = _draft(drafter, _context(ids, fwd, n, len(drafts), g.stale_kv, drafter),
+                                   min(next_k, budget), pick, schedule, watch)
         tally.drafter_forwards += proposal.forwards
         q_top = tops.drafted(ids, proposal.tokens) if tops else [{}] * len(proposal.tokens)
         for i, tok in enumerate(proposal.tokens):
-            yield Drafted(step, i, tok, text.piece(ids + proposal.tokens[:i], tok), _q(proposal, i),
-                          **q_top[i])
+            yield Drafted(step, i, tok, text.piece(ids + proposal.tokens[:i], tok), _q(proposal, i), **q_top[i])
         if proposal.tokens:
-            t0 += _held(pause, "drafted", clock)
+            _hold(g.pause, "drafted", watch)
 
         # -- verify: one target forward over the newest token and all drafts ------------
-        fwd, verify_s, routed = timed_forward(target, cache, [ids[-1]] + proposal.tokens, want_state,
-                                              len(proposal.tokens) + 1, tap, clock)
-        t0 += fwd.compile_seconds
+        fwd, verify_s, routed = _verify(kv, [ids[-1]], proposal.tokens, drafter.needs_target_state, tap, watch)
         tally.forwards += 1
-        tally.compile_seconds += fwd.compile_seconds
 
-    yield _done(ids, prompt_ids, tally, clock() - t0, stop_reason, text)
-
-
-def timed_forward(target, cache, tokens: list[int], want_state: bool, keep: int, tap,
-                  clock: Callable[[], float]) -> tuple[Forward, float, tuple[int, ...]]:
-    """:func:`target_forward`, its seconds on ``clock``, and the distinct experts per layer
-    ``tap`` counted in it (() unless counting; counted after the clock stops)."""
-    t = clock()
-    tap.arm()
-    fwd = target_forward(target, cache, tokens, want_state, keep)
-    seconds = clock() - t - fwd.compile_seconds  # a graph compiled now is not verifying
-    return fwd, seconds, tap.take()
+    yield _done(ids, prompt_ids, tally, watch, stop_reason, text)
 
 
-def run_setting(target, max_new_tokens: int, sampling: Sampling, clock, experts: bool) -> dict:
+def _decide(sampler: Sampler, fwd: Forward, proposal: Proposal) -> tuple[int, int, torch.Tensor | None]:
+    """(drafts accepted, the target's own next token, p_0..p_k or None when greedy):
+    greedy needs only the argmax; sampling the processed distributions."""
+    p = None if sampler.greedy else sampler.probs(fwd.logits)
+    argmax = fwd.logits.argmax(-1).tolist() if sampler.greedy else None
+    n, nxt = accept(sampler, proposal.tokens, proposal.q, p, argmax)
+    return n, nxt, p
+
+
+def _context(ids: list[int], fwd: Forward, n: int, drafted: int, stale_kv: bool, drafter: Drafter) -> DraftContext:
+    """What the drafter reads after a verification that kept ``n`` of ``drafted`` drafts:
+    the target's state at the last kept position and its K/V without the rejected entries."""
+    ctx = DraftContext(ids)
+    if drafter.needs_target_state:
+        rejected = drafted - n
+        drop = max(rejected - 1, 0) if stale_kv else rejected
+        ctx.hidden = fwd.hidden[:, n:n + 1]
+        ctx.shared_kv = crop_shared_kv(fwd.shared_kv, drop)
+    return ctx
+
+
+def _draft(drafter: Drafter, ctx: DraftContext, k: int, pick, schedule: Schedule,
+           watch: Stopwatch) -> tuple[Proposal, float]:
+    """The drafter's proposal of up to ``k`` tokens and its seconds of drafting."""
+    with watch.lap() as lap:
+        proposal = drafter.propose(ctx, k, pick, schedule.keep_drafting)
+        watch.compiled(proposal.compile_seconds)  # a graph compiled now is not drafting
+    return proposal, lap.seconds
+
+
+def _verify(kv: Session, newest: list[int], drafts: list[int], want_state: bool, tap, watch: Stopwatch,
+            prefill: bool = False) -> tuple[Forward, float, tuple[int, ...]]:
+    """One target forward over ``newest`` and the drafts, its seconds on the engine's
+    clock, and the distinct experts per layer ``tap`` counted in it (() unless counting;
+    counted after the lap). The prefill runs without a graph (one shape per prompt)."""
+    with watch.lap() as lap:
+        tap.arm()
+        fwd = kv.forward(newest + drafts, want_state, keep=1 if prefill else len(drafts) + 1, compiled=not prefill)
+        watch.compiled(fwd.compile_seconds)  # a graph compiled now is not verifying
+        if prefill:
+            kv.crop(0)  # trims the sliding layers to what the next forward needs
+    return fwd, lap.seconds, tap.take()
+
+
+def run_setting(kv: Session, g: Generation) -> dict:
     """The start event's settings both modes share."""
-    return {"max_new_tokens": max_new_tokens, **sampling.as_dict(), "clock": clock_basis(clock),
-            "experts": experts_setting(target, experts), "engine": engine_of(target)}
+    return {"max_new_tokens": g.max_new_tokens, **g.sampling.as_dict(), "clock": clock_basis(g.clock),
+            "experts": experts_setting(kv.decoder.model, g.experts), "engine": kv.engine,
+            "ran": kv.decoder.ran.as_dict()}
 
 
 def experts_setting(target, counted: bool) -> dict:
@@ -268,13 +245,11 @@ def clock_basis(clock: Callable[[], float]) -> str:
     return getattr(clock, "basis", "wall")  # an OwnClock names its basis; anything else is wall
 
 
-def _held(pause, phase: str, clock: Callable[[], float]) -> float:
-    """Seconds spent in ``pause(phase)``: a step-mode wait, kept off the engine's clock."""
-    if pause is None:
-        return 0.0
-    t = clock()
-    pause(phase)
-    return clock() - t
+def _hold(pause, phase: str, watch: Stopwatch) -> None:
+    """Step mode's wait in ``pause(phase)``, kept off the engine's clock."""
+    if pause is not None:
+        with watch.held():
+            pause(phase)
 
 
 def limit(new: list[int], eos: set[int], remaining: int) -> tuple[list[int], str, str]:
@@ -340,14 +315,14 @@ def _verdict_events(step, ids, proposal, p_tok, n, new, text, extra=no_fields) -
         yield Bonus(step, tok, text.piece(ctx, tok), p_tok[-1], n, kind, **extra("bonus", n))
 
 
-def _done(ids, prompt_ids, tally: Tally, seconds, stop_reason, text) -> Done:
-    gen = ids[len(prompt_ids):]
+def _done(ids, prompt_ids, tally: Tally, watch: Stopwatch, stop_reason, text) -> Done:
+    gen, seconds = ids[len(prompt_ids):], watch.elapsed()
     drafted, accepted, forwards = tally.drafted, tally.accepted, tally.forwards
     return Done(len(gen), forwards, seconds, text.decode(gen), tally.drafter_forwards,
                 drafted, accepted, accepted / drafted if drafted else 0.0,
                 len(gen) / forwards if forwards else 0.0,
                 len(gen) / seconds if seconds > 0 else 0.0, stop_reason, tuple(gen),
-                compile_seconds=tally.compile_seconds)
+                compile_seconds=watch.compile_seconds)
 
 
 def autoregressive(target, prompt_ids: Sequence[int], *, max_new_tokens: int = 64,
@@ -357,47 +332,40 @@ def autoregressive(target, prompt_ids: Sequence[int], *, max_new_tokens: int = 6
     """Plain decoding, one target forward per token, through the same event types
     (top=k > 0: each token's event also carries the target's top-k candidates;
     experts=True: each step its distinct experts per layer, as :func:`speculative`)."""
-    _no_experts_when_compiled(target, experts)
-    target, cache = new_cache(target, len(prompt_ids) + max_new_tokens + 1)
-    try:
-        yield from _autoregressive(target, cache, prompt_ids, max_new_tokens, sampling, eos_token_ids, detok,
-                                   stop, top, experts, clock)
-    finally:
-        release(target, cache)
+    g = Generation(max_new_tokens, sampling, frozenset(eos_token_ids), detok, stop, None, top, experts,
+                   clock=clock)
+    with _open(target, len(prompt_ids) + max_new_tokens + 1, experts) as kv:
+        yield from _autoregressive(kv, list(prompt_ids), g)
 
 
-def _autoregressive(target, cache, prompt_ids, max_new_tokens, sampling, eos_token_ids, detok, stop, top,
-                    experts, clock) -> Iterator[Event]:
-    text, eos = _Text(detok), set(eos_token_ids)
-    sampler = Sampler(sampling, device=target.device)
-    tops = TopK(top, sampler, detok=detok) if top else None
+def _autoregressive(kv: Session, prompt_ids: list[int], g: Generation) -> Iterator[Event]:
+    text, sampler = _Text(g.detok), Sampler(g.sampling, device=kv.decoder.model.device)
+    tops = TopK(g.top, sampler, detok=g.detok) if g.top else None
     ids = list(prompt_ids)
-    yield Start("autoregressive", len(ids), tuple(ids), run_setting(target, max_new_tokens, sampling, clock, experts))
-    tap = ExpertTap(target) if experts else NO_TAP
-    t0 = clock()
+    yield Start("autoregressive", len(ids), tuple(ids), run_setting(kv, g))
+    tap = ExpertTap(kv.decoder.model) if g.experts else NO_TAP
+    watch = Stopwatch(g.clock)
     feed, stop_reason, step, tally = ids, "", 0, Tally()
     while not stop_reason:
         step += 1
-        t = clock()
-        tap.arm()
-        fwd = target_forward(target, cache, feed, False, keep=1, compiled=step > 1)  # step 1: the prefill
-        t0 += fwd.compile_seconds
-        tally.compile_seconds += fwd.compile_seconds
-        p = None if sampler.greedy else sampler.probs(fwd.logits)
-        tok = int(fwd.logits[0].argmax()) if sampler.greedy else sampler.pick(p[0])
-        p_tok = token_probs(fwd.logits, p, [], 0, tok)[0]
-        verify_s = clock() - t - fwd.compile_seconds  # the plain step: its forward and its pick
+        with watch.lap() as lap:  # the plain step: its forward and its pick
+            tap.arm()
+            fwd = kv.forward(feed, False, keep=1, compiled=step > 1)  # step 1: the prefill
+            watch.compiled(fwd.compile_seconds)
+            p = None if sampler.greedy else sampler.probs(fwd.logits)
+            tok = int(fwd.logits[0].argmax()) if sampler.greedy else sampler.pick(p[0])
+            p_tok = token_probs(fwd.logits, p, [], 0, tok)[0]
         routed = tap.take()
-        yield Token(step, tok, text.piece(ids, tok), p_tok, clock() - t0,
+        yield Token(step, tok, text.piece(ids, tok), p_tok, watch.elapsed(),
                     **(tops.token(ids, fwd.logits, p) if tops else {}))
         ids.append(tok)
-        if tok in eos:
+        if tok in g.eos_token_ids:
             stop_reason = "eos"
-        elif len(ids) - len(prompt_ids) >= max_new_tokens:
+        elif len(ids) - len(prompt_ids) >= g.max_new_tokens:
             stop_reason = "max_new_tokens"
-        elif stop is not None and stop.is_set():
+        elif g.stop is not None and g.stop.is_set():
             stop_reason = "stopped"
-        yield Step(step, 0, 0, 1, 0.0, verify_s, 0, "", "", clock() - t0, experts_per_layer=routed)
+        yield Step(step, 0, 0, 1, 0.0, lap.seconds, 0, "", "", watch.elapsed(), experts_per_layer=routed)
         feed = [tok]
     tally.forwards = step
-    yield _done(ids, prompt_ids, tally, clock() - t0, stop_reason, text)
+    yield _done(ids, prompt_ids, tally, watch, stop_reason, text)

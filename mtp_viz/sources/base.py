@@ -7,7 +7,10 @@ them: the local engine interleaves its modes on one thread, each on its own cloc
 (:mod:`.interleave`); a vLLM server's runs go one after the other, timed by the arrival
 of their own streams; a recorded trace replays the times it recorded.
 
-To add a source, subclass :class:`Source` in a module of this package and give
+A source says what it can do in :class:`Capabilities`, and every run's start event
+says what ran (:class:`mtp_viz.engine.events.Ran`); front ends, views and analysis read
+those, never which kind of source they have. To add a source, subclass :class:`Source`
+in a module of this package, declare its capabilities, and give
 :func:`mtp_viz.sources.open_source` a way to build it (compare transformers'
 ``CandidateGenerator`` and its factory).
 """
@@ -15,9 +18,11 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from mtp_viz.engine.events import Event
+from mtp_viz.errors import UserError
 
 from .settings import RunSettings
 
@@ -26,11 +31,35 @@ from .settings import RunSettings
 Pause = Callable[[str], None]
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a source can do."""
+    pausable: bool = False     # step mode can pause it between a draft and its verification
+    remote: bool = False       # its runs wait on a server (the app gives them a line of their own,
+    #                            so a slow server never holds the local engine)
+    repeatable: bool = False   # Measure can repeat its modes in turns, each on its own clock
+    experts: bool = False      # it can count the experts a mixture-of-experts router chose
+    token_prompt: bool = True  # it takes a prompt as token ids (a server tokenizes text itself)
+
+
 class Source(ABC):
-    """Where runs come from. ``name`` is how status lines speak of it."""
+    """Where runs come from. ``name`` is how status lines speak of it; ``noun`` how a
+    sentence about what it cannot do begins ("A vLLM server")."""
     name: str = "a source"
-    #: whether step mode can pause this source between a draft and its verification
-    pausable: bool = False
+    noun: str = "This source"
+    capabilities: Capabilities = Capabilities()
+
+    def check(self, s: RunSettings) -> RunSettings:
+        """The settings, checked once, at the boundary: each rule one sentence
+        (:meth:`RunSettings.validate`), then what this source cannot do."""
+        s.validate()
+        can = self.capabilities
+        if s.experts and not can.experts:
+            raise UserError(f"{self.noun} does not report which experts its router chose, so counting experts "
+                            "needs the local engine.")
+        if not can.token_prompt and not isinstance(s.prompt, str):
+            raise UserError(f"{self.noun} takes a text prompt.")
+        return s
 
     @abstractmethod
     def runs(self, s: RunSettings, stop: threading.Event | None = None,
@@ -38,7 +67,7 @@ class Source(ABC):
         """``(mode, event)`` of the runs ``s.modes`` asks for, in the order they happen.
 
         ``stop`` set ends every run after its current step; ``pause`` (step mode) is
-        honoured where :attr:`pausable`. Bad settings raise a one-sentence UserError
+        honoured where ``capabilities.pausable``. Bad settings raise a one-sentence UserError
         before any event; a failure during a run ends its stream with an ``error``
         event or a UserError."""
 
@@ -48,4 +77,4 @@ class Source(ABC):
             yield e
 
 
-__all__ = ["Pause", "Source"]
+__all__ = ["Capabilities", "Pause", "Source"]

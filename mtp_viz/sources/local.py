@@ -16,7 +16,7 @@ from mtp_viz.engine.schedules import ScheduleCache
 from mtp_viz.engine.text import Detokenizer
 from mtp_viz.errors import UserError
 
-from .base import Pause, Source
+from .base import Capabilities, Pause, Source
 from .interleave import interleave, own_clock
 from .settings import MAX_DRAFT_TOKENS, RunSettings
 
@@ -102,7 +102,7 @@ class LocalSource(Source):
     """A model pair in this process. ``schedules``: whose memory adaptive schedules
     keep (a browser session's; default the pair's); ``call``: what runs the modes
     (:func:`runs`, or the same under ZeroGPU's decorator)."""
-    pausable = True
+    capabilities = Capabilities(pausable=True, repeatable=True, experts=True)
 
     def __init__(self, pair: Any, schedules: ScheduleCache | None = None, call: Callable = runs):
         self.pair, self.schedules, self._call = pair, schedules, call
@@ -110,8 +110,7 @@ class LocalSource(Source):
 
     def runs(self, s: RunSettings, stop: threading.Event | None = None,
              pause: Pause | None = None) -> Iterator[tuple[str, Event]]:
-        s.validate()
-        yield from self._call(self.pair, s, stop, pause, self.schedules)
+        yield from self._call(self.pair, self.check(s), stop, pause, self.schedules)
 
     def warm_up(self, tokens: int = 8, top: int = 0) -> None:
         """A short untimed run of each mode: the first calls pay for lazy initialisation,

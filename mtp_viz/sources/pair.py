@@ -55,13 +55,15 @@ class ModelPair:
 
     @property
     def engine(self) -> str:
-        """"compiled" once :meth:`compile` succeeded, else "eager"."""
-        return "compiled" if self.fast is not None else "eager"
+        """What decodes this pair: "compiled" once :meth:`compile` succeeded, else "eager"."""
+        return self.decoder.ran.engine
 
     @property
     def decoder(self):
-        """What the engine's loop runs as the target: the compiled one, or the model."""
-        return self.fast if self.fast is not None else self.target
+        """What the engine's loop runs as the target (:class:`mtp_viz.engine.decoder.Decoder`):
+        the compiled engine once :meth:`compile` ran, else the eager one."""
+        from mtp_viz.engine.decoder import EagerDecoder
+        return self.fast if self.fast is not None else EagerDecoder(self.target)
 
     def compiled(self, mode: str | None = None) -> "ModelPair":
         """The same models as a pair of its own on the compiled engine (this one stays
@@ -194,9 +196,7 @@ class ModelPair:
             raise UserError(f"Unknown drafter {quote(kind)}; choose auto, {', '.join(DRAFTERS)}.")
         if entry.needs and entry.needs != self.loaded:
             raise UserError(entry.missing.format(target=clip(self.name)))
-        if kind == "mtp" and self.draft_step is not None:
-            return drafter_class(kind).build(self.target, self.drafter_model, step=self.draft_step)
-        return drafter_class(kind).build(self.target, self.drafter_model)
+        return drafter_class(kind).build(self.target, self.drafter_model, step=self.draft_step)
 
     def generate(self, prompt: str | list, *, mode: str = "speculative", drafter: str = "auto",
                  max_new_tokens: int = 64, draft_tokens: int | None = None, schedule: Any = "constant",

@@ -82,6 +82,13 @@ def _moe(v: dict) -> bool:
         and isinstance(v.get("counted", False), bool)
 
 
+def _ran(v: dict) -> bool:
+    """``Start.settings["ran"]`` (engine.events.Ran): two short texts and two flags."""
+    texts = all(isinstance(v.get(k), str) and 0 < len(v[k]) <= 40 for k in ("engine", "label"))
+    flags = all(isinstance(v.get(k, True), bool) for k in ("rejected_ids", "routing"))
+    return texts and flags and set(v) <= {"engine", "label", "rejected_ids", "routing"}
+
+
 _SETTINGS = {
     "temperature": (_NUMBER, _between(0, 100), "a number from 0 to 100"),
     "top_p": (_NUMBER, _between(0, 1), "a number from 0 to 1"),
@@ -93,6 +100,7 @@ _SETTINGS = {
     "clock": (_TEXT, ("wall", "cpu").__contains__, '"wall" or "cpu"'),
     "engine": (_TEXT, ("compiled", "eager").__contains__, '"compiled" or "eager"'),
     "experts": ((dict,), _moe, "empty or a mixture of experts' layers, num_experts and top_k"),
+    "ran": ((dict,), _ran, "what ran: its engine and label (short text), rejected_ids and routing (true or false)"),
     **{k: (_TEXT, None, "text") for k in ("drafter", "schedule", "backend", "server", "model", "api")},
     **{k: (_FLAG, None, "true or false") for k in ("chat", "server_speculates")},
     # what each model ran in (the stats line shows them): a precision's name, or null

@@ -17,7 +17,7 @@ import pytest
 from mtp_viz.app.handlers import links, local
 from mtp_viz.app.runtime import runs, service
 from mtp_viz.app.views import export, stats
-from mtp_viz.engine.events import Done, Start
+from mtp_viz.engine.events import Done, Ran, Start
 from mtp_viz.errors import UserError
 from mtp_viz.sources import trace
 from mtp_viz.sources.precision import Precision
@@ -72,7 +72,8 @@ def test_compile_seconds_are_shown_apart_from_the_timings():
 def test_measure_names_the_engine_it_measured():
     m = SimpleNamespace(verdict="faster", ratios=(1.5, 1.6, 1.7), median=1.6, repeats=3, spec_tps=30.0,
                         ar_tps=20.0, threads=1)
-    assert 'data-engine="compiled"' in stats.measurement_html(m, engine="compiled")
+    compiled = Ran("compiled", "compiled engine", routing=False)
+    assert 'data-engine="compiled"' in stats.measurement_html(m, engine=compiled)
 
 
 def test_the_exported_page_and_a_replayed_trace_say_which_engine_ran(tmp_path):

@@ -150,7 +150,7 @@ def test_a_model_the_compiled_engine_does_not_take_is_one_sentence():
     target = llama()
     pair = from_models(target, None, word_tokenizer())
     assert pair.compile() == "The compiled engine takes Gemma 4 targets; LlamaForCausalLM decodes eagerly."
-    assert pair.engine == "eager" and pair.decoder is target
+    assert pair.engine == "eager" and pair.decoder.ran.engine == "eager" and pair.decoder.model is target
 
 
 def test_counting_experts_needs_the_eager_engine(pair):

@@ -293,7 +293,7 @@ class Handlers(Recorded):
             return
         finally:
             ticket.leave()
-        yield outputs(Frame(compare=stats.measurement_html(m, engine=getattr(pair, "engine", "eager"))) | message(
+        yield outputs(Frame(compare=stats.measurement_html(m, engine=pair.decoder.ran)) | message(
             f"Measured {n} repeats of each mode (spread ×{m.spread:.2f} between the fastest and slowest "
             "repeat's speedup)."))
 

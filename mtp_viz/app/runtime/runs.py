@@ -216,7 +216,7 @@ def compare_frames(source: Source, s: RunSettings, sess: Session, *, frame_inter
     both = ("Speculative decoding and the autoregressive baseline take turns, token for token, "
             "each on its own clock…")
     yield Frame(status=tokens.message_html(both if s.baseline else "Speculative decoding: drafting and verifying…"))
-    pause = sess.gate if source.pausable else None
+    pause = sess.gate if source.capabilities.pausable else None
     yield from _stream(lambda: ((PANE[m], e) for m, e in source.runs(s, sess.stop, pause)), sess,
                        frame_interval, chart_interval)
     final = final_frame(sess, threads)

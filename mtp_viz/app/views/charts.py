@@ -17,8 +17,7 @@ from mtp_viz.engine.events import Event, Step
 
 # why the experts chart is empty, when the run says why (Start.settings)
 DENSE = "This pair is dense: every token uses the same weights, so there are no experts to count."
-VLLM_ROUTING = ("A vLLM server does not report which experts its router chose,<br>"
-                "so a vLLM run has no experts to count.")
+UNROUTED = "The {ran} does not report which experts its router chose,<br>so this run has no experts to count."
 NOT_COUNTED = ("This mixture-of-experts run did not count its experts:<br>"
                "tick “Count experts” under More settings and run again.")
 UNSAID = "This run did not record which experts its target used."
@@ -191,7 +190,8 @@ def experts_figure(events: Sequence[Event], ar_events: Sequence[Event] = ()):
                      hoverinfo="skip"),
                 dict(type="scatter", mode="lines", x=[xs[0], xs[-1]], y=[k, k], name=f"one plain token: top-{k}",
                      line=dict(color=COLORS["ar"], dash="dash"), hoverinfo="skip")]
-    empty = ("" if not run else VLLM_ROUTING if experts.is_vllm(run) else UNSAID if moe is None else
+    unrouted = experts.unrouted(run) if run else ""
+    empty = ("" if not run else UNROUTED.format(ran=unrouted) if unrouted else UNSAID if moe is None else
              DENSE if not moe else NOT_COUNTED if not moe.get("counted") else "")
     return _figure("Experts touched per verification", data, xtitle="drafts verified (γ)",
                    ytitle="distinct experts per layer", empty=empty,

@@ -101,7 +101,7 @@ def _describe(start: Start | None, done: Sequence[Done] = ()) -> str:
     if s.get("target_precision"):
         parts.append(f"target in {s['target_precision']}"
                      + (f", drafter in {s['drafter_precision']}" if s.get("drafter_precision") else ""))
-    parts.append(stats.ENGINES[stats.engine_of(s)])
+    parts.append(start.ran.label)
     compiling = sum(e.compile_seconds for e in done)
     if compiling > 0:
         parts.append(f"compile {compiling:.1f} s, not in the timings")

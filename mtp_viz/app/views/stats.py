@@ -3,9 +3,9 @@
 
 Pure functions of events, like :mod:`.view`; no gradio, no torch. ``#compare`` carries
 the figure as data attributes (``data-speedup``, ``data-spec-tps``, ``data-ar-tps``,
-``data-basis``, ``data-threads``, ``data-clock``, and ``data-engine``: what decoded, "compiled"
-or "eager" from ``Start.settings["engine"]``, "vllm" for a vLLM server, "eager" for a run
-that does not say, an older trace), a contract tests and scripts read.
+``data-basis``, ``data-threads``, ``data-clock``, and ``data-engine``: what decoded, as the
+start event says (:class:`mtp_viz.engine.events.Ran`: "compiled", "eager", "vllm", ...;
+"eager" for a run that does not say), a contract tests and scripts read.
 A run's times are on the clock its source names in ``Start.settings["clock"]``: "wall"
 or "cpu" (the engine thread's CPU time; :mod:`mtp_viz.sources.interleave`), and the labels
 say which.
@@ -16,7 +16,7 @@ import html
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from mtp_viz.engine.events import Accepted, Bonus, Done, Error, Event, Start, Step, Token
+from mtp_viz.engine.events import Accepted, Bonus, Done, Error, Event, Ran, Start, Step, Token
 
 from .explain import explain
 from .tokens import escape_token
@@ -33,7 +33,8 @@ class RunStats:
     clock: str = "wall"            # what the seconds read: "wall" or "cpu" (Start.settings)
     target_precision: str = ""     # what each model ran in (Start.settings; "" where unknown
     drafter_precision: str = ""    # or, for the drafter, no drafter model)
-    engine: str = ""               # "compiled", "eager" or "vllm" (Start.settings; "" before a Start)
+    engine: str = ""               # what decoded, Start's Ran.engine ("" before a Start)
+    engine_label: str = ""         # and how it is named ("compiled engine", "vLLM server", ...)
     compile_seconds: float = 0.0   # graphs compiled during the run, not in ``seconds`` (Done)
     done: bool = False
     stop_reason: str = ""
@@ -55,7 +56,7 @@ class RunStats:
             self.mode, self.clock = e.mode, str(e.settings.get("clock", "wall"))
             self.target_precision = str(e.settings.get("target_precision") or "")
             self.drafter_precision = str(e.settings.get("drafter_precision") or "")
-            self.engine = engine_of(e.settings)
+            self.engine, self.engine_label = e.ran.engine, e.ran.label
         elif isinstance(e, (Accepted, Bonus, Token)):
             self.tokens += 1
             self.ids.append(e.token_id)
@@ -74,19 +75,6 @@ class RunStats:
         elif isinstance(e, Error):
             self.error = e.message
         return self
-
-
-ENGINES = {"compiled": "compiled engine", "eager": "eager engine", "vllm": "vLLM server"}
-
-
-def engine_of(settings: dict) -> str:
-    """What decoded a run, from its start event's settings: ``engine`` ("compiled" or
-    "eager"), "vllm" for a vLLM server (which compiles its own graphs), and "eager" for a
-    run that does not say (an older trace, transformers' generate)."""
-    if settings.get("backend") == "vllm":
-        return "vllm"
-    engine = settings.get("engine")
-    return engine if engine in ENGINES else "eager"
 
 
 def run_stats(events: Iterable[Event], *, now: float | None = None) -> RunStats:
@@ -132,34 +120,34 @@ def precision_html(stats: RunStats) -> str:
             f'{words}</span>')
 
 
-def engine_label(engine: str, compile_seconds: float = 0.0) -> str:
+def engine_label(words: str, compile_seconds: float = 0.0) -> str:
     """The small label saying what decoded (``mv-engine``), with the graphs compiled during
     the runs, kept out of their timings; "" when no run says."""
-    if not engine:
+    if not words:
         return ""
-    words = ENGINES.get(engine, "mixed engines")
     extra = (f' · <small>compile {compile_seconds:.1f} s, not in the timings</small>'
              if compile_seconds > 0 else "")
     return f'<span class="mv-badge mv-neutral mv-engine">{html.escape(words)}{extra}</span>'
 
 
-def engine_both(spec: RunStats, ar: RunStats) -> str:
-    """The engine of the runs shown: one name, "mixed" when two runs differ, "" for none."""
-    engines = {s.engine for s in (spec, ar) if s.engine}
-    return engines.pop() if len(engines) == 1 else ("mixed" if engines else "")
+def engine_both(spec: RunStats, ar: RunStats) -> tuple[str, str]:
+    """The engine of the runs shown and its name: one, "mixed" when two runs differ, "" for none."""
+    engines = {(s.engine, s.engine_label) for s in (spec, ar) if s.engine}
+    return engines.pop() if len(engines) == 1 else (("mixed", "mixed engines") if engines else ("", ""))
 
 
 def _compare_div(speedup: float | None, spec_tps: float, ar_tps: float, basis: str, threads: int,
-                 body: str, clock: str = "wall", engine: str = "", compile_seconds: float = 0.0) -> str:
+                 body: str, clock: str = "wall", engine: tuple[str, str] = ("", ""),
+                 compile_seconds: float = 0.0) -> str:
     """``#compare``: the figure's hooks as data attributes, the badges inside, then the engine."""
     attrs = ""
     if speedup is not None:
         attrs = (f' data-speedup="{speedup:.4f}" data-spec-tps="{spec_tps:.3f}" data-ar-tps="{ar_tps:.3f}"'
                  f' data-basis="{html.escape(basis)}" data-threads="{threads}"'
                  f' data-clock="{html.escape(clock)}"')
-    if engine:
-        attrs += f' data-engine="{html.escape(engine)}"'
-    body += engine_label(engine, compile_seconds) if body or speedup is not None else ""
+    if engine[0]:
+        attrs += f' data-engine="{html.escape(engine[0])}"'
+    body += engine_label(engine[1], compile_seconds) if body or speedup is not None else ""
     return f'<div id="compare" class="mv-compare"{attrs}>{body}</div>' + explain("compare", corner=True)
 
 
@@ -195,10 +183,10 @@ def compare_html(spec: RunStats, ar: RunStats, *, greedy: bool, threads: int = 0
                         "".join(parts), clock, engine, compiling)
 
 
-def measurement_html(m, engine: str = "") -> str:
+def measurement_html(m, engine: Ran = Ran()) -> str:
     """Measure's result (:class:`mtp_viz.app.runtime.measure.Measurement`): the median of the
     repeats, their range, and a winner only when every repeat agrees; ``engine``: what
-    decoded them (see :func:`engine_of`)."""
+    decoded them."""
     cls = {"faster": "mv-ok", "slower": "mv-warn"}.get(m.verdict, "mv-neutral")
     lo, hi = min(m.ratios), max(m.ratios)
     if m.verdict == "too close to call":
@@ -210,7 +198,7 @@ def measurement_html(m, engine: str = "") -> str:
     body = (f'<span class="mv-badge {cls} mv-speedup">{head}<small> · {m.spec_tps:.1f} vs '
             f'{m.ar_tps:.1f} tokens/s{_threads(m.threads)}</small></span>')
     return _compare_div(m.median, m.spec_tps, m.ar_tps, f"median of {m.repeats}", m.threads, body,
-                        engine=engine)
+                        engine=(engine.engine, engine.label))
 
 
 def identity_badge(spec: RunStats, ar: RunStats) -> str:

@@ -32,7 +32,9 @@ class DrafterEntry:
 
 # name -> entry: the one table the engine, the CLI, links and the UI read. A new drafter
 # is a module of this package with a class that has the protocol of .base.Drafter and a
-# ``build(target, draft_model)`` class method, and one entry here.
+# ``build(target, draft_model, step=None)`` class method (``step``: the compiled engine's
+# forward of the loaded draft model, engine.compiled.FastDraftStep; None: eager; a drafter
+# that runs no draft model ignores it), and one entry here.
 DRAFTERS: dict[str, DrafterEntry] = {
     "mtp": DrafterEntry("MTP assistant", "mtp_viz.engine.drafters.mtp:MTPDrafter", "assistant",
                         "{target} has no Gemma 4 MTP drafter loaded; choose prompt lookup or load an assistant."),

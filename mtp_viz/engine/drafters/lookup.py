@@ -10,7 +10,7 @@ class PromptLookupDrafter:
     needs_target_state = False
 
     @classmethod
-    def build(cls, target, draft_model) -> "PromptLookupDrafter":
+    def build(cls, target, draft_model, step=None) -> "PromptLookupDrafter":
         """Drafts as many tokens as a loaded drafter would (its num_assistant_tokens)."""
         return cls(default_draft_tokens=num_assistant_tokens(draft_model))
 

@@ -13,7 +13,7 @@ class ModelDrafter:
     needs_target_state = False
 
     @classmethod
-    def build(cls, target, draft_model) -> "ModelDrafter":
+    def build(cls, target, draft_model, step=None) -> "ModelDrafter":
         return cls(draft_model)
 
     def __init__(self, model):

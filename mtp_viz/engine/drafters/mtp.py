@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch
 
+from ..decoder import EagerDraftStep
 from .base import DraftContext, Drafts, Keep, Pick, Proposal, num_assistant_tokens
 
 
@@ -18,7 +19,8 @@ class MTPDrafter:
         self.assistant = assistant
         self.embed = target.get_input_embeddings()
         self.default_draft_tokens = num_assistant_tokens(assistant)
-        self.step = step  # the compiled engine's drafter step (engine.compiled.FastDraftStep); None: eager
+        # one draft's forward: the compiled engine's (engine.compiled.FastDraftStep) or eager
+        self.step = step if step is not None else EagerDraftStep(assistant)
 
     def reset(self) -> None:
         pass
@@ -41,17 +43,11 @@ class MTPDrafter:
         position = torch.tensor([[len(ctx.ids) - 1]], device=device)
         token = torch.tensor([[ctx.ids[-1]]], device=device)
         drafts, compile_s = Drafts(pick, keep), 0.0
-        fixed = self.step.inputs(kv, dtype) if self.step is not None else None  # one step's K/V, fixed shapes
+        inputs = self.step.inputs(kv, dtype)  # the K/V every draft of this step attends to
         for _ in range(k):
             x = torch.cat([self.embed(token).to(dtype), h.to(dtype)], dim=-1)
-            if fixed is not None:
-                logits, h, c = self.step(x, position, fixed)
-                compile_s += c
-            else:
-                # No padding at batch size 1: no mask (the sliding window still applies)
-                out = self.assistant(inputs_embeds=x, position_ids=position, shared_kv_states=kv,
-                                     use_cache=False)
-                logits, h = out.logits[0, -1], out.last_hidden_state
+            logits, h, c = self.step(x, position, inputs)
+            compile_s += c
             # h [1, 1, H_target]: the drafter's own state feeds the next draft
             if not drafts.take(logits):
                 break

@@ -19,7 +19,7 @@ from typing import Callable, Iterator
 from mtp_viz.engine.events import Error, Event
 from mtp_viz.errors import UserError
 
-from ..base import Pause, Source
+from ..base import Capabilities, Pause, Source
 from ..settings import RunSettings
 from . import stream
 from .client import ServerError
@@ -46,7 +46,9 @@ def by_role(servers: Servers) -> Callable[[ServerError], str]:
 
 
 class VllmSource(Source):
-    pausable = False   # a server sends a response's steps with its last chunk
+    # not pausable: a server sends a response's steps with its last chunk
+    capabilities = Capabilities(remote=True, token_prompt=False)
+    noun = "A vLLM server"
 
     def __init__(self, servers: Servers, sentence: Callable[[ServerError], str] | None = None):
         """``sentence``: how a server's failure is told (default: the operator's sentence,
@@ -64,12 +66,7 @@ class VllmSource(Source):
             raise UserError(self.sentence(e)) from None
 
     def _runs(self, s: RunSettings, stop: threading.Event | None) -> Iterator[tuple[str, Event]]:
-        s.validate()
-        if not isinstance(s.prompt, str):
-            raise UserError("A vLLM server takes a text prompt.")
-        if s.experts:
-            raise UserError("A vLLM server does not report which experts its router chose, "
-                            "so counting experts needs the local engine.")
+        self.check(s)
         for mode in s.modes:
             url, model = ((self.servers.spec, self.servers.model) if mode == "speculative" else
                           (self.servers.baseline, self.servers.baseline_model))

@@ -12,7 +12,7 @@ extension) and a ``step`` whose ``draft_len``/``accepted`` are the server's numb
 The server does not say which tokens it rejected, nor the drafter's probabilities: a
 vLLM stream has no ``drafted``/``rejected`` events, ``q`` stays 1.0, and a view shows
 ``step.draft_len - step.accepted`` as a count of rejected drafts. ``start.settings``
-says ``backend: "vllm"``.
+says what ran (``ran``: :data:`RAN`; and ``backend: "vllm"``, as older traces do).
 
 Requests go to ``/v1/completions`` with the raw prompt (the server's tokenizer adds
 BOS as the local engine does), or to ``/v1/chat/completions`` with ``chat=True``, where
@@ -40,7 +40,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
 
-from mtp_viz.engine.events import Accepted, Bonus, Done, Error, Event, Start, Step, Token
+from mtp_viz.engine.events import Accepted, Bonus, Done, Error, Event, Ran, Start, Step, Token
 from mtp_viz.errors import UserError, clip
 
 from . import client as vllm_client
@@ -48,6 +48,7 @@ from .client import ServerError
 
 __all__ = ["generate", "events", "assemble", "Received", "step_events", "pieces"]
 
+RAN = Ran("vllm", "vLLM server", rejected_ids=False, routing=False)  # what a vLLM run's start says ran
 FINISH = {"length": "max_new_tokens", "stop": "eos", "abort": "stopped"}
 MAX_TOKEN_ID = 2**31 - 1     # a token id is a vocabulary index; anything past this is not one
 MAX_DRAFT = 256              # drafts in one step at most (as a trace's draft length)
@@ -249,7 +250,7 @@ def events(url: str, prompt: str, *, model: str | None = None, mode: str = "spec
         raise ServerError(url, "{server} does not speculate; start it with "
                           "--speculative-config, or use it as the baseline.")
     path, body = _request(name, prompt, chat, max_new_tokens, temperature, top_p, top_k, seed)
-    settings = {"backend": "vllm", "server": url, "model": name,
+    settings = {"backend": "vllm", "ran": RAN.as_dict(), "server": url, "model": name,
                 "api": "chat" if chat else "completions", "max_new_tokens": max_new_tokens,
                 "temperature": temperature, "top_p": top_p, "top_k": top_k, "seed": seed,
                 "draft_tokens": len(counters.accepted_per_pos), "server_speculates": counters.enabled}

@@ -1,0 +1,124 @@
+"""What the loop runs: one small interface for the eager and the compiled engine.
+
+A :class:`Decoder` is the target as the loop sees it. ``open(need)`` gives a
+:class:`Session`, one run's KV cache for ``need`` positions with the decoder that fills
+it; the session's ``forward`` appends tokens and returns a :class:`Forward`, ``crop``
+drops rejected entries, ``close`` hands the cache back. The loop never asks which
+engine it has: :class:`EagerDecoder` wraps a transformers model and transformers'
+``DynamicCache``; :class:`mtp_viz.engine.compiled.FastTarget` a static cache and compiled
+graphs, and opens an eager session itself where no static capacity holds a run.
+
+A drafter step (what the MTP drafter calls per draft) has the same split:
+:class:`EagerDraftStep` runs the assistant as transformers does,
+:class:`mtp_viz.engine.compiled.FastDraftStep` its compiled graph at fixed shapes.
+Compare gpt-fast's ``model_forward`` / ``decode_one_token`` and vLLM's model runner:
+the loop holds the decoding policy, the decoder the arithmetic.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from .events import Ran
+
+
+@dataclass
+class Forward:
+    """One target forward, reduced to what the loop needs."""
+    logits: torch.Tensor                  # [keep, V] float32
+    hidden: torch.Tensor | None           # [1, keep, H] last-layer activations (MTP only)
+    shared_kv: dict | None                # layer type -> (K, V), ending with the new tokens
+    compile_seconds: float = 0.0          # compiling its graph (compiled engine), off the clock
+
+
+class Decoder(Protocol):
+    ran: Ran               # what a run's start event says ran; ``routing``: whether hooks on
+    model: Any             # ``model`` (the eager transformers model) see its forwards
+
+    def open(self, need: int) -> "Session": ...
+    def forward(self, cache: Any, tokens: list[int], want_state: bool, keep: int,
+                compiled: bool = True) -> Forward: ...
+    def release(self, cache: Any) -> None: ...
+
+
+@dataclass
+class Session:
+    """One run's cache and the decoder that fills it."""
+    decoder: Decoder
+    cache: Any
+
+    @property
+    def engine(self) -> str:
+        return self.decoder.ran.engine
+
+    def forward(self, tokens: list[int], want_state: bool, keep: int, compiled: bool = True) -> Forward:
+        """The target over ``tokens`` appended to the cache; the last ``keep`` logits.
+        ``compiled=False``: a shape of its own (the prefill) runs without a graph."""
+        return self.decoder.forward(self.cache, tokens, want_state, keep, compiled)
+
+    def crop(self, drop: int) -> None:
+        """Drop the last ``drop`` entries (the rejected drafts' KV). ``crop(0)`` is no
+        no-op: transformers' sliding layers trim what the next forward no longer needs."""
+        self.cache.crop(-drop)
+
+    def close(self) -> None:
+        self.decoder.release(self.cache)
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class EagerDecoder:
+    """A transformers model, called as transformers calls it, with its ``DynamicCache``."""
+    ran = Ran("eager", "eager engine")
+
+    def __init__(self, model):
+        self.model = model
+        self.device = model.device
+
+    def open(self, need: int) -> Session:
+        from transformers import DynamicCache
+        cache = DynamicCache(config=self.model.config)
+        cache.activate_past_recording()  # sliding-window layers can then be rolled back
+        return Session(self, cache)
+
+    @torch.inference_mode()
+    def forward(self, cache, tokens: list[int], want_state: bool, keep: int, compiled: bool = True) -> Forward:
+        ids = torch.tensor([tokens], device=self.device)
+        extra = {"output_hidden_states": True, "return_shared_kv_states": True} if want_state else {}
+        out = self.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=keep, **extra)
+        hidden = out.hidden_states[-1][:, -keep:] if want_state else None
+        return Forward(out.logits[0, -keep:].float(), hidden, getattr(out, "shared_kv_states", None))
+
+    def release(self, cache) -> None:
+        pass  # a DynamicCache is garbage once its run ends
+
+
+def as_decoder(target) -> Decoder:
+    """``target`` if it is a decoder already, else the eager decoder of a transformers model
+    (what the Python API and the tests pass)."""
+    return target if hasattr(target, "open") else EagerDecoder(target)
+
+
+class EagerDraftStep:
+    """The MTP assistant's forward for one draft, as transformers runs it: no padding at
+    batch size 1, so no mask (the sliding window still applies)."""
+
+    def __init__(self, assistant):
+        self.assistant = assistant
+
+    def inputs(self, shared_kv: dict | None, dtype) -> dict | None:
+        return shared_kv  # one drafting step's K/V, as the target returned them
+
+    def __call__(self, x, position, inputs) -> tuple[torch.Tensor, torch.Tensor, float]:
+        """(logits [V], the next state [1, 1, H], compile seconds: none) for one draft."""
+        out = self.assistant(inputs_embeds=x, position_ids=position, shared_kv_states=inputs, use_cache=False)
+        return out.logits[0, -1], out.last_hidden_state, 0.0
+
+
+__all__ = ["Decoder", "EagerDecoder", "EagerDraftStep", "Forward", "Session", "as_decoder"]
