@@ -30,6 +30,8 @@ from mtp_viz.app.views import dashboard, tokens
 from mtp_viz.app.views.frame import Frame, cleared
 from mtp_viz.engine.events import Step
 from mtp_viz.errors import UserError
+from mtp_viz.sources.base import Capabilities
+from mtp_viz.sources.local import LocalSource
 from mtp_viz.sources.vllm import client as vllm_client
 from mtp_viz.sources.vllm.client import ServerError
 from mtp_viz.sources.vllm.prometheus import SpecDecodeCounters
@@ -46,6 +48,11 @@ HINT = ("A vLLM server with Gemma 4 MTP fills the speculative pane, one without 
         "not which tokens; it sends a response's steps with its last chunk. The vLLM dashboard section "
         "charts the server's counters over all its traffic.")
 
+
+
+def capabilities(key: str) -> Capabilities:
+    """What the source the picker's ``key`` names can do: the page reads this, never the key."""
+    return VllmSource.capabilities if key == VLLM else LocalSource.capabilities
 
 
 class VllmHandlers:
@@ -103,7 +110,7 @@ class VllmHandlers:
     def picked(self, key: str) -> str:
         """``#model-status`` when the picker changes: what this source needs, else the
         state of the picked pair."""
-        if key == VLLM:
+        if capabilities(key).remote:
             return tokens.message_html("Give the server's URL, then Run (Load checks the servers).")
         try:
             return self.h.model_line(*self.h.pick(key))
@@ -114,7 +121,7 @@ class VllmHandlers:
              target_precision: Any = None, drafter_precision: Any = None, compiled: Any = None):
         """Load: the local pair (in the precisions and on the engine asked), or, for this
         source, a check of the servers."""
-        if key != VLLM:
+        if not capabilities(key).remote:
             return self.h.load(key, custom_target, custom_drafter, target_precision, drafter_precision, compiled)
         return self.probe(url, baseline), gr.Timer(active=False), gr.skip()
 
@@ -174,4 +181,4 @@ class Watch:
     history: list[tuple[float, SpecDecodeCounters]] = field(default_factory=list)
 
 
-__all__ = ["DASHBOARD_SECONDS", "HINT", "VLLM", "VllmHandlers", "Watch"]
+__all__ = ["DASHBOARD_SECONDS", "HINT", "VLLM", "VllmHandlers", "Watch", "capabilities"]

@@ -15,7 +15,7 @@ import gradio as gr
 
 from mtp_viz.app.handlers import links
 from mtp_viz.app.handlers.local import CUSTOM, OUTPUTS, Handlers
-from mtp_viz.app.handlers.vllm import HINT, VLLM, VllmHandlers
+from mtp_viz.app.handlers.vllm import HINT, VllmHandlers, capabilities
 from mtp_viz.app.runtime import service
 from mtp_viz.app.views import tokens
 from mtp_viz.prompts import Prompt, category_suite, code_suite, load_prompts
@@ -167,7 +167,7 @@ def _wire_model(demo: gr.Blocks, page: Page, h: Handlers, vh: VllmHandlers) -> l
     names stands, never loading or compiling it: the visitor presses Load or Run) and the
     loading timer. Returns the events that report a pair's loading, for what follows them."""
     def on_model(key: str):
-        prompts, server = examples_for(key), key == VLLM  # a server's chat template is unknown
+        prompts, server = examples_for(key), capabilities(key).remote  # a server's chat template is unknown
         return (gr.update(visible=key == CUSTOM),
                 tokens.message_html(HINT) if server else hint_html(h.presets, key),
                 gr.update(choices=prompt_choices(prompts), value=None),
@@ -213,7 +213,7 @@ def _wire_runs(page: Page, h: Handlers, vh: VllmHandlers) -> dict[str, Any]:
         return {name: data[c] for c, name in form.items()}
 
     def route(key: str, local: int, remote: int):
-        return (gr.skip(), remote + 1) if key == VLLM else (local + 1, gr.skip())
+        return (gr.skip(), remote + 1) if capabilities(key).remote else (local + 1, gr.skip())
 
     def run(data: dict):
         yield from h.run(values(data), data[page.session])
@@ -223,7 +223,8 @@ def _wire_runs(page: Page, h: Handlers, vh: VllmHandlers) -> dict[str, Any]:
 
     def measure(data: dict):
         v = values(data)
-        yield from (vh if v["model"] == VLLM else h).measure(v, data[page.repeats], data[page.session])
+        repeats = h if capabilities(v["model"]).repeatable else vh  # vh: says how to measure a server
+        yield from repeats.measure(v, data[page.repeats], data[page.session])
 
     shown = dict(show_progress="minimal", show_progress_on=page.status, **HIDDEN)
     model_slot = dict(concurrency_id="local", concurrency_limit=service.WAITING, **shown)
