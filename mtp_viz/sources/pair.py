@@ -14,7 +14,7 @@ from mtp_viz.engine.schedules import ScheduleCache
 from mtp_viz.errors import UserError, clip
 
 from .presets import is_local
-from .settings import RunSettings, quote
+from .settings import RunSettings, check_drafter
 
 ASSISTANT_TYPES = ("gemma4_assistant", "gemma4_unified_assistant")
 GEMMA4_TYPES = ("gemma4", "gemma4_text", "gemma4_unified", "gemma4_unified_text")  # wrappers and text-only
@@ -191,9 +191,8 @@ class ModelPair:
         models suit ("auto"): the MTP assistant, an independent draft model, else lookup."""
         if kind == "auto":
             kind = next(name for name, d in DRAFTERS.items() if d.needs == self.loaded)
-        entry = DRAFTERS.get(kind)
-        if entry is None:
-            raise UserError(f"Unknown drafter {quote(kind)}; choose auto, {', '.join(DRAFTERS)}.")
+        check_drafter(kind)
+        entry = DRAFTERS[kind]
         if entry.needs and entry.needs != self.loaded:
             raise UserError(entry.missing.format(target=clip(self.name)))
         return drafter_class(kind).build(self.target, self.drafter_model, step=self.draft_step)

@@ -48,6 +48,7 @@ class RunSettings:
     stale_kv: bool = False                  # an experiment switch (see engine.loop.speculative)
     max_prompt_tokens: int | None = None    # the deployment's cap (MTP_VIZ_MAX_PROMPT_TOKENS)
     experts: bool = False                   # count each step's experts (mixture-of-experts targets)
+    _checked: bool = field(default=False, init=False, repr=False, compare=False)  # validate() passed
 
     @property
     def greedy(self) -> bool:
@@ -63,13 +64,22 @@ class RunSettings:
 
     def validate(self, max_new_tokens: int | None = None) -> "RunSettings":
         """These settings, or a UserError of one sentence for the first bad value;
-        ``max_new_tokens`` is a deployment's cap on the setting of that name."""
+        ``max_new_tokens`` is a deployment's cap on the setting of that name. Checked once:
+        the boundary (a front end, with its cap) checks, and a source handed the same
+        settings finds them checked (they are frozen, so they cannot have changed)."""
+        if self._checked and (max_new_tokens is None or self.max_new_tokens <= max_new_tokens):
+            return self
+        self._check(max_new_tokens)
+        object.__setattr__(self, "_checked", True)
+        return self
+
+    def _check(self, max_new_tokens: int | None) -> None:
         _check_prompt(self.prompt)
         bad = [m for m in self.modes if m not in MODES] or ([] if self.modes else [""])
         if bad:  # quote the bad mode, not the tuple the settings hold
             raise UserError(f"Unknown mode {quote(bad[0])}; choose speculative or autoregressive.")
-        if self.drafter != "auto" and self.drafter not in DRAFTERS:
-            raise UserError(f"Unknown drafter {quote(self.drafter)}; choose auto, {', '.join(DRAFTERS)}.")
+        if self.drafter != "auto":
+            check_drafter(self.drafter)
         if self.schedule not in SCHEDULES:
             raise UserError(f"Unknown schedule {quote(self.schedule)}; choose one of {', '.join(SCHEDULES)}.")
         cap = max_new_tokens
@@ -89,11 +99,16 @@ class RunSettings:
             self.sampling.validate()
         except ValueError as e:
             raise UserError(str(e)) from None
-        return self
 
     def as_dict(self) -> dict[str, Any]:
         """Plain values (for a trace's header or a record)."""
         return {**dataclasses.asdict(self), "sampling": self.sampling.as_dict()}
+
+
+def check_drafter(name: Any) -> None:
+    """A drafter's name in engine.drafters.DRAFTERS, or the sentence that says it is not."""
+    if name not in DRAFTERS:
+        raise UserError(f"Unknown drafter {quote(name)}; choose auto, {', '.join(DRAFTERS)}.")
 
 
 def _check_prompt(prompt: Any) -> None:
@@ -116,4 +131,4 @@ def _check_prompt(prompt: Any) -> None:
             raise UserError("The prompt is not valid UTF-8 text.") from None
 
 
-__all__ = ["MAX_DRAFT_TOKENS", "MAX_TOP", "MODES", "RunSettings", "quote"]
+__all__ = ["MAX_DRAFT_TOKENS", "MAX_TOP", "MODES", "RunSettings", "check_drafter", "quote"]

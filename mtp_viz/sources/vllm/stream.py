@@ -41,8 +41,10 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
 
 from mtp_viz.engine.events import Accepted, Bonus, Done, Error, Event, Ran, Start, Step, Token
+from mtp_viz.engine.decoding import Sampling
 from mtp_viz.errors import UserError, clip
 
+from ..settings import RunSettings
 from . import client as vllm_client
 from .client import ServerError
 
@@ -236,14 +238,11 @@ def events(url: str, prompt: str, *, model: str | None = None, mode: str = "spec
     first token (defaults: ``MTP_VIZ_VLLM_DEADLINE``, 300, and
     ``MTP_VIZ_VLLM_FIRST_TOKEN_DEADLINE``, 60); past either the connection is closed
     and the run ends with one sentence, however many keep-alives the server sends."""
-    if mode not in ("speculative", "autoregressive"):
-        raise UserError(f"Unknown mode {mode!r}; choose speculative or autoregressive.")
-    if not prompt or not prompt.strip():
-        raise UserError("The prompt is empty.")
-    if max_new_tokens < 1:
-        raise UserError("Max new tokens must be at least 1.")
-    if temperature < 0 or not 0 < top_p <= 1 or top_k < 0:
-        raise UserError("Temperature must be 0 or more, top-p in (0, 1] and top-k 0 or more.")
+    if not isinstance(prompt, str):
+        raise UserError("A vLLM server takes a text prompt.")
+    # the rules every source's settings follow, each one sentence (sources.settings)
+    RunSettings(prompt, (mode,), max_new_tokens=max_new_tokens, chat=chat,
+                sampling=Sampling(temperature, top_k, top_p, seed)).validate()
     name = _pick_model(url, model, max_new_tokens)
     counters = vllm_client.scrape(url, name)
     if mode == "speculative" and not counters.enabled:
