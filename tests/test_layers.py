@@ -21,11 +21,14 @@ SHARED = ("mtp_viz.errors", "mtp_viz.paths", "mtp_viz.prompts", "mtp_viz.version
 PUBLIC_API = "mtp_viz"  # names every layer's modules (imported on first use), so none imports it
 
 # layer -> the layers (package prefixes) it may import, besides itself and SHARED
-BELOW_FRONT_ENDS = ("mtp_viz.engine", "mtp_viz.sources", "mtp_viz.analysis")
+CORE = ("mtp_viz.engine", "mtp_viz.sources", "mtp_viz.analysis")
+# the pure views: events in, HTML or figures out, for every front end that draws
+BELOW_FRONT_ENDS = (*CORE, "mtp_viz.views")
 ALLOWED = {
     "mtp_viz.engine": (),
     "mtp_viz.sources": ("mtp_viz.engine",),
     "mtp_viz.analysis": ("mtp_viz.engine",),
+    "mtp_viz.views": CORE,
     # the front ends, side by side: none imports another
     "mtp_viz.cli": BELOW_FRONT_ENDS,
     "mtp_viz.app": BELOW_FRONT_ENDS,
@@ -43,19 +46,13 @@ FRONT_END_HANDOFFS = {
     ("mtp_viz.app.runtime.measure", "mtp_viz.cli.bench_report"),
     ("mtp_viz.app.handlers.traffic", "mtp_viz.cli.bench_traffic"),
     ("mtp_viz.app.page.vllm", "mtp_viz.cli.bench_traffic"),
-    # The notebook draws with the app's pure views (token spans and stats, anatomy, charts),
-    # which no lower layer holds yet.
-    ("mtp_viz.notebook", "mtp_viz.app.views.notebook"),
-    ("mtp_viz.notebook", "mtp_viz.app.views.anatomy"),
-    ("mtp_viz.notebook", "mtp_viz.app.views.charts"),
     # Starting the app is what these two do: mtp_viz.launch(pair) (inline), and `mtp-viz ui`
     # (the CLI's SUBCOMMANDS names the app's module for importlib).
     ("mtp_viz.notebook", "mtp_viz.app.page.layout"),
     ("mtp_viz.cli.main", "mtp_viz.app.page.layout"),
 }
-VIEWS = "mtp_viz.app.views"
-NOT_IN_VIEWS = ("gradio", "torch", "transformers", "mtp_viz.app.page", "mtp_viz.app.handlers",
-                "mtp_viz.app.runtime")
+VIEWS = "mtp_viz.views"
+NOT_IN_VIEWS = ("gradio", "torch", "transformers")
 KNOWN = frozenset(modules(PACKAGE))
 
 
@@ -114,7 +111,7 @@ def test_the_check_catches_an_upward_import(tmp_path, monkeypatch):
     did), an analysis module importing the public API or naming a view in a registry's
     string, and a shared module importing a layer are caught."""
     engine = PACKAGE / "engine" / "loop.py"
-    view = PACKAGE / "app" / "views" / "charts.py"
+    view = PACKAGE / "views" / "charts.py"
     source = PACKAGE / "sources" / "pair.py"
     analysis = PACKAGE / "analysis" / "metrics.py"
     shared = PACKAGE / "prompts.py"
@@ -131,16 +128,16 @@ def test_the_check_catches_an_upward_import(tmp_path, monkeypatch):
         if self == shared:
             return text + "\ndef f():\n    from .sources import presets\n"
         if self == analysis:
-            return text + "\nVIEWS = {'tokens': 'mtp_viz.app.views.tokens:step_html'}\nfrom mtp_viz import launch\n"
+            return text + "\nVIEWS = {'tokens': 'mtp_viz.views.tokens:step_html'}\nfrom mtp_viz import launch\n"
         return text
     monkeypatch.setattr(Path, "read_text", planted)
     assert "mtp_viz.engine.loop (mtp_viz.engine) imports mtp_viz.sources.models (mtp_viz.sources)" \
         in violations(engine)
-    assert violations(view) == ["mtp_viz.app.views.charts (a pure view) imports gradio"]
+    assert violations(view) == ["mtp_viz.views.charts (a pure view) imports gradio"]
     assert violations(source) == ["mtp_viz.sources.pair (mtp_viz.sources) imports mtp_viz.notebook (mtp_viz.notebook)"]
     assert violations(analysis) == [  # through the public API, and through a registry's string
         "mtp_viz.analysis.metrics imports mtp_viz, the public API above every layer",
-        "mtp_viz.analysis.metrics (mtp_viz.analysis) imports mtp_viz.app.views.tokens (mtp_viz.app)"]
+        "mtp_viz.analysis.metrics (mtp_viz.analysis) imports mtp_viz.views.tokens (mtp_viz.views)"]
     assert violations(shared) == ["mtp_viz.prompts (shared by every layer) imports mtp_viz.sources.presets"]
 
 

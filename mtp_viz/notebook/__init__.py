@@ -80,7 +80,7 @@ def show_events(events: Iterable[Event], *, charts: bool = True, out=None) -> li
         return seen
     from IPython.display import HTML, display
 
-    from mtp_viz.app.views.notebook import cell_html
+    from mtp_viz.views.notebook import cell_html
     css = _css()
     handle, drawn = display(HTML(cell_html([], css=css)), display_id=True), 0.0
     for _ in kept(events):
@@ -104,7 +104,7 @@ def show_anatomy(pair: Any, events: Iterable[Event] = ()) -> None:
     from IPython.display import HTML, display
 
     from mtp_viz.analysis.anatomy import anatomy
-    from mtp_viz.app.views.anatomy import anatomy_html
+    from mtp_viz.views.anatomy import anatomy_html
     display(HTML(f'<div class="mv-notebook"><style>{_css()}</style>{anatomy_html(anatomy(pair), list(events))}</div>'))
 
 
@@ -113,7 +113,7 @@ def show_side_by_side(runs: dict[str, Iterable[Event]]) -> None:
     rec.events, "mtp-viz engine": events}``): their tokens and stats lines; a notebook only."""
     from IPython.display import HTML, display
 
-    from mtp_viz.app.views.notebook import side_by_side_html
+    from mtp_viz.views.notebook import side_by_side_html
     display(HTML(side_by_side_html({name: list(events) for name, events in runs.items()}, css=_css())))
 
 
@@ -124,7 +124,7 @@ def _show_charts(events: list[Event]) -> None:
     import plotly.io as pio
     from IPython.display import display
 
-    from mtp_viz.app.views import charts
+    from mtp_viz.views import charts
     from mtp_viz.engine.events import Start
     spec = any(isinstance(e, Start) and e.mode == "speculative" for e in events)
     runs = (events, ()) if spec else ((), events)  # the charts take (speculative, autoregressive)

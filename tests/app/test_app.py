@@ -13,10 +13,10 @@ from factories import gemma_assistant, gemma_target
 from mtp_viz.app.handlers import local
 from mtp_viz.app.runtime import measure, runs, service
 from mtp_viz.analysis import stream
-from mtp_viz.app.views import tokens as view
+from mtp_viz.views import tokens as view
 from mtp_viz.errors import UserError
 from mtp_viz.engine.events import Done, Error
-from mtp_viz.app.views.frame import PLOTS
+from mtp_viz.views.frame import PLOTS
 from mtp_viz.sources.base import Source
 from mtp_viz.sources.local import LocalSource
 from mtp_viz.sources.settings import RunSettings
@@ -103,14 +103,14 @@ def test_live_charts_only_with_speculative_news():
 # modules keep the real registry).
 EXTRA_CHART = """
 import json, sys
-from mtp_viz.app.views import charts
+from mtp_viz.views import charts
 charts.CHARTS += (charts.Chart("extra-plot", "An extra chart", "It counts the steps. It is a test.",
                                lambda spec, ar: charts.tokens_per_forward_figure(spec), live=True, row=2),)
-from mtp_viz.app.views import explain
+from mtp_viz.views import explain
 from mtp_viz.app.handlers import local
 from mtp_viz.app.page import layout
 from mtp_viz.app.runtime import runs
-from mtp_viz.app.views.frame import Frame
+from mtp_viz.views.frame import Frame
 from streams import ar_run, spec_run
 
 cfg = layout.build_demo(target="tiny").get_config_file()

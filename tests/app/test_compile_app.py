@@ -16,7 +16,7 @@ import pytest
 
 from mtp_viz.app.handlers import links, local
 from mtp_viz.app.runtime import runs, service
-from mtp_viz.app.views import export, stats
+from mtp_viz.views import export, stats
 from mtp_viz.engine.events import Done, Start
 from mtp_viz.errors import UserError
 from mtp_viz.sources import trace

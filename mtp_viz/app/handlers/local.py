@@ -14,8 +14,8 @@ import gradio as gr
 
 from mtp_viz.app.runtime import measure, runs, service, zerogpu
 from mtp_viz.app.runtime.turns import Turns, ahead_words
-from mtp_viz.app.views import charts, export, inspector, stats, tokens
-from mtp_viz.app.views.frame import Frame, cleared
+from mtp_viz.views import charts, export, inspector, stats, tokens
+from mtp_viz.views.frame import Frame, cleared
 from mtp_viz.engine.events import Error
 from mtp_viz.errors import UserError, clip
 from mtp_viz.sources.local import LocalSource

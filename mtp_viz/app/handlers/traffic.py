@@ -16,7 +16,7 @@ from typing import Any
 
 from mtp_viz.app.runtime import service
 from mtp_viz.app.runtime.guard import ServerPolicy
-from mtp_viz.app.views import tokens
+from mtp_viz.views import tokens
 from mtp_viz.cli import bench_traffic as traffic
 from mtp_viz.engine.decoding import Sampling
 from mtp_viz.errors import UserError
