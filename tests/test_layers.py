@@ -18,7 +18,10 @@ from package_imports import modules
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "mtp_viz"
 SHARED = ("mtp_viz.errors", "mtp_viz.paths", "mtp_viz.prompts", "mtp_viz.version")  # any layer may use these
-PUBLIC_API = "mtp_viz"  # names every layer's modules (imported on first use), so none imports it
+# Above every layer, so no module of the package imports them: the public API names every
+# layer's modules (imported on first use), and the `mtp-viz` command names the CLI's and the
+# app's subcommands.
+TOP = ("mtp_viz", "mtp_viz.__main__")
 
 # layer -> the layers (package prefixes) it may import, besides itself and SHARED
 CORE = ("mtp_viz.engine", "mtp_viz.sources", "mtp_viz.analysis")
@@ -46,10 +49,6 @@ FRONT_END_HANDOFFS = {
     ("mtp_viz.app.runtime.measure", "mtp_viz.cli.bench_report"),
     ("mtp_viz.app.handlers.traffic", "mtp_viz.cli.bench_traffic"),
     ("mtp_viz.app.page.vllm", "mtp_viz.cli.bench_traffic"),
-    # Starting the app is what these two do: mtp_viz.launch(pair) (inline), and `mtp-viz ui`
-    # (the CLI's SUBCOMMANDS names the app's module for importlib).
-    ("mtp_viz.notebook", "mtp_viz.app.page.layout"),
-    ("mtp_viz.cli.main", "mtp_viz.app.page.layout"),
 }
 VIEWS = "mtp_viz.views"
 NOT_IN_VIEWS = ("gradio", "torch", "transformers")
@@ -83,9 +82,9 @@ def violations(path: Path) -> list[str]:
     for imp in sorted(imports(path)):
         if within(name, VIEWS) and any(within(imp, n) for n in NOT_IN_VIEWS):
             bad.append(f"{name} (a pure view) imports {imp}")
-        if imp == PUBLIC_API and name != PUBLIC_API:
-            bad.append(f"{name} imports {PUBLIC_API}, the public API above every layer")
-        if name in SHARED and within(imp, PUBLIC_API) and imp not in SHARED:
+        if imp in TOP and name not in TOP:
+            bad.append(f"{name} imports {imp}, above every layer")
+        if name in SHARED and within(imp, "mtp_viz") and imp not in SHARED:
             bad.append(f"{name} (shared by every layer) imports {imp}")
         if not imp.startswith("mtp_viz") or imp in SHARED or layer is None:
             continue
@@ -136,7 +135,7 @@ def test_the_check_catches_an_upward_import(tmp_path, monkeypatch):
     assert violations(view) == ["mtp_viz.views.charts (a pure view) imports gradio"]
     assert violations(source) == ["mtp_viz.sources.pair (mtp_viz.sources) imports mtp_viz.notebook (mtp_viz.notebook)"]
     assert violations(analysis) == [  # through the public API, and through a registry's string
-        "mtp_viz.analysis.metrics imports mtp_viz, the public API above every layer",
+        "mtp_viz.analysis.metrics imports mtp_viz, above every layer",
         "mtp_viz.analysis.metrics (mtp_viz.analysis) imports mtp_viz.views.tokens (mtp_viz.views)"]
     assert violations(shared) == ["mtp_viz.prompts (shared by every layer) imports mtp_viz.sources.presets"]
 

@@ -7,8 +7,10 @@ happens, and the whole app over a pair already in memory.
     demo = mtp_viz.launch(pair)                                      # the app, inline
 
 Outside a notebook :func:`show` prints the terminal view (the one ``mtp-viz generate``
-prints) instead. A front end like the CLI: it consumes a source's events and imports
-IPython only when it draws; nothing below it imports it.
+prints) instead. A front end like the CLI: it consumes a source's events, draws with
+:mod:`mtp_viz.views`, and imports IPython only when it draws; nothing below it imports
+it. ``mtp_viz.launch`` is the app's (:func:`mtp_viz.app.start.launch`): a front end never
+imports another.
 """
 from __future__ import annotations
 
@@ -19,18 +21,11 @@ from typing import Any
 
 from mtp_viz.engine.events import Event
 from mtp_viz.errors import UserError, clip
+from mtp_viz.views.notebook import in_notebook
 
-__all__ = ["in_notebook", "launch", "show", "show_anatomy", "show_events", "show_side_by_side"]
+__all__ = ["in_notebook", "show", "show_anatomy", "show_events", "show_side_by_side"]
 
 FRAME_SECONDS = 0.25   # the inline view is redrawn at most this often while a run streams
-
-
-def in_notebook() -> bool:
-    """Whether this process is a notebook kernel (Jupyter, VS Code, Colab) that can
-    show HTML, rather than a terminal (plain ``python`` or the ``ipython`` shell)."""
-    ipython = sys.modules.get("IPython")
-    shell = ipython.get_ipython() if ipython is not None else None
-    return shell is not None and (hasattr(shell, "kernel") or "google.colab" in sys.modules)
 
 
 def show(what: Any, /, prompt: str | list | None = None, *, charts: bool = True, out=None,
@@ -135,14 +130,3 @@ def _show_charts(events: list[Event]) -> None:
                  "text/html": pio.to_html(fig, full_html=False, include_plotlyjs=i == 0, validate=False)},
                 raw=True)
 
-
-def launch(pair: Any, **kwargs: Any):
-    """The whole app on ``pair`` (from :func:`mtp_viz.from_models` or
-    :func:`mtp_viz.load_pair`), with no second load: inline in a notebook, else on a
-    local port (``port=``; else Gradio's default). Returns the Gradio app;
-    ``demo.close()`` stops it. Other ``kwargs`` go to Gradio's ``launch`` (``height=``...)."""
-    from mtp_viz.app.page import layout
-    demo = layout.build_demo(pair=pair)
-    layout.launch(demo, host=kwargs.pop("host", None), port=kwargs.pop("port", None),
-                  **{"inline": in_notebook(), "prevent_thread_lock": True, "quiet": True, **kwargs})
-    return demo

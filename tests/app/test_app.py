@@ -473,7 +473,7 @@ def test_dtype_from_environment(monkeypatch):
 
 def test_the_app_refuses_to_start_on_a_bad_dtype(monkeypatch, capsys):
     """Before the default pair loads or anything is served: one line, exit status 2."""
-    from mtp_viz.cli.main import main
+    from mtp_viz.__main__ import main
     monkeypatch.setenv("MTP_VIZ_DTYPE", "float8")
     started = []
     monkeypatch.setattr(service.PairLoader, "start", lambda self, *a: started.append(a))
