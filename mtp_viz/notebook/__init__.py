@@ -3,6 +3,7 @@ happens, and the whole app over a pair already in memory.
 
     pair = mtp_viz.from_models(target_model, assistant_model, processor)
     events = mtp_viz.show(pair, "Why is the sky blue?", max_new_tokens=64)  # tokens, stats, charts
+    m = mtp_viz.notebook.show_measurement(pair, "Why is the sky blue?")   # faster? the app's Measure
     mtp_viz.show(rec)                                                # a recorded generate call
     demo = mtp_viz.launch(pair)                                      # the app, inline
 
@@ -23,7 +24,7 @@ from mtp_viz.engine.events import Event
 from mtp_viz.errors import UserError, clip
 from mtp_viz.views.notebook import in_notebook
 
-__all__ = ["in_notebook", "show", "show_anatomy", "show_events", "show_side_by_side"]
+__all__ = ["in_notebook", "show", "show_anatomy", "show_events", "show_measurement", "show_side_by_side"]
 
 FRAME_SECONDS = 0.25   # the inline view is redrawn at most this often while a run streams
 
@@ -130,3 +131,27 @@ def _show_charts(events: list[Event]) -> None:
                  "text/html": pio.to_html(fig, full_html=False, include_plotlyjs=i == 0, validate=False)},
                 raw=True)
 
+
+def show_measurement(pair: Any, prompt: str | list, *, repeats: int = 5, out=None, **settings: Any):
+    """Is speculation faster on this prompt? Both modes, ``repeats`` times, alternating,
+    off-screen: the app's Measure, through the bench's own runner and reduction
+    (:func:`mtp_viz.measure.compare.measure`), greedy. ``settings``: ``max_new_tokens``,
+    ``draft_tokens``, ``schedule``, ``drafter``, ``chat`` (as :class:`RunSettings` takes
+    them). Draws the verdict (the app's badge in a notebook, one line elsewhere) and
+    returns the :class:`~mtp_viz.measure.compare.Measurement`."""
+    from mtp_viz.measure.compare import measure
+    from mtp_viz.sources.settings import RunSettings
+    if not isinstance(repeats, int) or not 2 <= repeats <= 100:
+        raise UserError("show_measurement takes between 2 and 100 repeats.")
+    m = measure(pair, RunSettings(prompt, **settings).validate(), repeats)
+    if in_notebook():
+        from IPython.display import HTML, display
+
+        from mtp_viz.views.stats import measurement_html
+        display(HTML(f'<div class="mv-notebook"><style>{_css()}</style>'
+                     f'{measurement_html(m, engine=getattr(pair, "engine", ""))}</div>'))
+    else:
+        print(f"speculative ×{m.median:.2f} over autoregressive: {m.verdict} (median of {m.repeats} repeats, "
+              f"range ×{min(m.ratios):.2f}–×{max(m.ratios):.2f}; {m.spec_tps:.1f} vs {m.ar_tps:.1f} tokens/s)",
+              file=out or sys.stdout)
+    return m

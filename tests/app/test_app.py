@@ -11,7 +11,8 @@ import torch
 
 from factories import gemma_assistant, gemma_target
 from mtp_viz.app.handlers import local
-from mtp_viz.app.runtime import measure, runs, service
+from mtp_viz.app.runtime import runs, service
+from mtp_viz.measure import compare as measure
 from mtp_viz.analysis import stream
 from mtp_viz.views import tokens as view
 from mtp_viz.errors import UserError

@@ -105,7 +105,7 @@ def test_compare_identity_and_speedup_hooks():
 
 
 def test_measurement_names_a_winner_only_when_every_repeat_agrees():
-    from mtp_viz.app.runtime.measure import Measurement
+    from mtp_viz.measure.compare import Measurement
     m = Measurement((1.8, 1.9, 2.0), 200.0, 105.0, 1)
     h = stats.measurement_html(m)
     assert "×1.90</b> faster" in h and "median of 3 repeats" in h and 'data-basis="median of 3"' in h
