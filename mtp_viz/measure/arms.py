@@ -104,7 +104,7 @@ def reduce(meta: dict[str, Any], records: Sequence[Record], events: dict[RunKey,
     drift = drifts(records) if greedy else {}
     several = len(arms) > 1
     rows: list[SettingRow] = []
-    categories: dict[str, CategoryRow] = {}
+    cells: dict[tuple[str, int], dict] = {}   # (category, prompts) -> every arm's cells by row name
     plain: dict[str, PlainRow] = {}
     for arm in arms:
         own = [r for r in records if arm.owns(r.key)]
@@ -118,11 +118,12 @@ def reduce(meta: dict[str, Any], records: Sequence[Record], events: dict[RunKey,
         rename = {s.name: f"{s.name} {arm.label}" if several else s.name for s in settings}
         rows += [dataclasses.replace(r, setting=rename[r.setting], arm=of) for r in sub.settings]
         for c in sub.categories:
-            entry = categories.setdefault(c.category, CategoryRow(c.category, c.prompts))
-            entry.by_setting.update({rename[name]: cell for name, cell in c.by_setting.items()})
+            cells.setdefault((c.category, c.prompts), {}).update(
+                {rename[name]: cell for name, cell in c.by_setting.items()})
     first = arms[0].label if arms[0].several_engines else arms[0].precision.target
-    return BenchResult(meta, plain, first, engine_ratios(arms, plain, rows), tuple(rows),
-                       tuple(categories.values()), tuple(records))
+    categories = tuple(CategoryRow(cat, prompts, by) for (cat, prompts), by in cells.items())
+    return BenchResult(meta, plain, first, engine_ratios(arms, plain, rows), tuple(rows), categories,
+                       tuple(records))
 
 
 def engine_ratios(arms: Sequence[Arm], plain: dict[str, PlainRow], rows: Sequence[SettingRow]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 from mtp_viz.analysis import metrics
@@ -50,10 +50,10 @@ def tps_by_repeat(records: Sequence[Record], mode: str, setting: str = "", categ
 
 
 def speedup_ratios(records: Sequence[Record], mode: str, setting: str, category: str | None = None,
-                   decode: bool = False, baseline: str = AUTOREGRESSIVE) -> list[float]:
-    """Per repeat, this mode's tokens/s over the baseline's (autoregressive) tokens/s:
-    the bench's speedups, the app's Measure's and a server bench's alike."""
-    base = tps_by_repeat(records, baseline, "", category, decode)
+                   decode: bool = False) -> list[float]:
+    """Per repeat, this mode's tokens/s over autoregressive tokens/s: the bench's
+    speedups, the app's Measure's and a server bench's (over the baseline server) alike."""
+    base = tps_by_repeat(records, AUTOREGRESSIVE, "", category, decode)
     this = tps_by_repeat(records, mode, setting, category, decode)
     return [this[k] / base[k] for k in sorted(this) if base.get(k)]
 
@@ -172,7 +172,7 @@ class CategoryRow:
     """One category's figures by setting name: bench.json's ``categories`` entries."""
     category: str
     prompts: int
-    by_setting: dict[str, CategoryCell] = field(default_factory=dict)
+    by_setting: dict[str, CategoryCell]   # by the setting's (the row's) name
 
     def as_dict(self) -> dict[str, Any]:
         return {"category": self.category, "prompts": self.prompts,
