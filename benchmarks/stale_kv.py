@@ -36,7 +36,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 from mtp_viz.engine import loop as engine
 from mtp_viz.analysis import metrics
-from mtp_viz.cli.bench import Runner, Setting
+from mtp_viz.measure.records import Setting
+from mtp_viz.measure.runner import Runner
+from mtp_viz.sources.settings import RunSettings
 from mtp_viz.prompts import load_prompts
 
 VARIANTS = ("cropped", "stale", "transformers")
@@ -91,10 +93,10 @@ def main(argv=None) -> int:
         # e.g. mtp_viz/assets/tiny/eval_prompts.json: held-out stdlib code
         extra = load_prompts(args.extra_prompts, default_category="held-out code")
         prompts += [dataclasses.replace(q, id="heldout-" + q.id) for q in extra]
-    encoded = [pair.encode(q.text, chat=not args.no_chat) for q in prompts]
     gammas = [int(x) for x in args.draft_tokens.split(",")]
-    runners = {v: Runner(pair, pair.make_drafter("mtp"), args.max_new_tokens, Sampling(),
-                         v != "cropped", 16) for v in VARIANTS}
+    runners = {v: Runner(pair, RunSettings("", drafter="mtp", max_new_tokens=args.max_new_tokens,
+                                           sampling=Sampling(), chat=not args.no_chat, stale_kv=v != "cropped"))
+               for v in VARIANTS}
     rows, per_prompt = [], []
     t0 = time.perf_counter()
     for g in gammas:
@@ -102,13 +104,13 @@ def main(argv=None) -> int:
         ev = {v: [] for v in VARIANTS}
         diffs = {v: [] for v in VARIANTS[1:]}
         same_tokens, ref_match = True, 0
-        for q, ids in zip(prompts, encoded):
+        for q in prompts:
             out = {}
             for v, runner in runners.items():
                 with variant(v):
-                    out[v] = runner.ours(ids, setting)
+                    out[v] = runner.run("speculative", q.text, setting)
                 ev[v].extend(out[v][1])
-            ref, _ = runners["cropped"].reference(ids, g)
+            ref, _ = runners["cropped"].run("reference", q.text, setting)
             same_tokens &= all(out[v][0].ids == ref.ids for v in VARIANTS)
             ref_match += out["transformers"][0].target_forwards == ref.target_forwards
             tau = {v: metrics.mean_accepted_length(out[v][1]) for v in VARIANTS}

@@ -31,7 +31,7 @@ _PUBLIC = {
     "record": "mtp_viz.sources.hf_generate",
     "open_source": "mtp_viz.sources",
     "show": "mtp_viz.notebook",
-    "launch": "mtp_viz.notebook",
+    "launch": "mtp_viz.app.start",
     "Sampling": "mtp_viz.engine.decoding",
     "UserError": "mtp_viz.errors",
     **{name: "mtp_viz.engine.events" for name in (

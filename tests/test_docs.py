@@ -33,7 +33,7 @@ def _read(paths) -> list[tuple[Path, str]]:
 
 def contracts() -> dict[str, set[str]]:
     """kind -> the names the code defines, as the docs would write them."""
-    app = _read((PACKAGE / "app").rglob("*.py"))
+    app = _read([*(PACKAGE / "app").rglob("*.py"), *(PACKAGE / "views").rglob("*.py")])  # the page and its views
     cli = _read([*(PACKAGE / "cli").glob("*.py"), PACKAGE / "app" / "page" / "layout.py"])
     return {
         "element id": {f"#{i}" for _, s in app for i in re.findall(r'elem_id="([^"]+)"', s)}

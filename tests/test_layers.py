@@ -1,4 +1,5 @@
-"""The package's layers, enforced: engine core < sources < analysis < front ends.
+"""The package's layers, enforced: engine core < sources < analysis < measurement and views
+< front ends (the CLI, the app, the notebook: none imports another) < the top level.
 
 Each module's imports (at any depth: a lazy import inside a function counts too, and so
 does a module a registry names in a string for ``importlib``) are read from its source
@@ -18,44 +19,30 @@ from package_imports import modules
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "mtp_viz"
 SHARED = ("mtp_viz.errors", "mtp_viz.paths", "mtp_viz.prompts", "mtp_viz.version")  # any layer may use these
-PUBLIC_API = "mtp_viz"  # names every layer's modules (imported on first use), so none imports it
+# Above every layer, so no module of the package imports them: the public API names every
+# layer's modules (imported on first use), and the `mtp-viz` command names the CLI's and the
+# app's subcommands.
+TOP = ("mtp_viz", "mtp_viz.__main__")
 
 # layer -> the layers (package prefixes) it may import, besides itself and SHARED
-BELOW_FRONT_ENDS = ("mtp_viz.engine", "mtp_viz.sources", "mtp_viz.analysis")
+CORE = ("mtp_viz.engine", "mtp_viz.sources", "mtp_viz.analysis")
+# Side by side below every front end: the measurement layer (timed runs, records, their
+# reduction, the traffic sweep) and the pure views (events in, HTML or figures out).
+BELOW_FRONT_ENDS = (*CORE, "mtp_viz.measure", "mtp_viz.views")
 ALLOWED = {
     "mtp_viz.engine": (),
     "mtp_viz.sources": ("mtp_viz.engine",),
     "mtp_viz.analysis": ("mtp_viz.engine",),
+    "mtp_viz.measure": CORE,
+    "mtp_viz.views": CORE,
     # the front ends, side by side: none imports another
     "mtp_viz.cli": BELOW_FRONT_ENDS,
     "mtp_viz.app": BELOW_FRONT_ENDS,
     "mtp_viz.notebook": BELOW_FRONT_ENDS,
 }
 FRONT_ENDS = ("mtp_viz.cli", "mtp_viz.app", "mtp_viz.notebook")
-# The front-end-to-front-end imports that remain, (importer, imported) module by module. The
-# list only shrinks: a new pair fails test_each_module_imports_only_from_layers_below, and a
-# pair no longer imported fails test_every_front_end_handoff_is_still_an_import (take it off).
-FRONT_END_HANDOFFS = {
-    # The app's Measure and Traffic panels run the CLI's bench (its Runner and Setting, the
-    # report's speedup ratios, the concurrency sweep and its levels): a measurement layer
-    # below the front ends is to hold them.
-    ("mtp_viz.app.runtime.measure", "mtp_viz.cli.bench"),
-    ("mtp_viz.app.runtime.measure", "mtp_viz.cli.bench_report"),
-    ("mtp_viz.app.handlers.traffic", "mtp_viz.cli.bench_traffic"),
-    ("mtp_viz.app.page.vllm", "mtp_viz.cli.bench_traffic"),
-    # The notebook draws with the app's pure views (token spans and stats, anatomy, charts),
-    # which no lower layer holds yet.
-    ("mtp_viz.notebook", "mtp_viz.app.views.notebook"),
-    ("mtp_viz.notebook", "mtp_viz.app.views.anatomy"),
-    ("mtp_viz.notebook", "mtp_viz.app.views.charts"),
-    # Starting the app is what these two do: mtp_viz.launch(pair) (inline), and `mtp-viz ui`
-    # (the CLI's SUBCOMMANDS names the app's module for importlib).
-    ("mtp_viz.notebook", "mtp_viz.app.page.layout"),
-    ("mtp_viz.cli.main", "mtp_viz.app.page.layout"),
-}
-VIEWS = "mtp_viz.app.views"
-NOT_IN_VIEWS = ("gradio", "torch", "transformers", "mtp_viz.app.page", "mtp_viz.app.handlers",
-                "mtp_viz.app.runtime")
+VIEWS = "mtp_viz.views"
+NOT_IN_VIEWS = ("gradio", "torch", "transformers")
 KNOWN = frozenset(modules(PACKAGE))
 
 
@@ -86,20 +73,17 @@ def violations(path: Path) -> list[str]:
     for imp in sorted(imports(path)):
         if within(name, VIEWS) and any(within(imp, n) for n in NOT_IN_VIEWS):
             bad.append(f"{name} (a pure view) imports {imp}")
-        if imp == PUBLIC_API and name != PUBLIC_API:
-            bad.append(f"{name} imports {PUBLIC_API}, the public API above every layer")
-        if name in SHARED and within(imp, PUBLIC_API) and imp not in SHARED:
+        if imp in TOP and name not in TOP:
+            bad.append(f"{name} imports {imp}, above every layer")
+        if name in SHARED and within(imp, "mtp_viz") and imp not in SHARED:
             bad.append(f"{name} (shared by every layer) imports {imp}")
         if not imp.startswith("mtp_viz") or imp in SHARED or layer is None:
             continue
         theirs = layer_of(imp)
         if not theirs or theirs == layer or theirs in ALLOWED[layer]:
             continue
-        if theirs in FRONT_ENDS and layer in FRONT_ENDS:
-            if (name, imp) not in FRONT_END_HANDOFFS:
-                bad.append(f"{name} ({layer}) imports {imp} ({theirs}), another front end")
-        else:
-            bad.append(f"{name} ({layer}) imports {imp} ({theirs})")
+        another = ", another front end" if theirs in FRONT_ENDS and layer in FRONT_ENDS else ""
+        bad.append(f"{name} ({layer}) imports {imp} ({theirs}){another}")
     return bad
 
 
@@ -114,7 +98,7 @@ def test_the_check_catches_an_upward_import(tmp_path, monkeypatch):
     did), an analysis module importing the public API or naming a view in a registry's
     string, and a shared module importing a layer are caught."""
     engine = PACKAGE / "engine" / "loop.py"
-    view = PACKAGE / "app" / "views" / "charts.py"
+    view = PACKAGE / "views" / "charts.py"
     source = PACKAGE / "sources" / "pair.py"
     analysis = PACKAGE / "analysis" / "metrics.py"
     shared = PACKAGE / "prompts.py"
@@ -131,26 +115,28 @@ def test_the_check_catches_an_upward_import(tmp_path, monkeypatch):
         if self == shared:
             return text + "\ndef f():\n    from .sources import presets\n"
         if self == analysis:
-            return text + "\nVIEWS = {'tokens': 'mtp_viz.app.views.tokens:step_html'}\nfrom mtp_viz import launch\n"
+            return text + "\nVIEWS = {'tokens': 'mtp_viz.views.tokens:step_html'}\nfrom mtp_viz import launch\n"
         return text
     monkeypatch.setattr(Path, "read_text", planted)
     assert "mtp_viz.engine.loop (mtp_viz.engine) imports mtp_viz.sources.models (mtp_viz.sources)" \
         in violations(engine)
-    assert violations(view) == ["mtp_viz.app.views.charts (a pure view) imports gradio"]
+    assert violations(view) == ["mtp_viz.views.charts (a pure view) imports gradio"]
     assert violations(source) == ["mtp_viz.sources.pair (mtp_viz.sources) imports mtp_viz.notebook (mtp_viz.notebook)"]
     assert violations(analysis) == [  # through the public API, and through a registry's string
-        "mtp_viz.analysis.metrics imports mtp_viz, the public API above every layer",
-        "mtp_viz.analysis.metrics (mtp_viz.analysis) imports mtp_viz.app.views.tokens (mtp_viz.app)"]
+        "mtp_viz.analysis.metrics imports mtp_viz, above every layer",
+        "mtp_viz.analysis.metrics (mtp_viz.analysis) imports mtp_viz.views.tokens (mtp_viz.views)"]
     assert violations(shared) == ["mtp_viz.prompts (shared by every layer) imports mtp_viz.sources.presets"]
 
 
 def test_a_front_end_importing_another_front_end_is_caught(monkeypatch):
-    """Negative control: the app importing the notebook (lazily) or the CLI's generate, the
-    CLI naming the notebook in a registry's string, and the notebook importing the CLI's
-    bench are caught; an allow-listed pair is not."""
+    """Negative control, with no allow-list: the app importing the notebook (lazily) or the
+    CLI's generate, the CLI naming the app in a registry's string (as ``mtp-viz ui`` once
+    did), the notebook importing the CLI's bench or the app's layout (as ``launch`` once
+    did) are caught; so are the measurement layer and a view importing a front end."""
     app = PACKAGE / "app" / "handlers" / "local.py"
     cli = PACKAGE / "cli" / "main.py"
     notebook = PACKAGE / "notebook" / "__init__.py"
+    measure = PACKAGE / "measure" / "runner.py"
     real = Path.read_text
 
     def planted(self, *args, **kwargs):
@@ -158,24 +144,32 @@ def test_a_front_end_importing_another_front_end_is_caught(monkeypatch):
         if self == app:
             return text + "\ndef f():\n    from mtp_viz.notebook import show\n    from mtp_viz.cli import generate\n"
         if self == cli:
-            return text + "\nSUBCOMMANDS['show'] = ('mtp_viz.notebook', 'Draw a run.')\n"
+            return text + "\nSUBCOMMANDS['ui'] = ('mtp_viz.app.page.layout', 'Start the app.')\n"
         if self == notebook:
-            return text + "\ndef g():\n    from mtp_viz.cli.bench import Runner\n"
+            return text + "\ndef g():\n    from mtp_viz.cli.bench import run\n    from mtp_viz.app.page import layout\n"
+        if self == measure:
+            return text + "\ndef h():\n    from mtp_viz.cli import bench_report\n"
         return text
     monkeypatch.setattr(Path, "read_text", planted)
     assert violations(app) == [
         "mtp_viz.app.handlers.local (mtp_viz.app) imports mtp_viz.cli.generate (mtp_viz.cli), another front end",
         "mtp_viz.app.handlers.local (mtp_viz.app) imports mtp_viz.notebook (mtp_viz.notebook), another front end"]
     assert violations(cli) == [
-        "mtp_viz.cli.main (mtp_viz.cli) imports mtp_viz.notebook (mtp_viz.notebook), another front end"]
+        "mtp_viz.cli.main (mtp_viz.cli) imports mtp_viz.app.page.layout (mtp_viz.app), another front end"]
     assert violations(notebook) == [
+        "mtp_viz.notebook (mtp_viz.notebook) imports mtp_viz.app.page.layout (mtp_viz.app), another front end",
         "mtp_viz.notebook (mtp_viz.notebook) imports mtp_viz.cli.bench (mtp_viz.cli), another front end"]
+    assert violations(measure) == [
+        "mtp_viz.measure.runner (mtp_viz.measure) imports mtp_viz.cli.bench_report (mtp_viz.cli)"]
 
 
-def test_every_front_end_handoff_is_still_an_import():
-    """The allow-list only shrinks: a pair that is no longer imported comes off it."""
-    found = {(module_name(path), imp) for path in MODULES for imp in imports(path)}
-    assert sorted(FRONT_END_HANDOFFS - found) == []
+def test_no_front_end_imports_another():
+    """Across the whole package, lazily or not, through a registry's string or not: the
+    front ends meet only at the top level (``mtp_viz.launch``, the ``mtp-viz`` command)."""
+    crossing = sorted(f"{module_name(path)} -> {imp}" for path in MODULES for imp in imports(path)
+                      if (mine := layer_of(module_name(path))) in FRONT_ENDS
+                      and layer_of(imp) in FRONT_ENDS and layer_of(imp) != mine)
+    assert crossing == []
 
 
 def test_the_package_folder_holds_at_most_eight_modules():

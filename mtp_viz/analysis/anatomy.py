@@ -1,7 +1,7 @@
 """The anatomy of a loaded pair's Gemma 4 MTP drafter, read from its real modules.
 
 :func:`anatomy` returns a plain :class:`Anatomy` (no tensors), which the app draws
-(:mod:`mtp_viz.app.views.anatomy`). Every number comes from the loaded weights' shapes
+(:mod:`mtp_viz.views.anatomy`). Every number comes from the loaded weights' shapes
 and configs, never from a description of the published checkpoints:
 
     x_1 = concat(E[last token], h_target)            E: the target's input embedding

@@ -1,26 +1,25 @@
 """`mtp-viz bench`: speedup, acceptance and overhead, held against the theory.
 
-Every prompt runs in three modes:
+Every prompt runs in three modes (:mod:`mtp_viz.measure.runner`):
 
 - ``autoregressive``: our engine's plain decoding, the baseline for every speedup;
 - ``reference``: transformers' own assisted decoding,
-  ``target.generate(ids, assistant_model=drafter, do_sample=False)``, with the draft
-  length set through ``assistant_model.generation_config.num_assistant_tokens`` (the
-  only knob transformers honours for this drafter) and a constant schedule;
-- ``ours``: :func:`mtp_viz.engine.loop.speculative`, for every setting (schedule × draft
-  length).
+  ``target.generate(ids, assistant_model=drafter, do_sample=False)``, with a constant
+  draft length;
+- ``speculative`` (bench.json's ``ours``): our engine through the local source, for
+  every setting (schedule × draft length).
 
-Runs alternate: within each repeat, each prompt runs every mode and setting once, in
-an order rotated from prompt to prompt and repeat to repeat, so slow drift of the
-machine (thermal, other jobs) falls on all modes alike. Wall times are measured around
-the whole call (our event stream included, without detokenization, as transformers
-does none either). Greedy runs must reproduce the reference token for token; a
-mismatch is reported loudly and makes the command exit with status 1.
+Runs alternate (:mod:`mtp_viz.measure.session`): within each repeat, each prompt runs
+every mode and setting once, in an order rotated from prompt to prompt and repeat to
+repeat, so slow drift of the machine (thermal, other jobs) falls on all modes alike.
+Greedy runs must reproduce the reference token for token; a mismatch is reported loudly
+and makes the command exit with status 1.
 
-The numbers are reduced by :mod:`mtp_viz.cli.bench_report` (table, JSON, HTML report).
-``--precisions T/D,...`` runs several precision pairs in the same run, each reduced
-against its own target's plain decoding (:mod:`mtp_viz.cli.bench_precision`).
-``--server URL`` benches a vLLM server instead (:mod:`mtp_viz.cli.bench_server`).
+This module holds the flags, their checks, and what the bench prints and writes; the
+runs and their reduction are :mod:`mtp_viz.measure`'s. ``--precisions T/D,...`` runs
+several precision pairs in the same run, each reduced against its own target's plain
+decoding (:mod:`mtp_viz.measure.arms`). ``--server URL`` benches a vLLM server instead
+(:mod:`mtp_viz.cli.bench_server`).
 """
 from __future__ import annotations
 
@@ -28,19 +27,17 @@ import argparse
 import os
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from mtp_viz.engine.decoding import Sampling
-from mtp_viz.engine.schedules import ScheduleCache
 from mtp_viz.errors import UserError
+from mtp_viz.measure.records import Setting, settings_grid
 from mtp_viz.prompts import Prompt, load_prompts
 from mtp_viz.sources.precision import Precision
 from mtp_viz.sources.settings import MAX_DRAFT_TOKENS, RunSettings
 
 from . import bench_precision, bench_report
-from .bench_report import Record
 from .generate import MAX_NEW_TOKENS
 
 QUICK = dict(max_new_tokens=24, repeats=1, draft_tokens=(2, 4), per_category=1)
@@ -95,16 +92,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_server_arguments(p)
 
 
-@dataclass(frozen=True)
-class Setting:
-    schedule: str
-    gamma: int          # constant draft length, or the adaptive schedule's first length
-
-    @property
-    def name(self) -> str:
-        return f"{self.schedule}-{self.gamma}"
-
-
 def parse_settings(draft_tokens: str | None, schedules: str, quick: bool) -> list[Setting]:
     from mtp_viz.engine.schedules import SCHEDULES
     try:
@@ -120,85 +107,7 @@ def parse_settings(draft_tokens: str | None, schedules: str, quick: bool) -> lis
     for s in names:
         if s not in SCHEDULES:
             raise UserError(f"Unknown schedule {s!r}; choose from {', '.join(SCHEDULES)}.")
-    gammas = sorted(set(gammas))
-    start = gammas[len(gammas) // 2]
-    out = []
-    for s in names:
-        out += [Setting(s, g) for g in gammas] if s == "constant" else [Setting(s, start)]
-    return out
-
-
-class Runner:
-    """Runs one mode on one prompt and returns a record (a plain dict) plus events."""
-
-    def __init__(self, pair, drafter, max_new_tokens: int, sampling, stale_kv: bool,
-                 max_draft_tokens: int):
-        self.pair, self.drafter = pair, drafter
-        self.target, self.assistant = pair.decoder, pair.drafter_model   # decoder: compiled or the model
-        self.n, self.sampling, self.stale_kv = max_new_tokens, sampling, stale_kv
-        self.cap = max_draft_tokens
-        self.eos = tuple(pair.eos_token_ids or ())
-        self.forwards = 0
-        self._hook = pair.target.register_forward_pre_hook(self._count)  # counts the reference's forwards
-        self.schedules = ScheduleCache()  # one per setting, carried across runs
-
-    def close(self) -> None:
-        self._hook.remove()
-
-    def _count(self, module, args):
-        self.forwards += 1
-
-    def autoregressive(self, ids: list[int], n: int | None = None):
-        from mtp_viz.engine.loop import autoregressive
-        return self._consume(autoregressive(self.target, ids, max_new_tokens=n or self.n,
-                                            sampling=self.sampling, eos_token_ids=self.eos))
-
-    def ours(self, ids: list[int], setting: Setting, n: int | None = None):
-        from mtp_viz.engine.loop import speculative
-        schedule = self.schedules.get(setting.schedule, self.drafter.kind, setting.gamma,
-                                      max(self.cap, setting.gamma))
-        return self._consume(speculative(
-            self.target, self.drafter, ids, max_new_tokens=n or self.n, sampling=self.sampling,
-            schedule=schedule, max_draft_tokens=max(self.cap, setting.gamma),
-            eos_token_ids=self.eos, stale_kv=self.stale_kv))
-
-    def _consume(self, stream):
-        from mtp_viz.engine.events import Done, Step
-        t, cpu = time.perf_counter(), time.process_time()
-        events = list(stream)
-        seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
-        done = events[-1]
-        if not isinstance(done, Done):
-            raise RuntimeError(f"engine stopped without a done event: {done!r}")
-        # a graph the compiled engine compiled in this call (a shape first seen) is not decoding
-        seconds, cpu = seconds - done.compile_seconds, cpu - done.compile_seconds
-        # Step 1 is the prefill in both of our modes: its time, to separate out decoding.
-        prefill = next((e.verify_seconds for e in events if isinstance(e, Step)), 0.0)
-        return Record("", seconds, done.new_tokens, done.target_forwards, tuple(done.generated_ids),
-                      cpu_seconds=cpu, prefill_seconds=prefill), events
-
-    def reference(self, ids: list[int], gamma: int, n: int | None = None):
-        import torch
-        gc = self.assistant.generation_config
-        saved = (gc.num_assistant_tokens, gc.num_assistant_tokens_schedule)
-        gc.num_assistant_tokens, gc.num_assistant_tokens_schedule = gamma, "constant"
-        model = self.pair.target
-        x = torch.tensor([ids], device=model.device)
-        eos = list(self.eos) or None
-        pad = model.generation_config.pad_token_id
-        try:
-            self.forwards = 0
-            t, cpu = time.perf_counter(), time.process_time()
-            with torch.inference_mode():
-                out = model.generate(
-                    input_ids=x, attention_mask=torch.ones_like(x), assistant_model=self.assistant,
-                    do_sample=False, max_new_tokens=n or self.n, eos_token_id=eos,
-                    pad_token_id=pad if pad is not None else (eos[0] if eos else 0))
-            seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
-        finally:
-            gc.num_assistant_tokens, gc.num_assistant_tokens_schedule = saved
-        gen = out[0, len(ids):].tolist()
-        return Record("reference", seconds, len(gen), self.forwards, tuple(gen), cpu_seconds=cpu), None
+    return settings_grid(gammas, names)
 
 
 @dataclass(frozen=True)
@@ -222,7 +131,7 @@ def check(args: argparse.Namespace) -> Plan:
     """Every flag of the bench, checked once and before any model loads or server is
     asked: the first bad one is one sentence. Run settings are checked as every run's
     are (:meth:`mtp_viz.sources.settings.RunSettings.validate`)."""
-    from . import bench_traffic
+    from mtp_viz.measure import traffic
     server = bool(args.server or args.baseline_server)
     if server:
         local = [flag for flag, on in (
@@ -254,11 +163,11 @@ def check(args: argparse.Namespace) -> Plan:
     if args.concurrency is not None:
         if not args.baseline_server:
             raise UserError("--concurrency compares two servers: give --baseline-server too.")
-        levels = bench_traffic.parse_levels(args.concurrency)
+        levels = traffic.parse_levels(args.concurrency)
     if args.requests is not None:
         if levels is None:
             raise UserError("--requests sets the requests per level of --concurrency; give --concurrency too.")
-        requests = _between("--requests", args.requests, 1, bench_traffic.MAX_REQUESTS)
+        requests = _between("--requests", args.requests, 1, traffic.MAX_REQUESTS)
     prompts = load_prompts(args.prompts, args.categories, per_category)
     settings = parse_settings(args.draft_tokens, args.schedules, quick)
     sampling = Sampling(args.temperature, seed=args.seed)
@@ -303,8 +212,10 @@ def _local(args: argparse.Namespace, plan: Plan) -> int:
         torch.set_num_threads(threads)
 
 
-def _arms(args, precisions, n, sampling) -> list[bench_precision.Arm]:
+def _arms(args, precisions, n, sampling) -> list:
     """Each precision pair loaded (every model once per precision) with its runner."""
+    from mtp_viz.measure.arms import Arm
+    from mtp_viz.measure.runner import Runner
     from mtp_viz.sources.models import load_pairs
     t_load = time.perf_counter()
     pairs = load_pairs(args.target, args.drafter, precisions)
@@ -313,77 +224,36 @@ def _arms(args, precisions, n, sampling) -> list[bench_precision.Arm]:
     if len({tuple(p.precision.values()) for p in pairs}) < len(pairs):  # e.g. float32/float32 and default/default
         raise UserError("--precisions lists a pair twice (a default is this device's float32 or bfloat16).")
     print(f"mtp-viz bench: loaded {args.target} in {time.perf_counter() - t_load:.1f} s", file=sys.stderr)
+    baselines = len(pairs)   # the pairs as loaded, on the eager engine: what the compiled arms are held against
     if args.compile:
         pairs = pairs + bench_precision.compiled(pairs)
-    arms = [bench_precision.Arm(Precision(**p.precision), p,
-                                Runner(p, p.make_drafter("mtp"), n, sampling, args.stale_kv, args.max_draft_tokens),
-                                engine=p.engine, several_engines=args.compile)
-            for p in pairs]
+    # what every run shares; each run sets its prompt, mode and setting
+    base = RunSettings("", drafter="mtp", max_new_tokens=n, sampling=sampling, chat=not args.no_chat,
+                       stale_kv=args.stale_kv)
+    arms = [Arm(Precision(**p.precision), p, Runner(p, base, args.max_draft_tokens), engine=p.engine,
+                several_engines=args.compile, baseline=i < baselines) for i, p in enumerate(pairs)]
     print(f"mtp-viz bench: arms {', '.join(a.label for a in arms)}", file=sys.stderr)
     return arms
 
 
-def _tasks(arms, settings, greedy) -> list[tuple[str, Any, Setting | None]]:
-    """(mode, arm, setting): one plain run per distinct target, then each arm's reference
-    (greedy, constant schedules, where transformers runs the pair) and its settings."""
-    plain = {(a.precision.target, a.engine): a for a in arms}
-    tasks: list[tuple[str, Any, Setting | None]] = [("autoregressive", a, None) for a in plain.values()]
-    for a in arms:
-        if greedy and a.has_reference and a.engine == "eager":  # transformers' run: one per pair, not per engine
-            tasks += [("reference", a, s) for s in settings if s.schedule == "constant"]
-        tasks += [("ours", a, s) for s in settings]
-    return tasks
-
-
-def _one(mode, arm, setting, ids, limit=None):
-    if mode == "autoregressive":
-        return arm.runner.autoregressive(ids, limit)
-    if mode == "reference":
-        return arm.runner.reference(ids, setting.gamma, limit)
-    return arm.runner.ours(ids, setting, limit)
-
-
 def _run(args, sampling, prompts, settings, precisions, n, repeats, quick, greedy) -> int:
-    from . import bench_report
+    from tqdm.auto import tqdm
+
+    from mtp_viz.measure import arms as reduction
+    from mtp_viz.measure.session import interleaved, tasks
     arms = _arms(args, precisions, n, sampling)
-    tasks = _tasks(arms, settings, greedy)
     print(f"mtp-viz bench: {len(prompts)} prompts x {len(settings)} settings x {len(arms)} arm(s) x "
           f"{repeats} repeats, {n} new tokens each", file=sys.stderr)
-    encoded = [arms[0].pair.encode(p.text, chat=not args.no_chat) for p in prompts]
-    records: list[Record] = []
-    events: dict[tuple, list] = {}
-    from tqdm.auto import tqdm
-    bar = tqdm(total=repeats * len(prompts) * len(tasks), desc="bench", unit="run",
+    bar = tqdm(total=repeats * len(prompts) * len(tasks(arms, settings, greedy)), desc="bench", unit="run",
                file=sys.stderr, disable=args.no_progress, dynamic_ncols=True)
-    mismatches = 0
     try:
-        for mode, arm, setting in tasks:  # warm-up (untimed): first calls pay for lazy initialisation
-            _one(mode, arm, setting, encoded[0], min(n, 8))
-        for r in range(repeats):
-            for i, (prompt, ids) in enumerate(zip(prompts, encoded)):
-                shift = (r * len(prompts) + i) % len(tasks)
-                done: dict[tuple, Record] = {}
-                for mode, arm, setting in tasks[shift:] + tasks[:shift]:
-                    rec, ev = _one(mode, arm, setting, ids)
-                    t, d = arm.precision.target, arm.precision.drafter if mode != "autoregressive" else None
-                    rec = replace(rec, mode=mode, setting=setting.name if setting else "",
-                                  schedule=setting.schedule if setting else "",
-                                  gamma=setting.gamma if setting else 0, prompt_id=prompt.id,
-                                  category=prompt.category, repeat=r, prompt_tokens=len(ids),
-                                  target_precision=t, drafter_precision=d,
-                                  engine=arm.engine if mode != "reference" else None)
-                    done[(mode, rec.setting, t, d, rec.engine)] = rec
-                    if ev is not None:
-                        events.setdefault((mode, rec.setting, t, d, rec.engine), []).append((prompt, r, ev))
-                    bar.update(1)
-                if greedy:
-                    mismatches += sum(_check_parity(_arm_runs(done, a), prompt.id, r, bar, a.exact, a.label)
-                                      for a in arms)
-                records.extend(done.values())
+        runs = interleaved(arms, settings, prompts, repeats, greedy, n, done=lambda: bar.update(1),
+                           warn=lambda line: bar.write(line, file=sys.stderr))
     finally:
         bar.close()
         for a in arms:
             a.runner.close()
+    mismatches = runs.mismatches
     meta = {
         "target": args.target, "drafter": args.drafter,
         "dtype": str(arms[0].pair.target.dtype).removeprefix("torch."), "precisions": [a.label for a in arms],
@@ -392,9 +262,9 @@ def _run(args, sampling, prompts, settings, precisions, n, repeats, quick, greed
         "temperature": sampling.temperature, "stale_kv": args.stale_kv, "chat": not args.no_chat,
         "quick": quick, "parity_failures": mismatches, **bench_report.environment(),
         "engines": sorted({a.engine for a in arms}),
-        "compile_seconds": {a.label: round(a.pair.compile_seconds, 2) for a in arms if a.engine == "compiled"},
+        "compile_seconds": {a.label: round(a.pair.compile_seconds, 2) for a in arms if not a.baseline},
     }
-    result = bench_precision.reduce(meta, records, events, settings, arms, greedy)
+    result = reduction.reduce(meta, runs.records, runs.events, settings, arms, greedy).as_dict()
     by_precision = bench_precision.markdown(result)
     paths, failed = bench_report.write(result, Path(args.out), by_precision)
     print(bench_report.markdown(result, by_precision))
@@ -405,39 +275,3 @@ def _run(args, sampling, prompts, settings, precisions, n, repeats, quick, greed
     if failed:
         raise UserError(failed)
     return 1 if mismatches else 0
-
-
-def _arm_runs(done: dict, arm) -> dict[tuple[str, str], Record]:
-    """One prompt's runs of ``arm`` (and its target's plain run), by (mode, setting)."""
-    t, d = arm.precision.target, arm.precision.drafter
-    return {(mode, name): rec for (mode, name, rt, rd, engine), rec in done.items()
-            if rt == t and (mode == "autoregressive" or rd == d) and engine in (arm.engine, None)}
-
-
-def _check_parity(done: dict, prompt_id: str, repeat: int, bar, exact: bool = True, label: str = "") -> int:
-    """Each greedy run of ours must equal the reference with the same draft length.
-
-    Marks every record with ``parity`` (True/False, or None where no reference ran) and
-    ``matches_autoregressive``; returns the number of failures. With ``exact=False`` (a
-    target computing in bfloat16 or float16, where verification rounds differently from
-    one token at a time) a difference is marked and reported, not counted."""
-    ar = done.get(("autoregressive", ""))
-    failures = 0
-    for (mode, name), rec in done.items():
-        if mode != "ours":
-            continue
-        ref = done.get(("reference", name))
-        rec.matches_autoregressive = ar is not None and rec.ids == ar.ids
-        if ref is None:
-            continue
-        rec.parity = rec.ids == ref.ids
-        if not rec.parity:
-            failures += exact
-            first = next((k for k, (a, b) in enumerate(zip(rec.ids, ref.ids)) if a != b),
-                         min(len(rec.ids), len(ref.ids)))
-            rec.first_difference = first
-            what = "MISMATCH" if exact else "differs (rounding of a non-float32 target, not a failure)"
-            bar.write(f"{what} {name}{' ' + label if label else ''} on {prompt_id} (repeat {repeat}): ours "
-                      f"differs from transformers at new token {first}: {list(rec.ids[first:first + 5])} vs "
-                      f"{list(ref.ids[first:first + 5])}", file=sys.stderr)
-    return failures

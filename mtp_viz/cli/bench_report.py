@@ -1,9 +1,5 @@
-"""Reduce benchmark runs to numbers, and write them as a table, JSON and an HTML report.
-
-Every rate is pooled before it is divided (total tokens ÷ total seconds over the
-prompts of one repeat), and every timing figure is the median over repeats. The
-acceptance figures come from :mod:`mtp_viz.analysis.metrics` over all of a setting's event
-streams; the predictions from :mod:`mtp_viz.engine.theory`.
+"""A bench's result written as a table, JSON and an HTML report (the numbers are
+:mod:`mtp_viz.measure.reduce`'s: pooled rates, medians over repeats, theory).
 
 The output folder is checked before the first run (:func:`prepare_out`): a bench's results
 already there are overwritten only with ``--force``, and a folder that cannot be written
@@ -17,47 +13,13 @@ import html
 import json
 import os
 import platform
-import statistics
 import tempfile
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mtp_viz.analysis import metrics
-from mtp_viz.engine import theory
 from mtp_viz.errors import UserError, clip
 
 OUTPUTS = ("bench.json", "bench.md", "bench.html")   # what a bench writes in --out
-
-
-@dataclass
-class Record:
-    """One timed run of a bench, as bench.json's ``runs`` lists it."""
-    mode: str                  # local: autoregressive | reference | ours; server: speculative | autoregressive
-    seconds: float             # wall time of the whole call (a server's: request to last chunk)
-    new_tokens: int
-    target_forwards: int
-    ids: tuple[int, ...] = ()  # the generated tokens, for the parity checks (not written)
-    setting: str = ""          # ours and reference: "<schedule>-<γ>"
-    schedule: str = ""
-    gamma: int = 0
-    prompt_id: str = ""
-    category: str = ""
-    repeat: int = 0
-    prompt_tokens: int | None = None
-    cpu_seconds: float | None = None       # process CPU time of the call (local)
-    prefill_seconds: float | None = None   # step 1's time (our engine's modes)
-    parity: bool | None = None             # ours: equals transformers' output (greedy; None: no reference)
-    first_difference: int | None = None    # where it first differs, when it does
-    matches_autoregressive: bool | None = None
-    same_tokens: bool | None = None        # server: both servers wrote the same tokens (greedy)
-    target_precision: str | None = None    # local: what each model ran in (autoregressive: the target only)
-    drafter_precision: str | None = None
-    engine: str | None = None              # local: "eager" or "compiled" (engine.compiled)
-
-    def as_dict(self) -> dict[str, Any]:
-        """The fields that apply to this run (unset ones and the tokens left out)."""
-        return {k: v for k, v in asdict(self).items() if v is not None and k != "ids"}
 
 
 def environment() -> dict[str, Any]:
@@ -67,154 +29,6 @@ def environment() -> dict[str, Any]:
             "python": platform.python_version(), "machine": platform.machine(),
             "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
-
-
-def _median(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
-
-
-def _ratio(a, b):
-    return a / b if a is not None and b else None
-
-
-def _tps_by_repeat(records, mode, setting, category=None, decode=False) -> dict[int, float]:
-    """repeat -> pooled tokens per second (Σ tokens ÷ Σ seconds over the prompts).
-
-    decode=True leaves out the prefill forward and the token it makes: what Leviathan
-    et al.'s formula describes (the prefill costs the same in every mode and dilutes
-    the speedup of short generations)."""
-    tok: dict[int, float] = {}
-    sec: dict[int, float] = {}
-    for r in records:
-        if r.mode == mode and r.setting == setting and (category is None or r.category == category):
-            if decode and r.prefill_seconds is None:
-                continue
-            k = r.repeat
-            tok[k] = tok.get(k, 0) + r.new_tokens - (1 if decode else 0)
-            sec[k] = sec.get(k, 0) + r.seconds - (r.prefill_seconds if decode else 0)
-    return {k: tok[k] / sec[k] for k in tok if sec[k] > 0}
-
-
-def speedup_ratios(records, mode, setting, category=None, decode=False) -> list[float]:
-    """Per repeat, this mode's tokens/s over autoregressive tokens/s (the app's Measure
-    reports these too)."""
-    ar = _tps_by_repeat(records, "autoregressive", "", category, decode)
-    this = _tps_by_repeat(records, mode, setting, category, decode)
-    return [this[k] / ar[k] for k in sorted(this) if ar.get(k)]
-
-
-def _speedup(records, mode, setting, category=None, decode=False):
-    """Median over repeats of this mode's tokens/s over autoregressive tokens/s."""
-    return _median(speedup_ratios(records, mode, setting, category, decode))
-
-
-def _overhead(records, setting, key="seconds"):
-    """Median over repeats of Σ our wall time ÷ Σ the reference's wall time
-    (``key="cpu_seconds"``: process CPU time, steadier on a machine shared with others)."""
-    ours: dict[int, float] = {}
-    ref: dict[int, float] = {}
-    for r in records:
-        if r.setting == setting and r.mode in ("ours", "reference") and getattr(r, key) is not None:
-            d = ours if r.mode == "ours" else ref
-            d[r.repeat] = d.get(r.repeat, 0) + getattr(r, key)
-    return _median([ours[k] / ref[k] for k in ours if ref.get(k)])
-
-
-def _forwards(records, mode, setting):
-    rs = [r for r in records if r.mode == mode and r.setting == setting and r.repeat == 0]
-    f = sum(r.target_forwards for r in rs)
-    return f, (sum(r.new_tokens for r in rs) / f if f else None)
-
-
-def _events(events, mode, setting, category=None):
-    out = []
-    for prompt, _, ev in events.get((mode, setting), []):
-        if category is None or prompt.category == category:
-            out.extend(ev)
-    return out
-
-
-def reduce(meta, records, events, settings) -> dict[str, Any]:
-    ar_events = _events(events, "autoregressive", "")
-    ar_step = metrics.target_step_seconds(ar_events)
-    ar_tps = _median(list(_tps_by_repeat(records, "autoregressive", "").values()))
-    ar_fwd, _ = _forwards(records, "autoregressive", "")
-    rows = []
-    for s in settings:
-        ev = _events(events, "ours", s.name)
-        summ = metrics.summarize(ev)
-        c = metrics.cost_coefficient(ev, ar_events)
-        gamma = summ.mean_draft_len or float(s.gamma)
-        alpha = summ.alpha
-        predicted = theory.predicted_speedup(alpha, gamma, c)
-        v = _ratio(summ.verify_seconds_per_step, ar_step)   # verification cost in AR steps
-        speedup = _speedup(records, "ours", s.name)
-        decode_speedup = _speedup(records, "ours", s.name, decode=True)
-        fwd, tau = _forwards(records, "ours", s.name)
-        decode_tau = _ratio(summ.new_tokens - summ.generations,
-                            summ.target_forwards - summ.generations)
-        ref_fwd, ref_tau = _forwards(records, "reference", s.name)
-        parity = [r.parity for r in records if r.mode == "ours" and r.setting == s.name]
-        rows.append({
-            "setting": s.name, "schedule": s.schedule, "gamma": s.gamma,
-            "tokens_per_second": _median(list(_tps_by_repeat(records, "ours", s.name).values())),
-            "speedup": speedup, "decode_speedup": decode_speedup,
-            "reference_tokens_per_second": _median(list(_tps_by_repeat(records, "reference", s.name).values())),
-            "reference_speedup": _speedup(records, "reference", s.name),
-            "overhead_vs_reference": _overhead(records, s.name),
-            "overhead_vs_reference_cpu": _overhead(records, s.name, "cpu_seconds"),
-            "target_forwards": fwd, "reference_target_forwards": ref_fwd or None,
-            "tokens_per_forward": tau, "reference_tokens_per_forward": ref_tau,
-            "decode_tokens_per_forward": decode_tau,
-            "acceptance_rate": summ.acceptance_rate, "alpha": alpha,
-            "mean_draft_len": summ.mean_draft_len,
-            "predicted_tokens_per_forward": theory.expected_tokens(alpha, gamma),
-            "cost_coefficient": c, "verify_cost": v,
-            "predicted_speedup": predicted,
-            "measured_over_predicted": _ratio(decode_speedup, predicted),
-            "predicted_speedup_with_verify_cost":
-                theory.expected_tokens(alpha, gamma) / (gamma * c + v) if v else None,
-            "optimal_gamma": theory.optimal_gamma(alpha, c)[0] if summ.drafted else None,
-            "per_position_conditional": summ.per_position_conditional,
-            "per_position_unconditional": summ.per_position_unconditional,
-            "parity": (None if all(p is None for p in parity) else
-                       sum(p is False for p in parity) == 0),
-            "parity_failures": sum(p is False for p in parity),
-            "matches_autoregressive": all(r.matches_autoregressive is not False for r in records
-                                          if r.mode == "ours" and r.setting == s.name),
-        })
-    slope = _verify_slope(rows)
-    for row in rows:
-        if row["alpha"] and slope is not None:
-            row["optimal_gamma_with_verify_cost"] = theory.optimal_gamma(
-                row["alpha"], row["cost_coefficient"] + slope)[0]
-    categories = sorted({r.category for r in records})
-    by_cat = []
-    for cat in categories:
-        entry = {"category": cat, "prompts": len({r.prompt_id for r in records if r.category == cat})}
-        for s in settings:
-            ev = _events(events, "ours", s.name, cat)
-            entry[s.name] = {"speedup": _speedup(records, "ours", s.name, cat),
-                             "alpha": metrics.alpha_estimate(ev),
-                             "tokens_per_forward": metrics.mean_accepted_length(ev)}
-        by_cat.append(entry)
-    return {"meta": meta, "autoregressive": {"tokens_per_second": ar_tps, "target_forwards": ar_fwd,
-                                             "step_seconds": ar_step},
-            "verify_slope": slope, "settings": rows, "categories": by_cat, "runs": [r.as_dict() for r in records]}
-
-
-def _verify_slope(rows) -> float | None:
-    """Least-squares slope s of verification cost v(γ) ≈ v0 + sγ over constant settings
-    (in autoregressive steps per drafted token); None with fewer than two lengths."""
-    pts = [(r["mean_draft_len"], r["verify_cost"]) for r in rows
-           if r["schedule"] == "constant" and r["verify_cost"]]
-    if len({round(x, 6) for x, _ in pts}) < 2:
-        return None
-    mx = sum(x for x, _ in pts) / len(pts)
-    my = sum(y for _, y in pts) / len(pts)
-    sxx = sum((x - mx) ** 2 for x, _ in pts)
-    return max(0.0, sum((x - mx) * (y - my) for x, y in pts) / sxx)
 
 
 def _f(x, fmt="{:.2f}", none="–"):

@@ -1,41 +1,30 @@
 """`mtp-viz bench --server URL [--baseline-server URL]`: is speculation helping on a vLLM server?
 
-Every prompt of the suite goes to the speculating server and, when given, to a
-baseline server that serves the same model without speculation; the two alternate
-(which goes first flips from prompt to prompt and repeat to repeat) so drift of the
-machine falls on both alike, after one untimed warm-up request each. Wall time is the
-client's, from sending the request to the last chunk (what a user of the server waits).
-
-Reported, all from the server's own per-step arrays through :mod:`mtp_viz.analysis.metrics`:
-speedup (pooled tokens/s over the baseline's, median over repeats), acceptance
-(accepted ÷ drafted), α (per-token acceptance, MLE), τ (tokens per verify step after
-the prefill, bonus included, as vLLM's ``mean_acceptance_length``), acceptance per
-draft position (conditional and unconditional), and under greedy decoding whether the
-two servers wrote the same tokens. The server's ``/metrics`` counters, scraped after the
-warm-up and at the end, give the same figures for all the traffic it saw meanwhile (the
+The flags, the progress lines and the report (table, JSON, HTML); the runs and their
+reduction are :mod:`mtp_viz.measure.server`'s, the concurrency sweep
+:mod:`mtp_viz.measure.traffic`'s. The server's ``/metrics`` counters are scraped after the
+warm-up and at the end, for the figures of all the traffic it saw meanwhile (the
 baseline's too, when the baseline is the same server), as a check.
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
-import statistics
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from mtp_viz.analysis import metrics
 from mtp_viz.engine.decoding import Sampling
-from mtp_viz.engine.events import Done, Start
+from mtp_viz.engine.events import Start
 from mtp_viz.errors import UserError
+from mtp_viz.measure import server, traffic
 from mtp_viz.sources.settings import RunSettings
 from mtp_viz.sources.vllm import client as vllm_client
 from mtp_viz.sources.vllm.prometheus import delta
 from mtp_viz.sources.vllm.source import Servers, VllmSource
 
-from . import bench_traffic as traffic
-from .bench_report import Record, save
+from .bench_report import save
 
 
 def add_arguments(p) -> None:
@@ -54,73 +43,55 @@ def add_arguments(p) -> None:
                         "(default: 2 x the largest level, at least 8)")
 
 
-def _run_one(source: VllmSource, prompt: str, mode: str, n: int, args) -> tuple[Record, list]:
-    """One run of ``mode`` through the servers' source; the record and its events."""
+def _settings(args, n: int) -> RunSettings:
+    """What every request of this bench asks (each sets its prompt and mode)."""
     greedy = args.temperature <= 0
-    s = RunSettings(prompt, modes=(mode,), max_new_tokens=n, chat=not args.no_chat,
-                    sampling=Sampling(max(args.temperature, 0.0), seed=None if greedy else args.seed))
-    evs = list(source.events(s))
-    done = evs[-1]
-    assert isinstance(done, Done)
-    return Record(mode, done.seconds, done.new_tokens, done.target_forwards, tuple(done.generated_ids)), evs
+    return RunSettings("", max_new_tokens=n, chat=not args.no_chat,
+                       sampling=Sampling(max(args.temperature, 0.0), seed=None if greedy else args.seed))
 
 
 def run(args, plan) -> int:
     """``plan``: the bench's flags, checked (:func:`mtp_viz.cli.bench.check`)."""
-    quick, n, repeats, prompts, levels = args.quick, plan.n, plan.repeats, plan.prompts, plan.levels
+    n, repeats, prompts, levels = plan.n, plan.repeats, plan.prompts, plan.levels
     url, base = args.server, args.baseline_server
     source = VllmSource(Servers(url, base, args.model, args.baseline_model))
     modes = ["speculative"] + (["autoregressive"] if base else [])
-    warm = {mode: _run_one(source, prompts[0].text, mode, min(n, 8), args)[1]  # untimed; checks both
-            for mode in modes}
+    settings = _settings(args, n)
+    warm = server.warm_up(source, settings, prompts[0].text, modes)  # untimed; checks both
     base_speculates = bool(base) and warm["autoregressive"][0].settings.get("server_speculates")
     before = vllm_client.scrape(url, args.model)
     print(f"mtp-viz bench: {url}" + (f" against {base}" if base else "") +
           f"; {len(prompts)} prompts x {repeats} repeats, {n} new tokens each", file=sys.stderr)
-    records, streams = [], []
-    for r in range(repeats):
-        for i, p in enumerate(prompts):
-            order = modes if (r * len(prompts) + i) % 2 == 0 else modes[::-1]
-            done = {}
-            for mode in order:
-                rec, evs = _run_one(source, p.text, mode, n, args)
-                done[mode] = rec = replace(rec, prompt_id=p.id, category=p.category, repeat=r)
-                if mode == "speculative":
-                    streams.append((p, evs))
-            if base and args.temperature <= 0:
-                done["speculative"].same_tokens = done["speculative"].ids == done["autoregressive"].ids
-            records.extend(done.values())
+    records, streams = server.timed(source, settings, prompts, modes, repeats)
     after = vllm_client.scrape(url, args.model)
-    result = reduce(records, streams, delta(after, before), meta={
+    result = server.reduce(records, streams, delta(after, before), meta={
         "server": url, "baseline_server": base, "max_new_tokens": n, "repeats": repeats,
         "prompts": len(prompts), "temperature": args.temperature, "chat": not args.no_chat,
         "model": next(e.settings["model"] for e in streams[0][1] if isinstance(e, Start)),
-        "draft_tokens": len(before.accepted_per_pos), "quick": quick,
+        "draft_tokens": len(before.accepted_per_pos), "quick": args.quick,
         "baseline_speculates": base_speculates})
-    result["runs"] = [rec.as_dict() for rec in records]
-    if levels:
-        result.update(_sweep(source.servers, prompts, levels, plan.requests, n, args))
-    return _write(result, Path(args.out))
+    swept = _sweep(source.servers, prompts, levels, plan.requests, settings) if levels else None
+    return _write(result, swept, Path(args.out))
 
 
-def _sweep(servers: Servers, prompts, levels: list[int], requests: int | None, n: int, args) -> dict[str, Any]:
-    greedy = args.temperature <= 0
+def _sweep(servers: Servers, prompts, levels: list[int], requests: int | None,
+           settings: RunSettings) -> traffic.TrafficResult:
     requests = requests or max(8, 2 * max(levels))
-
-    def settings(prompt: str, mode: str) -> RunSettings:
-        return RunSettings(prompt, modes=(mode,), max_new_tokens=n, chat=not args.no_chat,
-                           sampling=Sampling(max(args.temperature, 0.0), seed=None if greedy else args.seed))
     print(f"mtp-viz bench: traffic at {', '.join(map(str, levels))} concurrent requests, "
           f"{requests} requests per level and server", file=sys.stderr)
-    return traffic.sweep(servers, [p.text for p in prompts], levels, requests, settings, greedy=greedy,
-                         progress=lambda line: print(f"  {line}", file=sys.stderr))
+    return traffic.sweep(servers, [p.text for p in prompts], levels, requests,
+                         lambda prompt, mode: dataclasses.replace(settings, prompt=prompt, modes=(mode,)),
+                         greedy=settings.greedy, progress=lambda line: print(f"  {line}", file=sys.stderr))
 
 
-def _write(result: dict[str, Any], out: Path) -> int:
-    md = markdown(result) + ("\n" + traffic.markdown(result) if "traffic" in result else "")
+def _write(result: dict[str, Any], swept: traffic.TrafficResult | None, out: Path) -> int:
+    if swept is not None:
+        result.update(swept.as_dict())
+    md = markdown(result) + ("\n" + traffic_markdown(result) if swept is not None else "")
     files = {"bench.json": json.dumps(result, indent=1, ensure_ascii=False) + "\n", "bench.md": md}
-    if "traffic" in result:
-        files["bench.html"] = _html(md, traffic.figures(result["traffic"]))
+    if swept is not None:
+        from mtp_viz.views.traffic import figures
+        files["bench.html"] = _html(md, figures(swept.rows))
     written, failed = save(out, files)
     if not failed and "bench.html" not in files:  # an earlier bench's report (--force) is not this one's
         with contextlib.suppress(OSError):
@@ -139,6 +110,7 @@ def _html(md: str, figures) -> str:
     import plotly.io as pio
 
     from .bench_report import _md_table_html
+
     def plain(fig) -> dict:  # built unvalidated with template "none": plotly's writer wants a template object
         d = fig.to_dict()
         d["layout"]["template"] = {}
@@ -149,60 +121,6 @@ def _html(md: str, figures) -> str:
             '<style>body{font-family:system-ui,sans-serif;max-width:1100px;margin:24px auto;padding:0 16px}'
             'table{border-collapse:collapse}td,th{border:1px solid #d1d5db;padding:3px 8px}</style></head><body>'
             f'<h1>{html.escape("mtp-viz bench: vLLM servers")}</h1>{_md_table_html(md)}{plots}</body></html>')
-
-
-def _tps(records, mode, category=None) -> dict[int, float]:
-    """repeat -> pooled tokens/s (Σ tokens ÷ Σ seconds over the prompts)."""
-    tok: dict[int, float] = {}
-    sec: dict[int, float] = {}
-    for r in records:
-        if r.mode == mode and (category is None or r.category == category):
-            tok[r.repeat] = tok.get(r.repeat, 0) + r.new_tokens
-            sec[r.repeat] = sec.get(r.repeat, 0) + r.seconds
-    return {k: tok[k] / sec[k] for k in tok if sec[k] > 0}
-
-
-def _speedup(records, category=None) -> float | None:
-    spec, base = _tps(records, "speculative", category), _tps(records, "autoregressive", category)
-    ratios = [spec[k] / base[k] for k in spec if base.get(k)]
-    return statistics.median(ratios) if ratios else None
-
-
-def _median(xs):
-    return statistics.median(xs) if xs else None
-
-
-def reduce(records, streams, traffic, meta) -> dict[str, Any]:
-    evs = [e for _, s in streams for e in s]
-    s = metrics.summarize(evs)
-    same = [r.same_tokens for r in records if r.same_tokens is not None]
-    cats = sorted({p.category for p, _ in streams})
-    return {
-        "meta": meta,
-        "speculative": {
-            "tokens_per_second": _median(list(_tps(records, "speculative").values())),
-            "speedup": _speedup(records),
-            "acceptance_rate": s.acceptance_rate, "alpha": s.alpha,
-            # τ after the prefill: (tokens − one per generation) ÷ verify steps
-            "tau": (s.new_tokens - s.generations) / (s.target_forwards - s.generations)
-            if s.target_forwards > s.generations else None,
-            "mean_draft_len": s.mean_draft_len,
-            "per_position_conditional": s.per_position_conditional,
-            "per_position_unconditional": s.per_position_unconditional,
-            "same_tokens_as_baseline": (all(same) if same else None),
-            "runs_differing_from_baseline": sum(not x for x in same),
-        },
-        "baseline": {"tokens_per_second": _median(list(_tps(records, "autoregressive").values()))},
-        "server_counters": {
-            "verify_steps": traffic.drafts, "drafted": traffic.draft_tokens,
-            "accepted": traffic.accepted_tokens, "acceptance_rate": traffic.acceptance_rate,
-            "tau": traffic.mean_acceptance_length,
-            "per_position_unconditional": traffic.per_position(False),
-            "per_position_conditional": traffic.per_position(True)},
-        "categories": [{"category": c, "speedup": _speedup(records, c),
-                        "alpha": metrics.alpha_estimate([e for p, st in streams if p.category == c
-                                                         for e in st])} for c in cats],
-    }
 
 
 def _f(x, fmt="{:.2f}"):
@@ -238,4 +156,21 @@ def markdown(result) -> str:
         "| category | speedup | α |", "|---|---|---|"]
     lines += [f"| {c['category']} | {_f(c['speedup'], '×{:.2f}')} | {_f(c['alpha'], '{:.2f}')} |"
               for c in result["categories"]]
+    return "\n".join(lines) + "\n"
+
+
+def traffic_markdown(result: dict[str, Any]) -> str:
+    """The traffic table of the report (bench.json's ``traffic`` rows)."""
+    f = lambda x, fmt: "–" if x is None else fmt.format(x)  # noqa: E731
+    lines = ["### Under load: concurrent requests", "",
+             "| concurrency | server | requests | tok/s | TTFT p50 ms | TPOT p50 / p90 ms | accept | τ | speedup "
+             "| per-user ×|", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in result["traffic"]:
+        lines.append(f"| {r['concurrency']} | {r['server']} | {r['requests']} | {f(r['tokens_per_second'], '{:.1f}')} "
+                     f"| {f(r['ttft_ms_p50'], '{:.0f}')} | {f(r['tpot_ms_p50'], '{:.1f}')} / "
+                     f"{f(r['tpot_ms_p90'], '{:.1f}')} | {f(r['acceptance_rate'], '{:.1%}')} | {f(r['tau'], '{:.2f}')} "
+                     f"| {f(r['speedup'], '×{:.2f}')} | {f(r['tpot_ratio'], '×{:.2f}')} |")
+    same = result.get("same_tokens")
+    lines += ["", "Greedy outputs identical on both servers at every level: "
+              + ("–" if same is None else "yes" if same else "NO") + "."]
     return "\n".join(lines) + "\n"

@@ -3,6 +3,10 @@
 Each subcommand lives in its own module, which provides ``add_arguments(parser)``
 and ``run(args) -> int``. Errors a user can cause print one sentence on stderr and
 exit with code 2.
+
+This module holds the CLI's own subcommands; the ``mtp-viz`` command itself is
+:mod:`mtp_viz.__main__`, above every front end, which adds ``ui`` (the app's) to these:
+a front end never names another.
 """
 from __future__ import annotations
 
@@ -15,7 +19,6 @@ SUBCOMMANDS = {
     "generate": ("mtp_viz.cli.generate", "Generate text and show how each token was decided."),
     "replay": ("mtp_viz.cli.replay", "Play a recorded trace in the terminal at its recorded timing."),
     "bench": ("mtp_viz.cli.bench", "Benchmark speculative decoding against autoregressive and transformers."),
-    "ui": ("mtp_viz.app.page.layout", "Start the Gradio app."),
 }
 
 from mtp_viz.errors import UserError
@@ -49,11 +52,13 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message.rstrip('.')}; see {self.prog} --help.\n")
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """Only the chosen subcommand's module is imported (the UI's pulls in gradio)."""
+def build_parser(command: str | None = None, commands: dict[str, tuple[str, str]] | None = None
+                 ) -> argparse.ArgumentParser:
+    """Only the chosen subcommand's module is imported (the UI's pulls in gradio).
+    ``commands``: name -> (module, help), default :data:`SUBCOMMANDS`."""
     parser = Parser(prog="mtp-viz", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for name, (module, help_text) in SUBCOMMANDS.items():
+    for name, (module, help_text) in (commands or SUBCOMMANDS).items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.set_defaults(_module=module)
         if name == command:
@@ -61,11 +66,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, commands: dict[str, tuple[str, str]] | None = None) -> int:
+    """Runs one subcommand of ``commands`` (default :data:`SUBCOMMANDS`; the ``mtp-viz``
+    command passes its own, with ``ui``) and returns its exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    command = next((a for a in argv if a in SUBCOMMANDS), None)
+    commands = commands or SUBCOMMANDS
+    command = next((a for a in argv if a in commands), None)
     try:
-        args = build_parser(command).parse_args(argv)
+        args = build_parser(command, commands).parse_args(argv)
     except SystemExit as e:  # --help, or a one-sentence usage error (see Parser.error)
         return int(e.code or 0)
     quiet_known_noise()  # stderr keeps to this command's own lines

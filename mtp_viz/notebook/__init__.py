@@ -3,12 +3,15 @@ happens, and the whole app over a pair already in memory.
 
     pair = mtp_viz.from_models(target_model, assistant_model, processor)
     events = mtp_viz.show(pair, "Why is the sky blue?", max_new_tokens=64)  # tokens, stats, charts
+    m = mtp_viz.notebook.show_measurement(pair, "Why is the sky blue?")   # faster? the app's Measure
     mtp_viz.show(rec)                                                # a recorded generate call
     demo = mtp_viz.launch(pair)                                      # the app, inline
 
 Outside a notebook :func:`show` prints the terminal view (the one ``mtp-viz generate``
-prints) instead. A front end like the CLI: it consumes a source's events and imports
-IPython only when it draws; nothing below it imports it.
+prints) instead. A front end like the CLI: it consumes a source's events, draws with
+:mod:`mtp_viz.views`, and imports IPython only when it draws; nothing below it imports
+it. ``mtp_viz.launch`` is the app's (:func:`mtp_viz.app.start.launch`): a front end never
+imports another.
 """
 from __future__ import annotations
 
@@ -19,18 +22,11 @@ from typing import Any
 
 from mtp_viz.engine.events import Event
 from mtp_viz.errors import UserError, clip
+from mtp_viz.views.notebook import in_notebook
 
-__all__ = ["in_notebook", "launch", "show", "show_anatomy", "show_events", "show_side_by_side"]
+__all__ = ["in_notebook", "show", "show_anatomy", "show_events", "show_measurement", "show_side_by_side"]
 
 FRAME_SECONDS = 0.25   # the inline view is redrawn at most this often while a run streams
-
-
-def in_notebook() -> bool:
-    """Whether this process is a notebook kernel (Jupyter, VS Code, Colab) that can
-    show HTML, rather than a terminal (plain ``python`` or the ``ipython`` shell)."""
-    ipython = sys.modules.get("IPython")
-    shell = ipython.get_ipython() if ipython is not None else None
-    return shell is not None and (hasattr(shell, "kernel") or "google.colab" in sys.modules)
 
 
 def show(what: Any, /, prompt: str | list | None = None, *, charts: bool = True, out=None,
@@ -80,7 +76,7 @@ def show_events(events: Iterable[Event], *, charts: bool = True, out=None) -> li
         return seen
     from IPython.display import HTML, display
 
-    from mtp_viz.app.views.notebook import cell_html
+    from mtp_viz.views.notebook import cell_html
     css = _css()
     handle, drawn = display(HTML(cell_html([], css=css)), display_id=True), 0.0
     for _ in kept(events):
@@ -104,7 +100,7 @@ def show_anatomy(pair: Any, events: Iterable[Event] = ()) -> None:
     from IPython.display import HTML, display
 
     from mtp_viz.analysis.anatomy import anatomy
-    from mtp_viz.app.views.anatomy import anatomy_html
+    from mtp_viz.views.anatomy import anatomy_html
     display(HTML(f'<div class="mv-notebook"><style>{_css()}</style>{anatomy_html(anatomy(pair), list(events))}</div>'))
 
 
@@ -113,7 +109,7 @@ def show_side_by_side(runs: dict[str, Iterable[Event]]) -> None:
     rec.events, "mtp-viz engine": events}``): their tokens and stats lines; a notebook only."""
     from IPython.display import HTML, display
 
-    from mtp_viz.app.views.notebook import side_by_side_html
+    from mtp_viz.views.notebook import side_by_side_html
     display(HTML(side_by_side_html({name: list(events) for name, events in runs.items()}, css=_css())))
 
 
@@ -124,7 +120,7 @@ def _show_charts(events: list[Event]) -> None:
     import plotly.io as pio
     from IPython.display import display
 
-    from mtp_viz.app.views import charts
+    from mtp_viz.views import charts
     from mtp_viz.engine.events import Start
     spec = any(isinstance(e, Start) and e.mode == "speculative" for e in events)
     runs = (events, ()) if spec else ((), events)  # the charts take (speculative, autoregressive)
@@ -136,13 +132,26 @@ def _show_charts(events: list[Event]) -> None:
                 raw=True)
 
 
-def launch(pair: Any, **kwargs: Any):
-    """The whole app on ``pair`` (from :func:`mtp_viz.from_models` or
-    :func:`mtp_viz.load_pair`), with no second load: inline in a notebook, else on a
-    local port (``port=``; else Gradio's default). Returns the Gradio app;
-    ``demo.close()`` stops it. Other ``kwargs`` go to Gradio's ``launch`` (``height=``...)."""
-    from mtp_viz.app.page import layout
-    demo = layout.build_demo(pair=pair)
-    layout.launch(demo, host=kwargs.pop("host", None), port=kwargs.pop("port", None),
-                  **{"inline": in_notebook(), "prevent_thread_lock": True, "quiet": True, **kwargs})
-    return demo
+def show_measurement(pair: Any, prompt: str | list, *, repeats: int = 5, out=None, **settings: Any):
+    """Is speculation faster on this prompt? Both modes, ``repeats`` times, alternating,
+    off-screen: the app's Measure, through the bench's own runner and reduction
+    (:func:`mtp_viz.measure.compare.measure`), greedy. ``settings``: ``max_new_tokens``,
+    ``draft_tokens``, ``schedule``, ``drafter``, ``chat`` (as :class:`RunSettings` takes
+    them). Draws the verdict (the app's badge in a notebook, one line elsewhere) and
+    returns the :class:`~mtp_viz.measure.compare.Measurement`."""
+    from mtp_viz.measure.compare import measure
+    from mtp_viz.sources.settings import RunSettings
+    if not isinstance(repeats, int) or not 2 <= repeats <= 100:
+        raise UserError("show_measurement takes between 2 and 100 repeats.")
+    m = measure(pair, RunSettings(prompt, **settings).validate(), repeats)
+    if in_notebook():
+        from IPython.display import HTML, display
+
+        from mtp_viz.views.stats import measurement_html
+        display(HTML(f'<div class="mv-notebook"><style>{_css()}</style>'
+                     f'{measurement_html(m, engine=pair.decoder.ran)}</div>'))
+    else:
+        print(f"speculative ×{m.median:.2f} over autoregressive: {m.verdict} (median of {m.repeats} repeats, "
+              f"range ×{min(m.ratios):.2f}–×{max(m.ratios):.2f}; {m.spec_tps:.1f} vs {m.ar_tps:.1f} tokens/s)",
+              file=out or sys.stdout)
+    return m

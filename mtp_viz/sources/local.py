@@ -58,10 +58,12 @@ def stamped(events: Iterator[Event], precision: dict[str, str | None]) -> Iterat
 
 def run_mode(pair: Any, s: RunSettings, mode: str, *, clock: Callable[[], float] | None = None,
              stop: threading.Event | None = None, pause: Pause | None = None, schedule: Any = None,
-             schedules: ScheduleCache | None = None) -> Iterator[Event]:
+             schedules: ScheduleCache | None = None, detokenize: bool = True) -> Iterator[Event]:
     """The engine's events for one mode of checked settings on ``pair``. The schedule
     is ``schedule`` if given, else the one of ``schedules`` (default: the pair's) for
-    these settings, which carries what it learned across generations."""
+    these settings, which carries what it learned across generations. ``detokenize=False``
+    leaves the events' text empty: what a timed run measures (:mod:`mtp_viz.measure`),
+    as transformers' reference decodes no text either."""
     from mtp_viz.engine import loop  # imports torch: only once a run starts
     if s.experts and not pair.is_moe:
         raise UserError(DENSE)
@@ -73,7 +75,7 @@ def run_mode(pair: Any, s: RunSettings, mode: str, *, clock: Callable[[], float]
         raise UserError(f"The prompt ({len(ids)} tokens) plus {s.max_new_tokens} new tokens exceeds "
                         f"the model's context of {pair.context_length} tokens.")
     common = dict(max_new_tokens=s.max_new_tokens, sampling=s.sampling, eos_token_ids=pair.eos_token_ids,
-                  detok=Detokenizer(pair.tokenizer), stop=stop, top=s.top, experts=s.experts,
+                  detok=Detokenizer(pair.tokenizer) if detokenize else None, stop=stop, top=s.top, experts=s.experts,
                   **({"clock": clock} if clock else {}))
     if mode == "autoregressive":
         return guarded(stamped(loop.autoregressive(pair.decoder, ids, **common), {"target": pair.precision["target"]}))

@@ -11,12 +11,13 @@ import torch
 
 from factories import gemma_assistant, gemma_target
 from mtp_viz.app.handlers import local
-from mtp_viz.app.runtime import measure, runs, service
+from mtp_viz.app.runtime import runs, service
+from mtp_viz.measure import compare as measure
 from mtp_viz.analysis import stream
-from mtp_viz.app.views import tokens as view
+from mtp_viz.views import tokens as view
 from mtp_viz.errors import UserError
 from mtp_viz.engine.events import Done, Error
-from mtp_viz.app.views.frame import PLOTS
+from mtp_viz.views.frame import PLOTS
 from mtp_viz.sources.base import Source
 from mtp_viz.sources.local import LocalSource
 from mtp_viz.sources.settings import RunSettings
@@ -103,14 +104,14 @@ def test_live_charts_only_with_speculative_news():
 # modules keep the real registry).
 EXTRA_CHART = """
 import json, sys
-from mtp_viz.app.views import charts
+from mtp_viz.views import charts
 charts.CHARTS += (charts.Chart("extra-plot", "An extra chart", "It counts the steps. It is a test.",
                                lambda spec, ar: charts.tokens_per_forward_figure(spec), live=True, row=2),)
-from mtp_viz.app.views import explain
+from mtp_viz.views import explain
 from mtp_viz.app.handlers import local
 from mtp_viz.app.page import layout
 from mtp_viz.app.runtime import runs
-from mtp_viz.app.views.frame import Frame
+from mtp_viz.views.frame import Frame
 from streams import ar_run, spec_run
 
 cfg = layout.build_demo(target="tiny").get_config_file()
@@ -473,7 +474,7 @@ def test_dtype_from_environment(monkeypatch):
 
 def test_the_app_refuses_to_start_on_a_bad_dtype(monkeypatch, capsys):
     """Before the default pair loads or anything is served: one line, exit status 2."""
-    from mtp_viz.cli.main import main
+    from mtp_viz.__main__ import main
     monkeypatch.setenv("MTP_VIZ_DTYPE", "float8")
     started = []
     monkeypatch.setattr(service.PairLoader, "start", lambda self, *a: started.append(a))

@@ -16,7 +16,7 @@ import pytest
 
 from mtp_viz.app.handlers import local, recorded
 from mtp_viz.app.runtime import service
-from mtp_viz.app.views import tokens
+from mtp_viz.views import tokens
 from mtp_viz.engine.events import Bonus, Done, Start, Step
 from mtp_viz.errors import UserError
 from mtp_viz.sources import trace

@@ -16,8 +16,8 @@ import pytest
 
 from mtp_viz.app.handlers import links, local
 from mtp_viz.app.runtime import runs, service
-from mtp_viz.app.views import export, stats
 from mtp_viz.engine.events import Done, Ran, Start
+from mtp_viz.views import export, stats
 from mtp_viz.errors import UserError
 from mtp_viz.sources import trace
 from mtp_viz.sources.precision import Precision

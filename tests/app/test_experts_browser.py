@@ -10,7 +10,7 @@ import pytest
 from browsing import open_app, open_settings
 from factories import save_gemma_pair, save_moe_pair
 from mtp_viz.app.handlers.local import EXPERTS_ON
-from mtp_viz.app.views.charts import DENSE
+from mtp_viz.views.charts import DENSE
 from serving import serve
 
 pytestmark = pytest.mark.browser

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from factories import gemma_assistant, gemma_target, word_tokenizer
-from mtp_viz.app.views import captions, charts, export, tokens as view
+from mtp_viz.views import captions, charts, export, tokens as view
 from mtp_viz.app.runtime import runs
 from mtp_viz.sources.local import LocalSource
 from mtp_viz.sources.settings import RunSettings

@@ -12,7 +12,7 @@ from mtp_viz.analysis import metrics
 from mtp_viz.engine import theory
 from mtp_viz.app.handlers import links
 from mtp_viz.app.page import teach
-from mtp_viz.app.views import explain as teach_view
+from mtp_viz.views import explain as teach_view
 from mtp_viz.analysis.metrics import TheoryCheck
 from mtp_viz.prompts import category_suite
 from mtp_viz.analysis.whatif import what_if

@@ -19,7 +19,7 @@ from mtp_viz.app.handlers.local import OUTPUTS, Handlers
 from mtp_viz.app.handlers.traffic import TrafficHandlers
 from mtp_viz.app.runtime import runs, service
 from mtp_viz.app.runtime.guard import ServerPolicy
-from mtp_viz.cli import bench_traffic as traffic
+from mtp_viz.measure import traffic
 from mtp_viz.errors import UserError
 from mtp_viz.sources.vllm.source import Servers
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from mtp_viz.analysis import stream
-from mtp_viz.app.views import charts, stats, tokens as view
+from mtp_viz.views import charts, stats, tokens as view
 from mtp_viz.engine.events import Done, Drafted, Step, Token
 from streams import EVIL, ar_run, spec_run
 
@@ -105,7 +105,7 @@ def test_compare_identity_and_speedup_hooks():
 
 
 def test_measurement_names_a_winner_only_when_every_repeat_agrees():
-    from mtp_viz.app.runtime.measure import Measurement
+    from mtp_viz.measure.compare import Measurement
     m = Measurement((1.8, 1.9, 2.0), 200.0, 105.0, 1)
     h = stats.measurement_html(m)
     assert "×1.90</b> faster" in h and "median of 3 repeats" in h and 'data-basis="median of 3"' in h
@@ -116,7 +116,7 @@ def test_measurement_names_a_winner_only_when_every_repeat_agrees():
 
 
 def test_theory_panel_escapes_and_shows_noisy_v():
-    from mtp_viz.app.views import theory as panels
+    from mtp_viz.views import theory as panels
     from mtp_viz.analysis.metrics import theory_check
     spec = spec_run()
     chk = theory_check(spec, ar_run(dt=0.01))
@@ -181,8 +181,8 @@ def test_empty_figures_have_a_hint():
 
 
 def test_app_modules_do_not_import_torch():
-    code = ("import sys, mtp_viz.app.page.layout, mtp_viz.app.views.tokens, mtp_viz.app.runtime.service, mtp_viz.app.runtime.runs, "
-            "mtp_viz.app.handlers.local, mtp_viz.app.views.theory; "
+    code = ("import sys, mtp_viz.app.page.layout, mtp_viz.views.tokens, mtp_viz.app.runtime.service, mtp_viz.app.runtime.runs, "
+            "mtp_viz.app.handlers.local, mtp_viz.views.theory; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120,
                    env={"GRADIO_ANALYTICS_ENABLED": "False", "PATH": "/usr/bin:/bin"})

@@ -8,7 +8,7 @@ import pytest
 
 from hostile import SECRET, closed_url, reply, serve
 from mtp_viz.sources.vllm import client as vllm_client
-from mtp_viz.app.views import charts, theory as panels, tokens as view
+from mtp_viz.views import charts, theory as panels, tokens as view
 from mtp_viz.app.runtime import runs, service
 from mtp_viz.app.page import vllm as vllm_tab
 from mtp_viz.app.handlers import vllm as vllm_handlers
@@ -132,7 +132,7 @@ def test_panes_count_the_drafts_vllm_rejected_after_each_step():
 
 
 def test_step_captions_of_a_vllm_run_give_counts_and_no_invented_times():
-    from mtp_viz.app.views import captions
+    from mtp_viz.views import captions
     evs = _vllm_events([2, 4, 0, 1], [4, 4, 4, 4], 1 + 3 + 5 + 1 + 1)
     upto = lambda s: [e for e in evs if isinstance(e, Start) or 0 < getattr(e, "step", 0) <= s]  # noqa: E731
     assert captions.caption(upto(1)) == ("Step 1: the target read the prompt (3 tokens) in one forward pass "
@@ -144,7 +144,7 @@ def test_step_captions_of_a_vllm_run_give_counts_and_no_invented_times():
 
 
 def test_the_steps_csv_of_a_vllm_run_has_counts_and_no_invented_times():
-    from mtp_viz.app.views import export
+    from mtp_viz.views import export
     rows = export.steps_csv(_vllm_events([2, 4, 0, 1], [4, 4, 4, 4], 11)).splitlines()
     assert rows[2].startswith("speculative,2,4,2,2,3,,,")
     assert all(r.split(",")[6:8] == ["", ""] for r in rows[1:])

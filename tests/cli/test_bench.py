@@ -6,9 +6,14 @@ import torch
 
 from factories import ScriptDrafter, gemma_assistant, gemma_target, greedy_reference, word_tokenizer
 from locations import ROOT
-from mtp_viz.cli import bench, bench_report
+from mtp_viz.cli import bench
 from mtp_viz.analysis import metrics
-from mtp_viz.cli.main import UserError
+from mtp_viz.errors import UserError
+from mtp_viz.measure import reduce as reduction
+from mtp_viz.measure.records import Record, Setting
+from mtp_viz.measure.runner import Runner
+from mtp_viz.measure.session import check_parity
+from mtp_viz.sources.settings import RunSettings
 from mtp_viz.prompts import category_suite, load_prompts
 from mtp_viz.engine.sampling import Sampling
 
@@ -41,37 +46,48 @@ def test_bad_inputs_are_user_errors(tmp_path):
 
 
 def _rec(mode, setting, repeat, seconds, tokens=10, category="code", pid="p1"):
-    return bench_report.Record(mode, seconds, tokens, tokens, setting=setting,
-                               schedule=setting.split("-")[0] if setting else "", repeat=repeat,
-                               category=category, prompt_id=pid)
+    return Record(mode, seconds, tokens, tokens, setting=setting,
+                  schedule=setting.split("-")[0] if setting else "", repeat=repeat,
+                  category=category, prompt_id=pid)
 
 
 def test_speedup_and_overhead_are_medians_of_paired_repeats():
     recs = []
     for r, (ar, ref, ours) in enumerate([(1.0, 0.5, 0.51), (2.0, 1.0, 1.0), (1.0, 0.4, 0.44)]):
         recs += [_rec("autoregressive", "", r, ar), _rec("reference", "constant-2", r, ref),
-                 _rec("ours", "constant-2", r, ours)]
-    assert bench_report._speedup(recs, "ours", "constant-2") == pytest.approx(2.0)  # 1.96, 2, 2.27
-    assert bench_report._speedup(recs, "reference", "constant-2") == pytest.approx(2.0)
-    assert bench_report._overhead(recs, "constant-2") == pytest.approx(1.02)
+                 _rec("speculative", "constant-2", r, ours)]
+    assert reduction.speedup(recs, "speculative", "constant-2") == pytest.approx(2.0)  # 1.96, 2, 2.27
+    assert reduction.speedup(recs, "reference", "constant-2") == pytest.approx(2.0)
+    assert reduction.overhead(recs, "constant-2") == pytest.approx(1.02)
 
 
-def test_parity_check_reports_mismatches(capsys):
+def test_a_local_run_is_ours_in_bench_json_and_a_server_run_speculative():
+    """bench.json's local runs call our engine's speculative runs "ours" (a contract of
+    the file); a server bench's runs keep the sources' mode names."""
+    from mtp_viz.measure.records import LOCAL_LABELS
+    rec = _rec("speculative", "constant-2", 0, 1.0)
+    assert rec.as_dict(LOCAL_LABELS)["mode"] == "ours" and rec.as_dict()["mode"] == "speculative"
+    assert "ids" not in rec.as_dict() and "parity" not in rec.as_dict()   # unset fields left out
+
+
+def test_parity_check_reports_mismatches():
     def ran(mode, ids):
-        return bench_report.Record(mode, 1.0, 3, 3, ids=ids)
+        return Record(mode, 1.0, 3, 3, ids=ids)
     done = {("autoregressive", ""): ran("autoregressive", (1, 2, 3)),
             ("reference", "constant-2"): ran("reference", (1, 2, 3)),
-            ("ours", "constant-2"): ran("ours", (1, 2, 3)),
+            ("speculative", "constant-2"): ran("speculative", (1, 2, 3)),
             ("reference", "constant-4"): ran("reference", (1, 2, 3)),
-            ("ours", "constant-4"): ran("ours", (1, 9, 3)),
-            ("ours", "optimal-4"): ran("ours", (1, 2, 3))}
-    bar = SimpleNamespace(write=lambda msg, file=None: print(msg, file=file))
-    assert bench._check_parity(done, "p", 0, bar) == 1
-    assert done[("ours", "constant-2")].parity is True
-    assert done[("ours", "constant-4")].parity is False
-    assert done[("ours", "constant-4")].first_difference == 1
-    assert done[("ours", "optimal-4")].parity is None
-    assert "MISMATCH constant-4" in capsys.readouterr().err
+            ("speculative", "constant-4"): ran("speculative", (1, 9, 3)),
+            ("speculative", "optimal-4"): ran("speculative", (1, 2, 3))}
+    checked, failures, lines = check_parity(done, where="on p (repeat 0)")
+    assert failures == 1
+    assert checked[("speculative", "constant-2")].parity is True
+    assert checked[("speculative", "constant-4")].parity is False
+    assert checked[("speculative", "constant-4")].first_difference == 1
+    assert checked[("speculative", "optimal-4")].parity is None
+    assert done[("speculative", "constant-4")].parity is None   # records are values: the check made new ones
+    assert lines == ["MISMATCH constant-4 on p (repeat 0): ours differs from transformers at new token 1: "
+                     "[9, 3] vs [2, 3]"]
 
 
 def test_metrics_agree_with_engine_totals():
@@ -80,11 +96,15 @@ def test_metrics_agree_with_engine_totals():
     target = gemma_target(sharpen=4.0)
     prompt = [2, 5, 9, 14, 20]
     script = greedy_reference(target, prompt, 40)
-    pair = SimpleNamespace(target=target, decoder=target, drafter_model=None, eos_token_ids=())
-    runner = bench.Runner(pair, ScriptDrafter(len(prompt), script, wrong_every=3), 40,
-                          Sampling(), False, 16)
+    drafter = ScriptDrafter(len(prompt), script, wrong_every=3)
+    drafter.kind = "lookup"  # a drafter without a model of its own, as run_mode reads its entry
+    pair = SimpleNamespace(  # what the local source reads of a pair, around a prompt given as ids
+        target=target, decoder=target, drafter_model=None, eos_token_ids=(), tokenizer=None, context_length=0,
+        precision={"target": "float32", "drafter": None}, encode=lambda text, chat: list(prompt),
+        make_drafter=lambda kind: drafter)
+    runner = Runner(pair, RunSettings("", drafter="lookup", max_new_tokens=40, sampling=Sampling(), chat=False))
     try:
-        rec, ev = runner.ours(prompt, bench.Setting("constant", 4))
+        rec, ev = runner.run("speculative", "the prompt's ids", Setting("constant", 4))
     finally:
         runner.close()
     assert list(rec.ids) == script

@@ -191,3 +191,19 @@ def test_a_fresh_process_keeps_stderr_to_its_one_sentence():
     assert done.stderr.splitlines() == ["mtp-viz: error: int4 has no kernel on this CPU (torchao "
                                         f"{torchao.__version__}'s int4 weight-only layouts need a "
                                         "CUDA GPU); use int8, bfloat16 or float32."]
+
+
+def test_the_mtp_viz_command_runs_every_subcommand_ui_included(capsys):
+    """`mtp-viz` (pyproject's script, and `python -m mtp_viz`) is mtp_viz.__main__, above the
+    front ends: the CLI's generate, replay and bench and the app's ui, with their flags."""
+    from locations import ROOT
+    from mtp_viz.__main__ import main as command
+    assert 'mtp-viz = "mtp_viz.__main__:main"' in (ROOT / "pyproject.toml").read_text()
+    assert command(["--help"]) == 0
+    listed = capsys.readouterr().out
+    assert all(name in listed for name in ("generate", "replay", "bench", "ui"))
+    assert command(["ui", "--help"]) == 0
+    assert "--share" in capsys.readouterr().out
+    proc = subprocess.run([sys.executable, "-m", "mtp_viz", "bench", "--help"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and "--concurrency" in proc.stdout

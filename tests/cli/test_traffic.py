@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from mtp_viz.cli import bench_traffic as traffic
+from mtp_viz.measure import traffic
 from mtp_viz.cli.main import main
 from mtp_viz.errors import UserError
 
@@ -29,16 +29,18 @@ def test_the_cli_refuses_a_bad_sweep_before_contacting_anything(argv, words, cap
     assert words in err and err.count("\n") == 1
 
 
+def _row(concurrency, server, tokens_per_second, tpot_ms_p50):
+    return traffic.TrafficRow(concurrency, server, 4, tokens_per_second, None, None, tpot_ms_p50, None, None, None)
+
+
 def test_speedup_and_the_per_user_ratio_pair_each_level():
-    rows = [dict(concurrency=1, server="speculative", tokens_per_second=200.0, tpot_ms_p50=4.0, speedup=None,
-                 tpot_ratio=None),
-            dict(concurrency=1, server="baseline", tokens_per_second=100.0, tpot_ms_p50=10.0, speedup=None,
-                 tpot_ratio=None),
-            dict(concurrency=2, server="speculative", tokens_per_second=150.0, tpot_ms_p50=None, speedup=None,
-                 tpot_ratio=None)]
+    rows = [_row(1, "speculative", 200.0, 4.0), _row(1, "baseline", 100.0, 10.0), _row(2, "speculative", 150.0, None)]
     out = traffic.pair_rows(rows)
-    assert out[0]["speedup"] == 2.0 and out[0]["tpot_ratio"] == 2.5
-    assert out[1]["speedup"] is None and out[2]["speedup"] is None  # no baseline at level 2
+    assert out[0].speedup == 2.0 and out[0].tpot_ratio == 2.5
+    assert out[1].speedup is None and out[2].speedup is None  # no baseline at level 2
+    assert list(out[0].as_dict()) == [  # bench.json's traffic row, key for key
+        "concurrency", "server", "requests", "tokens_per_second", "ttft_ms_p50", "ttft_ms_p90", "tpot_ms_p50",
+        "tpot_ms_p90", "acceptance_rate", "tau", "speedup", "tpot_ratio"]
 
 
 def test_a_row_counts_ttft_tpot_acceptance_and_tau_from_its_requests():
@@ -46,10 +48,10 @@ def test_a_row_counts_ttft_tpot_acceptance_and_tau_from_its_requests():
         traffic.Request(0, tokens=11, seconds=1.1, ttft=0.1, drafted=12, accepted=6, verify_steps=3),
         traffic.Request(1, tokens=5, seconds=0.5, ttft=0.3, drafted=4, accepted=2, verify_steps=1)])
     r = traffic.row(level)
-    assert r["requests"] == 2 and r["tokens_per_second"] == 8.0
-    assert r["tpot_ms_p50"] == pytest.approx(50.0) and r["tpot_ms_p90"] == pytest.approx(100.0)
-    assert r["acceptance_rate"] == 0.5 and r["tau"] == (16 - 2) / 4
-    assert r["ttft_ms_p50"] == pytest.approx(100.0)
+    assert r.requests == 2 and r.tokens_per_second == 8.0
+    assert r.tpot_ms_p50 == pytest.approx(50.0) and r.tpot_ms_p90 == pytest.approx(100.0)
+    assert r.acceptance_rate == 0.5 and r.tau == (16 - 2) / 4
+    assert r.ttft_ms_p50 == pytest.approx(100.0)
 
 
 def test_the_traffic_panel_contacts_only_listed_servers_when_locked_down():

@@ -148,18 +148,33 @@ def test_launch_serves_the_app_on_the_pair_in_memory(tiny_in_memory):
 
 
 def test_the_bench_runner_measures_a_pair_in_memory(tiny_in_memory):
-    """The bench's Runner on from_models' pair: its speculative run, transformers'
-    reference and plain decoding agree (greedy), with the records the report reads."""
-    from mtp_viz.cli.bench import Runner, Setting
-    from mtp_viz.engine.decoding import Sampling
+    """The measurement layer's Runner on from_models' pair: its speculative run,
+    transformers' reference and plain decoding agree (greedy), with the records the
+    report reads."""
+    from mtp_viz.measure.records import Setting
+    from mtp_viz.measure.runner import Runner
+    from mtp_viz.sources.settings import RunSettings
     pair = tiny_in_memory
-    runner = Runner(pair, pair.make_drafter("mtp"), 24, Sampling(), False, 16)
+    runner = Runner(pair, RunSettings("", drafter="mtp", max_new_tokens=24, chat=False))
     try:
-        ids = pair.encode(PROMPT, chat=False)
-        ours, _ = runner.ours(ids, Setting("constant", 4))
-        reference, _ = runner.reference(ids, 4)
-        plain, _ = runner.autoregressive(ids)
+        ours, _ = runner.run("speculative", PROMPT, Setting("constant", 4))
+        reference, _ = runner.run("reference", PROMPT, Setting("constant", 4))
+        plain, _ = runner.run("autoregressive", PROMPT)
     finally:
         runner.close()
     assert ours.ids == reference.ids == plain.ids and len(ours.ids) == 24
     assert ours.target_forwards < plain.target_forwards
+
+
+def test_show_measurement_is_the_apps_measure_on_a_pair_in_memory(tiny_in_memory, capsys):
+    """The notebook measures through the measurement layer, as the app's Measure does: both
+    modes, N repeats, a verdict; outside a notebook, one line. Bad settings are one sentence."""
+    from mtp_viz.notebook import show_measurement
+    m = show_measurement(tiny_in_memory, PROMPT, repeats=2, max_new_tokens=12, chat=False)
+    assert m.repeats == 2 and all(r > 0 for r in m.ratios)
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("speculative ×") and m.verdict in line and len(line.splitlines()) == 1
+    with pytest.raises(UserError, match="between 2 and 100 repeats"):
+        show_measurement(tiny_in_memory, PROMPT, repeats=1)
+    with pytest.raises(UserError, match="Unknown schedule"):
+        show_measurement(tiny_in_memory, PROMPT, schedule="magic")

@@ -12,7 +12,7 @@ from factories import (ScriptDrafter, gemma_assistant, gemma_multimodal, greedy_
                        unified_assistant, unified_target, word_tokenizer)
 from invariants import check_invariants, generated
 from mtp_viz.analysis.anatomy import anatomy
-from mtp_viz.app.views.anatomy import anatomy_html
+from mtp_viz.views.anatomy import anatomy_html
 from mtp_viz.engine.loop import speculative
 from mtp_viz.sources.models import from_models, load_pair
 

@@ -255,7 +255,7 @@ def test_settings_the_views_read_are_checked(key, value, words):
 
 def test_the_export_of_a_checked_trace_does_not_crash():
     """The export's description reads temperature, drafter, schedule and draft_tokens."""
-    from mtp_viz.app.views import export
+    from mtp_viz.views import export
     spec = trace.loads(_run_events(**{"1.settings.temperature": 0.7, "1.settings.schedule": "constant"}))
     assert "sampling at temperature 0.7" in export._describe(spec[0])
     spec = trace.loads(_run_events(**{"1.settings.target_precision": "int8", "1.settings.drafter_precision": None}))
@@ -288,7 +288,7 @@ def test_the_shipped_examples_pass_the_checks():
 def test_steps_csv_neutralizes_formulas_in_text_cells(reason):
     import csv
     import io
-    from mtp_viz.app.views import export
+    from mtp_viz.views import export
     spec = trace.loads(_run_events(**{"3.reason": reason}))
     rows = list(csv.DictReader(io.StringIO(export.steps_csv(spec), newline="")))
     assert rows[0]["reason"] == "'" + reason.replace("\r", "\n")
@@ -300,7 +300,7 @@ def test_steps_csv_neutralizes_formulas_in_text_cells(reason):
 def test_steps_csv_leaves_plain_text_and_numbers_alone():
     import csv
     import io
-    from mtp_viz.app.views import export
+    from mtp_viz.views import export
     spec = [Start("speculative", 1, (1,), {}), Step(2, 4, 1, 2, reason="acceptance 25% < 50%: shorter",
                                                   cut="eos", t=0.5)]
     row = next(csv.DictReader(io.StringIO(export.steps_csv(spec), newline="")))

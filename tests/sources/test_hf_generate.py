@@ -199,7 +199,7 @@ def test_the_trace_round_trip_and_the_views(tiny, tmp_path):
         assert trace.read(path) == rec.events
         assert [e for _, e in TraceSource.read(path).runs()] == rec.events
         assert [e for _, e in rec.source.runs()] == rec.events and rec.source.modes == ("speculative",)
-    from mtp_viz.app.views import charts, export, stats
+    from mtp_viz.views import charts, export, stats
     assert stats.run_stats(rec.events).tokens == rec.events[-1].new_tokens
     assert len(export.steps_csv(rec.events).splitlines()) == rec.events[-1].target_forwards + 1
     assert charts.all_figures(rec.events)

@@ -135,7 +135,7 @@ def test_on_a_cpu_with_one_thread_a_run_is_charged_its_threads_cpu_time(pair):
 
     import torch
 
-    from mtp_viz.app.views import stats
+    from mtp_viz.views import stats
     from mtp_viz.sources.interleave import own_clock
     from mtp_viz.sources.local import LocalSource
     from mtp_viz.sources.settings import RunSettings

@@ -16,7 +16,7 @@ import pytest
 
 from real_vllm import PROMPTS, server_url
 from mtp_viz.sources.vllm import client as vllm_client
-from mtp_viz.app.views import dashboard
+from mtp_viz.views import dashboard
 from mtp_viz.cli.main import main
 from mtp_viz.engine.events import Accepted, Bonus, Done, Drafted, Error, Rejected, Start, Step, Token, event_from_dict
 from mtp_viz.paths import assets_dir

@@ -12,7 +12,7 @@ import pytest
 
 from locations import DATA
 from mtp_viz.sources.vllm import prometheus
-from mtp_viz.app.views import dashboard
+from mtp_viz.views import dashboard
 from mtp_viz.errors import UserError
 from mtp_viz.engine.events import Accepted, Bonus, Drafted, Rejected, Start, Step, event_from_dict
 from mtp_viz.sources.vllm.client import base_url, sse_chunks
@@ -156,7 +156,7 @@ def test_the_views_metrics_agree_with_the_servers_counters():
     """The counters were scraped after this request ran twice: the per-position figures
     the views compute from our events equal the server's own."""
     from mtp_viz.analysis import metrics
-    from mtp_viz.app.views import charts
+    from mtp_viz.views import charts
     _, events = _events()
     counters = prometheus.spec_decode(prometheus.parse((DATA / "vllm_metrics.txt").read_text()))
     s = metrics.summarize(events + events)

@@ -12,10 +12,11 @@ from typing import Any, Iterator
 
 import gradio as gr
 
-from mtp_viz.app.runtime import measure, runs, service, zerogpu
+from mtp_viz.app.runtime import runs, service, zerogpu
+from mtp_viz.measure import compare
 from mtp_viz.app.runtime.turns import Turns, ahead_words
-from mtp_viz.app.views import charts, export, inspector, stats, tokens
-from mtp_viz.app.views.frame import Frame, cleared
+from mtp_viz.views import charts, export, inspector, stats, tokens
+from mtp_viz.views.frame import Frame, cleared
 from mtp_viz.engine.events import Error
 from mtp_viz.errors import UserError, clip
 from mtp_viz.sources.local import LocalSource
@@ -287,7 +288,7 @@ class Handlers(Recorded):
         try:
             yield outputs(message(
                 f"Measuring: {n} repeats of both modes, alternating, nothing rendered meanwhile…"), sess)
-            m = measure.measure(pair, s, n, sess.stop, threads=service.threads())
+            m = compare.measure(pair, s, n, sess.stop, threads=service.threads())
         except UserError as e:
             yield outputs(message(str(e), level="error"), sess)
             return

@@ -1,7 +1,7 @@
 """Handlers of recorded runs: Race replay, the scrubber, traces (upload, examples,
 download) and the exports. The session's recorded events are all they need: no model.
 
-Handlers build *frames* (:class:`mtp_viz.app.views.frame.Frame`) and return them as the
+Handlers build *frames* (:class:`mtp_viz.views.frame.Frame`) and return them as the
 page's outputs list (:func:`outputs`), leaving the parts a frame does not set unchanged.
 
 A trace is a visitor's file, so reading one is bounded (:func:`read_trace`): a file over
@@ -22,8 +22,8 @@ import gradio as gr
 
 from mtp_viz.analysis import stream
 from mtp_viz.app.runtime import runs, service
-from mtp_viz.app.views import captions, charts, export, stats, tokens
-from mtp_viz.app.views.frame import PANE, PLOTS, SLOTS, Frame, cleared
+from mtp_viz.views import captions, charts, export, stats, tokens
+from mtp_viz.views.frame import PANE, PLOTS, SLOTS, Frame, cleared
 from mtp_viz.errors import UserError
 from mtp_viz.sources import trace
 from mtp_viz.sources.recorded import TraceSource

@@ -1,6 +1,7 @@
 """The Traffic panel's handlers: a concurrency sweep against two vLLM servers (the one
 that speculates and a baseline), level by level, with progress and Stop; the sweep
-itself is :mod:`mtp_viz.cli.bench_traffic`, as ``mtp-viz bench --concurrency`` runs it.
+itself is :mod:`mtp_viz.measure.traffic`, as ``mtp-viz bench --concurrency`` runs it, and
+its charts :mod:`mtp_viz.views.traffic`.
 No torch here. Both URLs go through the deployment's :class:`ServerPolicy` first.
 
 A sweep is bounded by :func:`limits`: the highest concurrency level (so the most levels)
@@ -16,14 +17,16 @@ from typing import Any
 
 from mtp_viz.app.runtime import service
 from mtp_viz.app.runtime.guard import ServerPolicy
-from mtp_viz.app.views import tokens
-from mtp_viz.cli import bench_traffic as traffic
 from mtp_viz.engine.decoding import Sampling
 from mtp_viz.errors import UserError
+from mtp_viz.measure import traffic
+from mtp_viz.measure.traffic import TrafficResult, TrafficRow
 from mtp_viz.prompts import code_suite, load_prompts
 from mtp_viz.sources.settings import RunSettings
 from mtp_viz.sources.vllm.client import ServerError
 from mtp_viz.sources.vllm.source import Servers, by_role
+from mtp_viz.views import tokens
+from mtp_viz.views.traffic import figures
 
 MAX_TOKENS = 256   # new tokens per request at most, in the panel
 LOCKED_LEVELS = 4    # locked down: the highest level (MTP_VIZ_TRAFFIC_LEVELS), so at most 4 levels
@@ -62,15 +65,15 @@ class TrafficHandlers:
         self.policy = policy
         self.highest, self.max_requests = limits(policy)
 
-    def figures(self, rows: list[dict[str, Any]]) -> list:
-        return traffic.figures(rows)
+    def figures(self, rows: tuple[TrafficRow, ...] | list[TrafficRow]) -> list:
+        return figures(rows)
 
     def sweep(self, url: str, baseline: str, levels: str, requests: Any, max_tokens: Any, sweep: Sweep | None):
         """Yields ``(status, speedup, throughput, acceptance, table)`` as each level starts
         and once at the end; a bad value or an unreachable server is one sentence."""
         sweep = sweep or Sweep()
         sweep.stop.clear()
-        empty = self.figures([])
+        empty = self.figures(())
         try:
             servers = Servers(self.policy.check(url), self.policy.check(baseline))
             levels_ = traffic.parse_levels(levels, self.highest)
@@ -83,22 +86,22 @@ class TrafficHandlers:
 
         def settings(prompt: str, mode: str) -> RunSettings:
             return RunSettings(prompt, modes=(mode,), max_new_tokens=n, chat=False, sampling=Sampling())
-        result: dict[str, Any] = {"traffic": [], "same_tokens": None}
+        result = TrafficResult()
         try:
             for line, result in traffic.sweeping(servers, prompts, levels_, requests_, settings,
                                                  greedy=True, stop=sweep.stop, highest=self.highest,
                                                  max_requests=self.max_requests):
                 if line:
                     yield (tokens.message_html(f"Running: {line} ({requests_} requests)…"),
-                           *self.figures(result["traffic"]), self._table(result))
+                           *self.figures(result.rows), self._table(result))
         except UserError as e:
             said = by_role(servers)(e) if isinstance(e, ServerError) else str(e)
-            yield (tokens.message_html(said, level="error"), *self.figures(result["traffic"]), self._table(result))
+            yield (tokens.message_html(said, level="error"), *self.figures(result.rows), self._table(result))
             return
         stopped = sweep.stop.is_set()
         yield (tokens.message_html(("Stopped: " if stopped else "Done: ") + self._line(result),
                                    level="warn" if stopped else "info"),
-               *self.figures(result["traffic"]), self._table(result))
+               *self.figures(result.rows), self._table(result))
 
     @staticmethod
     def stop(sweep: Sweep | None) -> None:
@@ -106,18 +109,18 @@ class TrafficHandlers:
             sweep.stop.set()
 
     @staticmethod
-    def _line(result: dict[str, Any]) -> str:
-        spec = traffic.summary(result["traffic"])
+    def _line(result: TrafficResult) -> str:
+        spec = result.summary
         if not spec:
             return "no level finished."
-        same = result["same_tokens"]
-        parts = [f"{r['concurrency']} at once ×{r['speedup']:.2f}" for r in spec if r["speedup"] is not None]
+        same = result.same_tokens
+        parts = [f"{r.concurrency} at once ×{r.speedup:.2f}" for r in spec if r.speedup is not None]
         return ("speedup " + ", ".join(parts) + "; greedy outputs "
                 + ("identical on both servers." if same else "DIFFER between the servers." if same is False
                    else "not compared."))
 
     @staticmethod
-    def _table(result: dict[str, Any]) -> str:
+    def _table(result: TrafficResult) -> str:
         """The rows as a small escaped HTML table (``#traffic-table``)."""
         import html
         head = ("concurrency", "server", "requests", "tok/s", "TTFT p50 ms", "TPOT p50 ms", "TPOT p90 ms",
@@ -131,8 +134,8 @@ class TrafficHandlers:
             if k == "acceptance_rate":
                 return f"{v:.1%}"
             return f"{v:.2f}" if isinstance(v, float) else html.escape(str(v))
-        rows = "".join("<tr>" + "".join(f"<td>{cell(k, r[k])}</td>" for k in keys) + "</tr>"
-                       for r in result["traffic"])
+        rows = "".join("<tr>" + "".join(f"<td>{cell(k, getattr(r, k))}</td>" for k in keys) + "</tr>"
+                       for r in result.rows)
         return (f'<table class="mv-traffic"><tr>{"".join(f"<th>{h}</th>" for h in head)}</tr>{rows}</table>'
                 if rows else "")
 

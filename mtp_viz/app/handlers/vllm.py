@@ -8,7 +8,7 @@ comparison as the local engine (:func:`mtp_viz.app.runtime.runs.compare_frames` 
 
 **Dashboard.** Watch scrapes a server's ``/metrics`` every ``DASHBOARD_SECONDS`` and
 charts its spec-decode counters over all the server's traffic
-(:mod:`mtp_viz.app.views.dashboard`).
+(:mod:`mtp_viz.views.dashboard`).
 
 Every URL goes through :class:`mtp_viz.app.runtime.guard.ServerPolicy` first. A server's
 failure is told in its visitor's sentence (:meth:`ServerError.visitor`): the address the
@@ -26,8 +26,8 @@ import gradio as gr
 
 from mtp_viz.app.runtime import runs, service
 from mtp_viz.app.runtime.guard import ServerPolicy
-from mtp_viz.app.views import dashboard, tokens
-from mtp_viz.app.views.frame import Frame, cleared
+from mtp_viz.views import dashboard, tokens
+from mtp_viz.views.frame import Frame, cleared
 from mtp_viz.engine.events import Step
 from mtp_viz.errors import UserError
 from mtp_viz.sources.base import Capabilities

@@ -2,8 +2,8 @@
 
 Clicking a token in ``#spec-output`` or ``#ar-output`` sends its ``data-kind``,
 ``data-step`` and ``data-index`` to the server, which renders ``#inspector`` from the
-session's recorded run (:mod:`mtp_viz.app.views.inspector`); ``#anatomy``
-(:mod:`mtp_viz.app.views.anatomy`) draws the loaded pair's drafter once the pair is
+session's recorded run (:mod:`mtp_viz.views.inspector`); ``#anatomy``
+(:mod:`mtp_viz.views.anatomy`) draws the loaded pair's drafter once the pair is
 ready, and again after each run with what its rejections say. No torch here:
 :mod:`mtp_viz.analysis.anatomy` only reads module shapes.
 """
@@ -14,7 +14,7 @@ from typing import Any
 import gradio as gr
 
 import mtp_viz.analysis.anatomy  # the module, not its anatomy(): that name is the view's
-from mtp_viz.app.views import anatomy, inspector
+from mtp_viz.views import anatomy, inspector
 from mtp_viz.errors import UserError
 
 # One document-level listener (however often the component mounts) that hands the

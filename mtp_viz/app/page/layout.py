@@ -1,6 +1,6 @@
 """The Gradio page's layout: the components, section by section, and the app they make.
 Events are wired in :mod:`.wiring`; handlers live in :mod:`mtp_viz.app.handlers`,
-rendering in :mod:`mtp_viz.app.views`, model access in :mod:`mtp_viz.app.runtime`; none
+rendering in :mod:`mtp_viz.views`, model access in :mod:`mtp_viz.app.runtime`; none
 of them imports torch.
 
 ``build_demo()`` draws the page without loading a model; :func:`launch` starts loading
@@ -25,7 +25,7 @@ from mtp_viz.app.handlers.traffic import TrafficHandlers
 from mtp_viz.app.handlers.vllm import VllmHandlers
 from mtp_viz.app.runtime import runs, service
 from mtp_viz.app.runtime.guard import ServerPolicy
-from mtp_viz.app.views import charts, explain, stats, tokens
+from mtp_viz.views import charts, explain, stats, tokens
 from mtp_viz.engine.drafters import DRAFTERS
 from mtp_viz.engine.schedules import SCHEDULES
 

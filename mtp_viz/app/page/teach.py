@@ -1,7 +1,7 @@
 """The page's teaching features, wired into gradio: the what-if estimate, the "when does
 MTP help?" panel, the glossary, the first-visit tour, presenter mode, deep links and the
 Copy link button. Layout in :func:`sections`; the rest is events, in :func:`wire`.
-Rendering lives in :mod:`mtp_viz.app.views.explain`, link parsing in
+Rendering lives in :mod:`mtp_viz.views.explain`, link parsing in
 :mod:`mtp_viz.app.handlers.links`.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 import gradio as gr
 
 from mtp_viz.app.handlers import links
-from mtp_viz.app.views import explain, tokens
+from mtp_viz.views import explain, tokens
 from mtp_viz.prompts import category_suite
 
 TOUR_KEY = "mtp-viz-tour-done"   # localStorage: set once the tour is finished or closed

@@ -9,9 +9,9 @@ import gradio as gr
 
 from mtp_viz.app.handlers.traffic import MAX_TOKENS, Sweep, TrafficHandlers
 from mtp_viz.app.handlers.vllm import DASHBOARD_SECONDS, VLLM, VllmHandlers
-from mtp_viz.cli.bench_traffic import example_levels
 from mtp_viz.app.runtime.guard import ServerPolicy
-from mtp_viz.app.views import dashboard, tokens
+from mtp_viz.measure.traffic import example_levels
+from mtp_viz.views import dashboard, tokens
 from mtp_viz.sources.vllm.prometheus import SpecDecodeCounters
 
 

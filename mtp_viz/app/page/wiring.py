@@ -17,7 +17,7 @@ from mtp_viz.app.handlers import links
 from mtp_viz.app.handlers.local import CUSTOM, OUTPUTS, Handlers
 from mtp_viz.app.handlers.vllm import HINT, VllmHandlers, capabilities
 from mtp_viz.app.runtime import service
-from mtp_viz.app.views import tokens
+from mtp_viz.views import tokens
 from mtp_viz.prompts import Prompt, category_suite, code_suite, load_prompts
 
 from . import inspector, teach, vllm

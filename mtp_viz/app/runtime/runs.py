@@ -15,8 +15,8 @@ import threading
 import time
 from typing import Any, Callable, Iterable, Iterator
 
-from mtp_viz.app.views import captions, charts, stats, theory, tokens
-from mtp_viz.app.views.frame import PANE, Frame
+from mtp_viz.views import captions, charts, stats, theory, tokens
+from mtp_viz.views.frame import PANE, Frame
 from mtp_viz.engine.events import Error, Event
 from mtp_viz.engine.schedules import ScheduleCache
 from mtp_viz.sources.base import Source
@@ -258,7 +258,7 @@ def load_and_warm(target: str, drafter: str | None, precision: Any = None, compi
 
 def warm(pair: Any) -> Any:
     """``pair``, warmed through the app's path (:func:`warm_up`) so its first run is timed warm."""
-    from mtp_viz.app.views import inspector
+    from mtp_viz.views import inspector
     from mtp_viz.sources.local import LocalSource
     warm_up(LocalSource(pair), top=inspector.TOP)
     return pair

@@ -4,6 +4,7 @@ events in, HTML out; :mod:`mtp_viz.notebook` puts it on the page."""
 from __future__ import annotations
 
 import html
+import sys
 from typing import Sequence
 
 from mtp_viz.engine.events import Done, Error, Event, Start
@@ -17,6 +18,16 @@ _CELL_CSS = """
 .mv-notebook .mv-nb-head { font-size: 0.85rem; color: #4b5563; margin: 0 0 4px; }
 .mv-notebook .mv-text { border: 1px solid #e5e7eb; border-radius: 8px; padding: 8px 10px; }
 """
+
+
+def in_notebook() -> bool:
+    """Whether this process is a notebook kernel (Jupyter, VS Code, Colab) that can
+    show HTML, rather than a terminal (plain ``python`` or the ``ipython`` shell): where
+    the notebook draws cells and ``mtp_viz.launch`` puts the app inline. Reads
+    ``sys.modules`` only, so it never imports IPython."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return shell is not None and (hasattr(shell, "kernel") or "google.colab" in sys.modules)
 
 
 def cell_html(events: Sequence[Event], *, css: str = "", legend: bool = True) -> str:
@@ -44,4 +55,4 @@ def side_by_side_html(runs: dict[str, Sequence[Event]], *, css: str = "") -> str
             f'<div class="mv-nb-side">{cols}</div></div>')
 
 
-__all__ = ["cell_html", "side_by_side_html"]
+__all__ = ["cell_html", "in_notebook", "side_by_side_html"]

@@ -184,7 +184,7 @@ def compare_html(spec: RunStats, ar: RunStats, *, greedy: bool, threads: int = 0
 
 
 def measurement_html(m, engine: Ran = Ran()) -> str:
-    """Measure's result (:class:`mtp_viz.app.runtime.measure.Measurement`): the median of the
+    """Measure's result (:class:`mtp_viz.measure.compare.Measurement`): the median of the
     repeats, their range, and a winner only when every repeat agrees; ``engine``: what
     decoded them."""
     cls = {"faster": "mv-ok", "slower": "mv-warn"}.get(m.verdict, "mv-neutral")

@@ -1,7 +1,7 @@
 """Traffic: does speculation still pay off when many requests share a vLLM server?
 
-``mtp-viz bench --server URL --baseline-server URL --concurrency 1,2,4,8`` (and the app's
-Traffic panel) runs, at each level N, N closed-loop clients against the speculating
+``mtp-viz bench --server URL --baseline-server URL --concurrency 1,2,4,8`` and the app's
+Traffic panel run this sweep: at each level N, N closed-loop clients against the speculating
 server and then against the baseline (which goes first flips from level to level, so
 drift of the machine falls on both alike): each client sends its next request as soon as
 its last one ended, until the level's ``requests`` are done. A level's throughput is all
@@ -23,11 +23,12 @@ new requests.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
 from mtp_viz.engine.events import Done, Error, Event, Step
@@ -138,50 +139,84 @@ def run_level(servers: Servers, mode: str, prompts: Sequence[str], concurrency: 
     return level
 
 
-def row(level: Level) -> dict[str, Any]:
-    """One ``traffic`` row of bench.json (speedup filled in by :func:`pair_rows`)."""
+@dataclass(frozen=True)
+class TrafficRow:
+    """One level on one server: a ``traffic`` row of bench.json (:meth:`as_dict`)."""
+    concurrency: int
+    server: str                       # "speculative" or "baseline"
+    requests: int
+    tokens_per_second: float | None   # all output tokens ÷ the level's wall time
+    ttft_ms_p50: float | None
+    ttft_ms_p90: float | None
+    tpot_ms_p50: float | None
+    tpot_ms_p90: float | None
+    acceptance_rate: float | None     # speculative: accepted ÷ drafted
+    tau: float | None                 # speculative: tokens per verify step after the prefill
+    speedup: float | None = None      # speculative: throughput over the baseline's at this level
+    tpot_ratio: float | None = None   # speculative: the baseline's p50 TPOT over its own
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def row(level: Level) -> TrafficRow:
+    """One level's row (speedup filled in by :func:`pair_rows`)."""
     r, tokens = level.done, sum(q.tokens for q in level.done)
     tpot = [(q.seconds - q.ttft) / (q.tokens - 1) * 1000 for q in r if q.tokens > 1]
     drafted, accepted = sum(q.drafted for q in r), sum(q.accepted for q in r)
     steps = sum(q.verify_steps for q in r)
     spec = level.server == "speculative"
-    return {"concurrency": level.concurrency, "server": level.server, "requests": len(r),
-            "tokens_per_second": tokens / level.wall if level.wall > 0 else None,
-            "ttft_ms_p50": _ms(pct([q.ttft for q in r], 0.5)), "ttft_ms_p90": _ms(pct([q.ttft for q in r], 0.9)),
-            "tpot_ms_p50": pct(tpot, 0.5), "tpot_ms_p90": pct(tpot, 0.9),
-            "acceptance_rate": accepted / drafted if spec and drafted else None,
-            # τ after the prefill: each verify step's tokens (its kept drafts + the target's one)
-            "tau": (tokens - len(r)) / steps if spec and steps else None,
-            "speedup": None, "tpot_ratio": None}
+    return TrafficRow(
+        level.concurrency, level.server, len(r), tokens / level.wall if level.wall > 0 else None,
+        _ms(pct([q.ttft for q in r], 0.5)), _ms(pct([q.ttft for q in r], 0.9)), pct(tpot, 0.5), pct(tpot, 0.9),
+        acceptance_rate=accepted / drafted if spec and drafted else None,
+        # τ after the prefill: each verify step's tokens (its kept drafts + the target's one)
+        tau=(tokens - len(r)) / steps if spec and steps else None)
 
 
 def _ms(s: float | None) -> float | None:
     return None if s is None else s * 1000
 
 
-def pair_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each speculative row gets its level's speedup over the baseline row (throughput)
+def pair_rows(rows: Sequence[TrafficRow]) -> list[TrafficRow]:
+    """Each speculative row with its level's speedup over the baseline row (throughput)
     and the baseline's p50 time per output token over its own."""
-    base = {r["concurrency"]: r for r in rows if r["server"] == "baseline"}
+    base = {r.concurrency: r for r in rows if r.server == "baseline"}
+    out = []
     for r in rows:
-        b = base.get(r["concurrency"])
-        if r["server"] == "speculative" and b:
-            if r["tokens_per_second"] and b["tokens_per_second"]:
-                r["speedup"] = r["tokens_per_second"] / b["tokens_per_second"]
-            if r["tpot_ms_p50"] and b["tpot_ms_p50"]:
-                r["tpot_ratio"] = b["tpot_ms_p50"] / r["tpot_ms_p50"]
-    return rows
+        b = base.get(r.concurrency)
+        if r.server == "speculative" and b:
+            r = dataclasses.replace(
+                r, speedup=r.tokens_per_second / b.tokens_per_second
+                if r.tokens_per_second and b.tokens_per_second else None,
+                tpot_ratio=b.tpot_ms_p50 / r.tpot_ms_p50 if r.tpot_ms_p50 and b.tpot_ms_p50 else None)
+        out.append(r)
+    return out
+
+
+@dataclass(frozen=True)
+class TrafficResult:
+    """A sweep so far: its rows (speedups paired) and, greedy only, whether each prompt's
+    output was the same on the two servers at every level (None when sampling)."""
+    rows: tuple[TrafficRow, ...] = ()
+    same_tokens: bool | None = None
+
+    @property
+    def summary(self) -> list[TrafficRow]:
+        """The speculative rows, one per level: what the charts draw."""
+        return [r for r in self.rows if r.server == "speculative"]
+
+    def as_dict(self) -> dict[str, Any]:
+        """bench.json's ``traffic`` and ``same_tokens``."""
+        return {"traffic": [r.as_dict() for r in self.rows], "same_tokens": self.same_tokens}
 
 
 def sweeping(servers: Servers, prompts: Sequence[str], levels: Sequence[int], requests: int,
              settings: Callable[[str, str], RunSettings], *, greedy: bool,
              stop: threading.Event | None = None, highest: int = MAX_CONCURRENCY,
-             max_requests: int = MAX_REQUESTS) -> Iterator[tuple[str, dict[str, Any]]]:
+             max_requests: int = MAX_REQUESTS) -> Iterator[tuple[str, TrafficResult]]:
     """Every level on both servers, as it goes: before each level ``(what runs next, the
-    result so far)``, and at the end ``("", the result)``. A result is ``{"traffic":
-    rows, "same_tokens": ...}``; ``same_tokens`` (greedy only) says whether each prompt's
-    output was the same on the two servers at every level (None when sampling).
-    ``highest`` and ``max_requests`` bound the levels and the requests per level (never
+    result so far)``, and at the end ``("", the result)``. ``highest`` and ``max_requests`` bound the levels and the requests per level (never
     past :data:`MAX_CONCURRENCY` and :data:`MAX_REQUESTS`)."""
     highest, max_requests = min(highest, MAX_CONCURRENCY), min(max_requests, MAX_REQUESTS)
     if not 1 <= requests <= max_requests:
@@ -192,15 +227,15 @@ def sweeping(servers: Servers, prompts: Sequence[str], levels: Sequence[int], re
                         f"separated by commas (like {example_levels(highest)}).")
     if servers.baseline is None:
         raise UserError("A traffic sweep compares two servers: give the baseline server's URL too.")
-    rows: list[dict[str, Any]] = []
+    rows: list[TrafficRow] = []
     outputs: dict[tuple[str, int], set] = {}
 
-    def result() -> dict[str, Any]:
+    def result() -> TrafficResult:
         same = None
         if greedy and outputs:
             same = all(outputs.get(("speculative", p)) == outputs.get(("autoregressive", p))
                        and len(outputs.get(("speculative", p), ())) == 1 for p in {p for _, p in outputs})
-        return {"traffic": pair_rows([dict(r) for r in rows]), "same_tokens": same}
+        return TrafficResult(tuple(pair_rows(rows)), same)
     for k, n in enumerate(levels):
         for mode in (("speculative", "autoregressive") if k % 2 == 0 else ("autoregressive", "speculative")):
             if stop is not None and stop.is_set():
@@ -214,7 +249,7 @@ def sweeping(servers: Servers, prompts: Sequence[str], levels: Sequence[int], re
     yield "", result()
 
 
-def sweep(*args, progress: Callable[[str], None] | None = None, **kwargs) -> dict[str, Any]:
+def sweep(*args, progress: Callable[[str], None] | None = None, **kwargs) -> TrafficResult:
     """:func:`sweeping` to its end; ``progress`` gets each level's line."""
     for line, out in sweeping(*args, **kwargs):
         if line and progress:
@@ -222,56 +257,5 @@ def sweep(*args, progress: Callable[[str], None] | None = None, **kwargs) -> dic
     return out
 
 
-def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The speculative rows, one per level: what the charts draw."""
-    return [r for r in rows if r["server"] == "speculative"]
-
-
-def figures(rows: list[dict[str, Any]]) -> list:
-    """Speedup, throughput and acceptance against concurrency (plotly figures)."""
-    import plotly.graph_objects as go
-    by = {s: sorted((r for r in rows if r["server"] == s), key=lambda r: r["concurrency"])
-          for s in ("speculative", "baseline")}
-    spec = by["speculative"]
-
-    def fig(title, data, ytitle, yrange=None, shapes=()):
-        return go.Figure(data=data, layout=dict(
-            title=dict(text=title, x=0.01, xanchor="left", font=dict(size=14)), height=300,
-            margin=dict(l=56, r=12, t=40, b=48), template="none", shapes=list(shapes),
-            legend=dict(orientation="h", y=-0.25), xaxis=dict(title=dict(text="concurrent requests"), type="log",
-                                                              tickvals=[r["concurrency"] for r in spec]),
-            yaxis=dict(title=dict(text=ytitle), range=yrange)), _validate=False)
-    x = [r["concurrency"] for r in spec]
-    line = lambda xs, ys, name, **kw: dict(type="scatter", mode="lines+markers", x=xs, y=ys, name=name, **kw)  # noqa: E731
-    speedup = fig("Speedup: speculative ÷ baseline", [
-        line(x, [r["speedup"] for r in spec], "throughput"),
-        line(x, [r["tpot_ratio"] for r in spec], "per-user speed (baseline TPOT ÷ speculative TPOT)",
-             line=dict(dash="dot"))],
-        "× baseline", shapes=[dict(type="line", xref="paper", x0=0, x1=1, y0=1, y1=1,
-                                   line=dict(color="#9ca3af", dash="dash"))])
-    throughput = fig("Output throughput", [line([r["concurrency"] for r in by[s]],
-                                                [r["tokens_per_second"] for r in by[s]], s) for s in by], "tokens/s")
-    acceptance = fig("Acceptance on the speculating server",
-                     [line(x, [r["acceptance_rate"] for r in spec], "accepted ÷ drafted")], "acceptance", [0, 1])
-    return [speedup, throughput, acceptance]
-
-
-def markdown(result: dict[str, Any]) -> str:
-    """The traffic table of the report."""
-    f = lambda x, fmt: "–" if x is None else fmt.format(x)  # noqa: E731
-    lines = ["### Under load: concurrent requests", "",
-             "| concurrency | server | requests | tok/s | TTFT p50 ms | TPOT p50 / p90 ms | accept | τ | speedup "
-             "| per-user ×|", "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in result["traffic"]:
-        lines.append(f"| {r['concurrency']} | {r['server']} | {r['requests']} | {f(r['tokens_per_second'], '{:.1f}')} "
-                     f"| {f(r['ttft_ms_p50'], '{:.0f}')} | {f(r['tpot_ms_p50'], '{:.1f}')} / "
-                     f"{f(r['tpot_ms_p90'], '{:.1f}')} | {f(r['acceptance_rate'], '{:.1%}')} | {f(r['tau'], '{:.2f}')} "
-                     f"| {f(r['speedup'], '×{:.2f}')} | {f(r['tpot_ratio'], '×{:.2f}')} |")
-    same = result.get("same_tokens")
-    lines += ["", "Greedy outputs identical on both servers at every level: "
-              + ("–" if same is None else "yes" if same else "NO") + "."]
-    return "\n".join(lines) + "\n"
-
-
-__all__ = ["MAX_CONCURRENCY", "MAX_REQUESTS", "example_levels", "figures", "markdown", "pair_rows", "parse_levels",
-           "row", "run_level", "summary", "sweep", "sweeping"]
+__all__ = ["MAX_CONCURRENCY", "MAX_REQUESTS", "Level", "Request", "TrafficResult", "TrafficRow", "example_levels",
+           "pair_rows", "parse_levels", "row", "run_level", "sweep", "sweeping"]

@@ -1,0 +1,22 @@
+"""``mtp_viz.launch(pair)``: the whole app on a pair already in memory (the public API
+names this function; a notebook calls it, and no other front end imports it)."""
+from __future__ import annotations
+
+from typing import Any
+
+
+def launch(pair: Any, **kwargs: Any):
+    """The whole app on ``pair`` (from :func:`mtp_viz.from_models` or
+    :func:`mtp_viz.load_pair`), with no second load: inline in a notebook, else on a
+    local port (``port=``; else Gradio's default). Returns the Gradio app;
+    ``demo.close()`` stops it. Other ``kwargs`` go to Gradio's ``launch`` (``height=``...)."""
+    from mtp_viz.views.notebook import in_notebook
+
+    from .page import layout
+    demo = layout.build_demo(pair=pair)
+    layout.launch(demo, host=kwargs.pop("host", None), port=kwargs.pop("port", None),
+                  **{"inline": in_notebook(), "prevent_thread_lock": True, "quiet": True, **kwargs})
+    return demo
+
+
+__all__ = ["launch"]

@@ -1,1 +1,0 @@
-"""Pure views: events in, HTML or figures out. Nothing here imports gradio or torch."""
