@@ -20,9 +20,9 @@ from mtp_viz.engine.events import Start
 from mtp_viz.errors import UserError
 from mtp_viz.measure import server, traffic
 from mtp_viz.sources.settings import RunSettings
-from mtp_viz.sources.vllm import client as vllm_client
-from mtp_viz.sources.vllm.prometheus import delta
-from mtp_viz.sources.vllm.source import Servers, VllmSource
+from mtp_viz.sources.prometheus import delta
+from mtp_viz.sources.servers import Servers
+from mtp_viz.sources import open_server
 
 from .bench_report import save
 
@@ -54,20 +54,20 @@ def run(args, plan) -> int:
     """``plan``: the bench's flags, checked (:func:`mtp_viz.cli.bench.check`)."""
     n, repeats, prompts, levels = plan.n, plan.repeats, plan.prompts, plan.levels
     url, base = args.server, args.baseline_server
-    source = VllmSource(Servers(url, base, args.model, args.baseline_model))
+    source = open_server(Servers(url, base, args.model, args.baseline_model))
     modes = ["speculative"] + (["autoregressive"] if base else [])
     settings = _settings(args, n)
     warm = server.warm_up(source, settings, prompts[0].text, modes)  # untimed; checks both
     base_speculates = bool(base) and warm["autoregressive"][0].settings.get("server_speculates")
-    before = vllm_client.scrape(url, args.model)
+    before = source.counters(url)
     print(f"mtp-viz bench: {url}" + (f" against {base}" if base else "") +
           f"; {len(prompts)} prompts x {repeats} repeats, {n} new tokens each", file=sys.stderr)
     records, streams = server.timed(source, settings, prompts, modes, repeats)
-    after = vllm_client.scrape(url, args.model)
+    after = source.counters(url)
     result = server.reduce(records, streams, delta(after, before), meta={
         "server": url, "baseline_server": base, "max_new_tokens": n, "repeats": repeats,
         "prompts": len(prompts), "temperature": args.temperature, "chat": not args.no_chat,
-        "model": next(e.settings["model"] for e in streams[0][1] if isinstance(e, Start)),
+        "model": next(e.settings.get("model") for e in streams[0][1] if isinstance(e, Start)),
         "draft_tokens": len(before.accepted_per_pos), "quick": args.quick,
         "baseline_speculates": base_speculates})
     swept = _sweep(source.servers, prompts, levels, plan.requests, settings) if levels else None

@@ -24,7 +24,7 @@ from mtp_viz.engine.events import Done
 from mtp_viz.errors import UserError
 from mtp_viz.prompts import Prompt
 from mtp_viz.sources.settings import RunSettings
-from mtp_viz.sources.vllm.source import VllmSource
+from mtp_viz.sources.servers import ServerSource
 
 from .records import AUTOREGRESSIVE, SPECULATIVE, Record
 from .reduce import median, speedup, tps_by_repeat
@@ -32,7 +32,7 @@ from .reduce import median, speedup, tps_by_repeat
 WARM_UP_TOKENS = 8
 
 
-def one(source: VllmSource, base: RunSettings, prompt: str, mode: str, n: int | None = None) -> tuple[Record, list]:
+def one(source: ServerSource, base: RunSettings, prompt: str, mode: str, n: int | None = None) -> tuple[Record, list]:
     """One run of ``mode`` through the servers' source: its record and its events."""
     evs = list(source.events(dataclasses.replace(base, prompt=prompt, modes=(mode,),
                                                  max_new_tokens=n or base.max_new_tokens)))
@@ -42,12 +42,12 @@ def one(source: VllmSource, base: RunSettings, prompt: str, mode: str, n: int | 
     return Record(mode, done.seconds, done.new_tokens, done.target_forwards, tuple(done.generated_ids)), evs
 
 
-def warm_up(source: VllmSource, base: RunSettings, prompt: str, modes: Sequence[str]) -> dict[str, list]:
+def warm_up(source: ServerSource, base: RunSettings, prompt: str, modes: Sequence[str]) -> dict[str, list]:
     """One short untimed run of each mode (which also checks that each server answers)."""
     return {mode: one(source, base, prompt, mode, min(base.max_new_tokens, WARM_UP_TOKENS))[1] for mode in modes}
 
 
-def timed(source: VllmSource, base: RunSettings, prompts: Sequence[Prompt], modes: Sequence[str],
+def timed(source: ServerSource, base: RunSettings, prompts: Sequence[Prompt], modes: Sequence[str],
           repeats: int) -> tuple[list[Record], list[tuple[Prompt, list]]]:
     """Every prompt on every mode, ``repeats`` times, the order flipping each time: the
     records, and each speculative run's (prompt, events)."""
@@ -71,7 +71,7 @@ def timed(source: VllmSource, base: RunSettings, prompts: Sequence[Prompt], mode
 def reduce(records: Sequence[Record], streams: Sequence[tuple[Prompt, list]], counters, meta: dict[str, Any]
            ) -> dict[str, Any]:
     """bench.json of a server bench (``counters``: the server's counters over the run,
-    :class:`mtp_viz.sources.vllm.prometheus.SpecDecodeCounters`), runs included."""
+    :class:`mtp_viz.sources.prometheus.SpecDecodeCounters`), runs included."""
     s = metrics.summarize([e for _, st in streams for e in st])
     same = [r.same_tokens for r in records if r.same_tokens is not None]
     return {

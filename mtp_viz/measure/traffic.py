@@ -34,7 +34,8 @@ from typing import Any, Callable, Iterator, Sequence
 from mtp_viz.engine.events import Done, Error, Event, Step
 from mtp_viz.errors import UserError
 from mtp_viz.sources.settings import RunSettings
-from mtp_viz.sources.vllm.source import Servers, VllmSource
+from mtp_viz.sources.servers import Servers
+from mtp_viz.sources import open_server
 
 MAX_CONCURRENCY = 16   # the most clients at once a sweep may ask for (the app's limit too)
 MAX_REQUESTS = 256     # requests per level at most
@@ -108,7 +109,7 @@ def run_level(servers: Servers, mode: str, prompts: Sequence[str], concurrency: 
               settings: Callable[[str, str], RunSettings], stop: threading.Event | None = None) -> Level:
     """``requests`` requests by ``concurrency`` closed-loop clients to one server; request
     i takes prompt i mod len(prompts). Stops taking new requests when ``stop`` is set."""
-    source, level = VllmSource(servers), Level(concurrency, ROLE[mode])
+    source, level = open_server(servers), Level(concurrency, ROLE[mode])
     lock, taken, failed = threading.Lock(), [0], threading.Event()
 
     def client() -> list[Request]:

@@ -1,7 +1,7 @@
 """Sources: everything that turns a run's settings into an event stream.
 
 :class:`~mtp_viz.sources.base.Source` is the protocol; :func:`open_source` builds the
-source a command line or a script names (a local model pair, or a vLLM server), so no
+source a command line or a script names (a local model pair, or a vLLM or llama.cpp server), so no
 front end has to switch on the kind. The app builds its sources from the page's picker.
 Nothing is imported eagerly: importing this package loads no torch.
 """
@@ -13,16 +13,24 @@ def open_source(target: str | None = "tiny", drafter: str | None = None, *, serv
                 baseline_model: str | None = None, drafter_kind: str = "auto",
                 device: str | None = None, dtype: str | None = None, target_precision: str | None = None,
                 drafter_precision: str | None = None, compile: bool = False):
-    """A vLLM server's source when ``server`` is given (its baseline, for the
+    """A server's source when ``server`` is given (:func:`open_server`) (its baseline, for the
     autoregressive run, is ``baseline_server`` or the same server), else the local
     engine on the pair :func:`mtp_viz.sources.models.load_pair` loads (each model in its
     precision: ``dtype`` for both, ``target_precision`` / ``drafter_precision`` for one;
     ``compile``: the compiled engine, :meth:`mtp_viz.sources.pair.ModelPair.compile`)."""
     if server:
-        from .vllm.source import Servers, VllmSource
-        return VllmSource(Servers(server, baseline_server or server, model, baseline_model or model))
+        from .servers import Servers
+        return open_server(Servers(server, baseline_server or server, model, baseline_model or model))
     from .local import LocalSource
     from .models import load_pair
     return LocalSource(load_pair(target, drafter, drafter_kind=drafter_kind, device=device, dtype=dtype,
                                  target_precision=target_precision, drafter_precision=drafter_precision,
                                  compile=compile))
+
+
+def open_server(servers, sentence=None):
+    """The source for ``servers`` (a :class:`~.servers.Servers`): vLLM or llama.cpp, told
+    apart by what the speculating server answers when the first run starts
+    (:class:`~.detect.DetectedServer`). ``sentence``: how a failure is told (the app's)."""
+    from .detect import DetectedServer
+    return DetectedServer(servers, sentence)

@@ -139,6 +139,26 @@ def read_page(r, url: str, path: str, timeout: float, seconds: float) -> bytes:
     return data
 
 
+def page(url: str, path: str, body: dict | None = None, timeout: float = CONNECT_TIMEOUT,
+         software: str = "vLLM", not_it: str | None = None) -> str:
+    """GET ``path`` (POST ``body`` when given), at most :data:`MAX_PAGE_BYTES` of it, within
+    :data:`PAGE_DEADLINE` seconds in all. An HTTP error says the server is not
+    ``software`` (``not_it``: the visitor's sentence, ``{server}`` filled in)."""
+    try:
+        with open_url(url, path, body, timeout, software) as r:
+            data = read_page(r, url, path, timeout, max(timeout, PAGE_DEADLINE))
+    except urllib.error.HTTPError as e:
+        raise ServerError(url, f"{{url}} is not a {software} server: it answers {path} with HTTP {e.code}.",
+                          not_it or f"{{server}} is not a {software} server.") from None
+    except (socket.timeout, TimeoutError) as e:
+        raise explain(url, e, timeout, software) from None
+    if len(data) > MAX_PAGE_BYTES:
+        raise ServerError(url, f"{{server}} sent more than {size(MAX_PAGE_BYTES)} for {path}, "
+                          "more than mtp-viz reads.",
+                          f"{{server}} sent more than {size(MAX_PAGE_BYTES)}, more than mtp-viz reads.")
+    return data.decode("utf-8", "replace")
+
+
 def env_seconds(name: str, default: float) -> float:
     """Seconds from the environment variable ``name``: a positive finite number, or else
     (unset, not a number, 0, negative, inf) ``default``."""
@@ -244,5 +264,5 @@ def sse_chunks(lines: Iterable[bytes | str], url: str = "the server") -> Iterato
 
 
 __all__ = ["CONNECT_TIMEOUT", "Deadlines", "MAX_LINE_BYTES", "MAX_PAGE_BYTES", "PAGE_DEADLINE", "READ_TIMEOUT",
-           "ServerError", "base_url", "env_seconds", "explain", "lines", "open_url", "read_page", "size",
+           "ServerError", "base_url", "env_seconds", "explain", "lines", "open_url", "page", "read_page", "size",
            "socket_of", "sse_chunks"]

@@ -1,6 +1,6 @@
 """The server dashboard: vLLM's spec-decode counters over all traffic, as figures.
 
-Pure: scrapes in (:class:`mtp_viz.sources.vllm.prometheus.SpecDecodeCounters`, fetched by
+Pure: scrapes in (:class:`mtp_viz.sources.prometheus.SpecDecodeCounters`, fetched by
 :func:`mtp_viz.sources.vllm.client.scrape`), plotly figures and one text line out; no gradio,
 no network. A poller keeps a list of ``(seconds, counters)`` scrapes; the counters are
 cumulative, so what happened between two scrapes is their difference:
@@ -13,7 +13,7 @@ import html
 from dataclasses import dataclass
 from typing import Sequence
 
-from mtp_viz.sources.vllm.prometheus import SpecDecodeCounters, delta
+from mtp_viz.sources.prometheus import SpecDecodeCounters, delta
 
 from .charts import COLORS, _figure
 

@@ -21,7 +21,7 @@ from mtp_viz.app.runtime import runs, service
 from mtp_viz.app.runtime.guard import ServerPolicy
 from mtp_viz.measure import traffic
 from mtp_viz.errors import UserError
-from mtp_viz.sources.vllm.source import Servers
+from mtp_viz.sources.servers import Servers
 
 LOCKED = service.AllowList("tiny")
 OPEN = service.AllowList("")
@@ -128,7 +128,8 @@ def test_a_non_vllm_server_is_one_sentence_without_status_path_or_port_in_the_tr
     assert "is not a vLLM server" in status and "speculating server" in status
     for leak in (str(code), port, "/v1", "/metrics", "HTTP", SECRET, "127.0.0.1"):
         assert leak not in status, leak
-    assert len(server.seen) <= 4   # each of the 4 clients stopped at its first refusal
+    # one /props to tell the server's kind, then each of the 4 clients stopped at its first refusal
+    assert server.seen.count("/props") == 1 and len(server.seen) <= 5
 
 
 def _vllm_handlers(policy):

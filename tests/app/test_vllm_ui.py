@@ -17,7 +17,7 @@ from real_vllm import PROMPTS, server_url
 from serving import serve_modelless
 
 from mtp_viz.sources.vllm import client as vllm_client
-from mtp_viz.sources.vllm.prometheus import delta
+from mtp_viz.sources.prometheus import delta
 from mtp_viz.sources.vllm.stream import events
 
 pytestmark = [pytest.mark.vllm, pytest.mark.browser]

@@ -13,7 +13,8 @@ import pytest
 import hostile
 from hostile import MODELS, SECRET, SPEC_METRICS, trickle
 from mtp_viz.errors import UserError
-from mtp_viz.sources.vllm import client, prometheus
+from mtp_viz.sources import http, prometheus
+from mtp_viz.sources.vllm import client
 
 @pytest.fixture
 def serve():
@@ -69,12 +70,12 @@ def test_metrics_within_bounds_still_read(serve):
 
 
 def test_a_metrics_page_over_the_size_cap_is_refused(serve, monkeypatch):
-    monkeypatch.setattr(client, "MAX_PAGE_BYTES", 1000)
+    monkeypatch.setattr(http, "MAX_PAGE_BYTES", 1000)
     url = serve({"/metrics": SPEC_METRICS + "# padding\n" * 200})
     with pytest.raises(UserError) as e:
         client.scrape(url)
     assert _sentence(e.value) == f"The server at {url} sent more than 1000 bytes for /metrics, more than mtp-viz reads."
-    assert client.MAX_PAGE_BYTES == 1000 and client.scrape(serve({"/metrics": SPEC_METRICS})).drafts == 3
+    assert http.MAX_PAGE_BYTES == 1000 and client.scrape(serve({"/metrics": SPEC_METRICS})).drafts == 3
 
 
 def test_a_metrics_page_trickled_a_byte_at_a_time_ends_at_the_page_deadline(serve, monkeypatch):
@@ -95,7 +96,7 @@ def test_a_metrics_page_trickled_a_byte_at_a_time_ends_at_the_page_deadline(serv
                 time.sleep(0.1)
         except OSError:
             pass  # the client hung up at its deadline
-    monkeypatch.setattr(client, "PAGE_DEADLINE", 1.5)
+    monkeypatch.setattr(http, "PAGE_DEADLINE", 1.5)
     url = serve({"/metrics": slow})
     with pytest.raises(UserError) as e:
         client.scrape(url, timeout=0.5)
@@ -104,7 +105,7 @@ def test_a_metrics_page_trickled_a_byte_at_a_time_ends_at_the_page_deadline(serv
 
 
 def test_the_default_page_cap_is_4_mib():
-    assert client.MAX_PAGE_BYTES == 4 * 1024 * 1024
+    assert http.MAX_PAGE_BYTES == 4 * 1024 * 1024
 
 
 # ------------------------------------------------------------- 2. stream deadlines

@@ -20,7 +20,7 @@ from mtp_viz.views import dashboard
 from mtp_viz.cli.main import main
 from mtp_viz.engine.events import Accepted, Bonus, Done, Drafted, Error, Rejected, Start, Step, Token, event_from_dict
 from mtp_viz.paths import assets_dir
-from mtp_viz.sources.vllm.prometheus import delta
+from mtp_viz.sources.prometheus import delta
 from mtp_viz.sources.vllm.stream import assemble, events, generate
 
 pytestmark = pytest.mark.vllm

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from locations import DATA
-from mtp_viz.sources.vllm import prometheus
+from mtp_viz.sources import prometheus
 from mtp_viz.views import dashboard
 from mtp_viz.errors import UserError
 from mtp_viz.engine.events import Accepted, Bonus, Drafted, Rejected, Start, Step, event_from_dict

@@ -24,7 +24,7 @@ from mtp_viz.measure.traffic import TrafficResult, TrafficRow
 from mtp_viz.prompts import code_suite, load_prompts
 from mtp_viz.sources.settings import RunSettings
 from mtp_viz.sources.vllm.client import ServerError
-from mtp_viz.sources.vllm.source import Servers, by_role
+from mtp_viz.sources.servers import Servers, by_role
 from mtp_viz.views import tokens
 from mtp_viz.views.traffic import figures
 

@@ -4,7 +4,7 @@
 report per-step metrics) and then, with "Then run autoregressive" on and a baseline URL
 given, to the baseline server (the same model without speculation), through the same
 comparison as the local engine (:func:`mtp_viz.app.runtime.runs.compare_frames` with a
-:class:`mtp_viz.sources.vllm.source.VllmSource`).
+:class:`mtp_viz.sources.servers.ServerSource`, vLLM or llama.cpp by what the server answers).
 
 **Dashboard.** Watch scrapes a server's ``/metrics`` every ``DASHBOARD_SECONDS`` and
 charts its spec-decode counters over all the server's traffic
@@ -32,10 +32,11 @@ from mtp_viz.engine.events import Step
 from mtp_viz.errors import UserError
 from mtp_viz.sources.base import Capabilities
 from mtp_viz.sources.local import LocalSource
-from mtp_viz.sources.vllm import client as vllm_client
-from mtp_viz.sources.vllm.client import ServerError
-from mtp_viz.sources.vllm.prometheus import SpecDecodeCounters
-from mtp_viz.sources.vllm.source import Servers, VllmSource
+from mtp_viz.sources import open_server
+from mtp_viz.sources.http import ServerError
+from mtp_viz.sources.prometheus import SpecDecodeCounters
+from mtp_viz.sources.servers import Servers
+from mtp_viz.sources.servers import ServerSource
 
 from .local import Handlers, refused
 from .recorded import message, outputs
@@ -52,7 +53,7 @@ HINT = ("A vLLM server with Gemma 4 MTP fills the speculative pane, one without 
 
 def capabilities(key: str) -> Capabilities:
     """What the source the picker's ``key`` names can do: the page reads this, never the key."""
-    return VllmSource.capabilities if key == VLLM else LocalSource.capabilities
+    return ServerSource.capabilities if key == VLLM else LocalSource.capabilities
 
 
 class VllmHandlers:
@@ -87,7 +88,7 @@ class VllmHandlers:
         yield outputs(cleared("Waiting for the server: its steps come with its last chunk.", ar, self.h.empty_figures,
                               caption=tokens.message_html(step_note, level="warn"), status=status),
                       sess, gr.update(interactive=False))
-        source = VllmSource(servers, sentence=ServerError.visitor)
+        source = open_server(servers, sentence=ServerError.visitor)   # vLLM or llama.cpp, by what it answers
         for f in runs.compare_frames(source, s, sess, frame_interval=service.env_frame_interval()):
             if f.last and f.status is not None and not sess.stop.is_set():  # a run that ended well
                 f = f | message(self.done_line(sess))
@@ -98,7 +99,7 @@ class VllmHandlers:
     def done_line(sess: runs.Session) -> str:
         steps = [e for e in sess.spec if isinstance(e, Step) and e.draft_len]
         drafted, kept = sum(e.draft_len for e in steps), sum(e.accepted for e in steps)
-        line = (f"Done: vLLM kept {kept} of {drafted} drafts in {len(steps)} verify steps; ✗N counts the "
+        line = (f"Done: the server kept {kept} of {drafted} drafts in {len(steps)} verify steps; ✗N counts the "
                 "drafts it rejected at a step (not which).")
         return line + (" Race replay plays both runs on their timings." if sess.ar else "")
 
@@ -129,15 +130,15 @@ class VllmHandlers:
         """One line on the servers: whether they answer, and whether each speculates."""
         try:
             servers = self.servers(url, baseline)
+            source = open_server(servers)
             parts, level = [], "info"
             for role, u in (("server", servers.spec), ("baseline", servers.baseline)):
                 if u is None:
                     continue
-                vllm_client.served_models(u)
-                c = vllm_client.scrape(u)
-                speculates = f"speculates ({len(c.accepted_per_pos)} drafts per step)"
-                parts.append(f"the {role} at {u} " + (speculates if c.enabled else "does not speculate"))
-                level = level if c.enabled == (role == "server") else "warn"
+                speculates = source.speculates(u)
+                parts.append(f"the {role} at {u} ({source.label}) "
+                             + ("speculates" if speculates else "does not speculate"))
+                level = level if speculates == (role == "server") else "warn"
         except UserError as e:
             return tokens.message_html(said(e), level="error")
         return tokens.message_html("Ready: " + "; ".join(parts) + ".", level=level)
@@ -147,7 +148,8 @@ class VllmHandlers:
     def watch(self, url: str):
         """Start watching: the first scrape now, the next ones on the timer."""
         try:
-            w = Watch(self.policy.check(url), time.monotonic())
+            url = self.policy.check(url)
+            w = Watch(url, time.monotonic(), open_server(Servers(url)))
         except UserError as e:
             error = tokens.message_html(said(e), level="error")
             return None, error, gr.skip(), gr.skip(), gr.Timer(active=False)
@@ -159,7 +161,7 @@ class VllmHandlers:
         if w is None:
             return None, gr.skip(), gr.skip(), gr.skip(), gr.Timer(active=False)
         try:
-            counters = vllm_client.scrape(w.url)
+            counters = w.source.counters(w.url)
         except UserError as e:
             return w, tokens.message_html(said(e), level="error"), gr.skip(), gr.skip(), gr.Timer(active=False)
         w.history.append((time.monotonic() - w.started, counters))
@@ -178,6 +180,7 @@ class Watch:
     """One visitor's dashboard: the server and its scrapes, ``(seconds since watching, counters)``."""
     url: str
     started: float
+    source: Any                 # the server as a source (sources.open_server): how to read its counters
     history: list[tuple[float, SpecDecodeCounters]] = field(default_factory=list)
 
 

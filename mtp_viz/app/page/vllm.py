@@ -12,7 +12,7 @@ from mtp_viz.app.handlers.vllm import DASHBOARD_SECONDS, VLLM, VllmHandlers
 from mtp_viz.app.runtime.guard import ServerPolicy
 from mtp_viz.measure.traffic import example_levels
 from mtp_viz.views import dashboard, tokens
-from mtp_viz.sources.vllm.prometheus import SpecDecodeCounters
+from mtp_viz.sources.prometheus import SpecDecodeCounters
 
 
 def choices(policy: ServerPolicy) -> list[tuple[str, str]]:

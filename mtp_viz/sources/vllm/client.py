@@ -20,9 +20,9 @@ from typing import Any, Iterator
 
 from mtp_viz.errors import UserError
 
-from ..http import (CONNECT_TIMEOUT, MAX_LINE_BYTES, MAX_PAGE_BYTES, PAGE_DEADLINE, READ_TIMEOUT, Deadlines,
-                    ServerError, base_url, env_seconds, explain, lines, open_url, read_page, size, sse_chunks)
-from .prometheus import SpecDecodeCounters, parse, spec_decode
+from ..http import (CONNECT_TIMEOUT, MAX_LINE_BYTES, READ_TIMEOUT, Deadlines,
+                    ServerError, base_url, env_seconds, lines, open_url, page, sse_chunks)
+from ..prometheus import SpecDecodeCounters, parse, spec_decode
 
 __all__ = ["base_url", "get_json", "post_stream", "sse_chunks", "served_models", "scrape", "ServerModel",
            "ServerError", "env_seconds", "stream_caps"]
@@ -45,21 +45,8 @@ NOT_VLLM = "{server} is not a vLLM server."   # what a visitor learns of a serve
 
 
 def get_text(url: str, path: str, timeout: float = CONNECT_TIMEOUT) -> str:
-    """GET ``path``, at most :data:`MAX_PAGE_BYTES` of it, within :data:`PAGE_DEADLINE`
-    seconds in all; a 404 says the server is not what the user thought it was."""
-    try:
-        with open_url(url, path, None, timeout) as r:
-            data = read_page(r, url, path, timeout, max(timeout, PAGE_DEADLINE))
-    except urllib.error.HTTPError as e:
-        raise ServerError(url, f"{{url}} is not a vLLM server: it answers {path} with HTTP {e.code}.",
-                          NOT_VLLM) from None
-    except (socket.timeout, TimeoutError) as e:
-        raise explain(url, e, timeout) from None
-    if len(data) > MAX_PAGE_BYTES:
-        raise ServerError(url, f"{{server}} sent more than {size(MAX_PAGE_BYTES)} for {path}, "
-                          "more than mtp-viz reads.",
-                          f"{{server}} sent more than {size(MAX_PAGE_BYTES)}, more than mtp-viz reads.")
-    return data.decode("utf-8", "replace")
+    """GET ``path`` (:func:`mtp_viz.sources.http.page`); a 404 says the server is not vLLM."""
+    return page(url, path, None, timeout, "vLLM", NOT_VLLM)
 
 
 def get_json(url: str, path: str, timeout: float = CONNECT_TIMEOUT) -> Any:

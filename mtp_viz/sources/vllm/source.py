@@ -1,88 +1,37 @@
-"""A vLLM server as a source: the speculating server for the speculative run, a
-baseline server (the same model without speculation) for the autoregressive one.
-
-The runs go one after the other, not in turns: a server's timings are the arrival
-times of its own stream, which must be read as it comes. The baseline starts only if
-the speculating run ended well. The drafter, draft length and schedule are the
-server's own, fixed when it started; a stop closes the connection.
-
-A server's failure is a :class:`~.client.ServerError`: the CLI prints its operator's
-sentence; the app builds the source with ``sentence=`` (:func:`by_role` or
-:meth:`ServerError.visitor`), so a visitor's sentence holds no HTTP status and no path.
-"""
+"""A vLLM server as a source (:class:`~mtp_viz.sources.servers.ServerSource`): its
+OpenAI-compatible stream with per-request speculative decoding metrics, read by
+:func:`.stream.events`."""
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Iterator
 
-from mtp_viz.engine.events import Error, Event
-from mtp_viz.errors import UserError
+from mtp_viz.engine.events import Event
 
-from ..base import Capabilities, Pause, Source
+from ..prometheus import SpecDecodeCounters
+from ..servers import ServerSource
 from ..settings import RunSettings
-from . import stream
-from .client import ServerError
+from . import client, stream
 
 
-@dataclass(frozen=True)
-class Servers:
-    """Where the source's runs go (URLs already checked by whoever built it)."""
-    spec: str                          # speculates, with --per-request-spec-decode-metrics detailed
-    baseline: str | None = None        # the same model without speculation
-    model: str | None = None           # the served model's name (default: the server's first)
-    baseline_model: str | None = None
-
-
-def by_role(servers: Servers) -> Callable[[ServerError], str]:
-    """A server's failure as a visitor's sentence that names the server by its role
-    ("the speculating server", "the baseline server"), never by its address: no HTTP
-    status, no path, no port."""
-    def sentence(e: ServerError) -> str:
-        role = ("the speculating server" if e.url == servers.spec else
-                "the baseline server" if e.url == servers.baseline else "a server")
-        return e.visitor(role, f"{role}'s address")
-    return sentence
-
-
-class VllmSource(Source):
-    # not pausable: a server sends a response's steps with its last chunk
-    capabilities = Capabilities(remote=True, token_prompt=False)
+class VllmSource(ServerSource):
+    software = "vLLM"
     noun = "A vLLM server"
 
-    def __init__(self, servers: Servers, sentence: Callable[[ServerError], str] | None = None):
-        """``sentence``: how a server's failure is told (default: the operator's sentence,
-        ``str(error)``); the app passes a visitor's (:func:`by_role`, ``ServerError.visitor``)."""
-        self.servers, self.sentence = servers, sentence
-        self.name = f"the vLLM server at {servers.spec}"
+    @staticmethod
+    def counters(url: str) -> SpecDecodeCounters:
+        return client.scrape(url)
 
-    def runs(self, s: RunSettings, stop: threading.Event | None = None,
-             pause: Pause | None = None) -> Iterator[tuple[str, Event]]:
-        try:
-            yield from self._runs(s, stop)
-        except ServerError as e:
-            if self.sentence is None:
-                raise
-            raise UserError(self.sentence(e)) from None
+    @staticmethod
+    def speculates(url: str) -> bool:
+        client.served_models(url)   # one sentence if it is not vLLM
+        return client.scrape(url).enabled
 
-    def _runs(self, s: RunSettings, stop: threading.Event | None) -> Iterator[tuple[str, Event]]:
-        self.check(s)
-        for mode in s.modes:
-            url, model = ((self.servers.spec, self.servers.model) if mode == "speculative" else
-                          (self.servers.baseline, self.servers.baseline_model))
-            if url is None:
-                raise UserError("The autoregressive baseline needs a baseline server.")
-            if stop is not None and stop.is_set():
-                return
-            failed = False
-            for e in stream.events(url, s.prompt, model=model, mode=mode, chat=s.chat,
-                                   max_new_tokens=s.max_new_tokens, temperature=s.sampling.temperature,
-                                   top_p=s.sampling.top_p, top_k=s.sampling.top_k, seed=s.sampling.seed,
-                                   stop=stop):
-                failed = failed or isinstance(e, Error)
-                yield mode, e
-            if failed:
-                return
+    def stream(self, url: str, model: str | None, mode: str, s: RunSettings,
+               stop: threading.Event | None) -> Iterator[Event]:
+        return stream.events(url, s.prompt, model=model, mode=mode, chat=s.chat,
+                             max_new_tokens=s.max_new_tokens, temperature=s.sampling.temperature,
+                             top_p=s.sampling.top_p, top_k=s.sampling.top_k, seed=s.sampling.seed, stop=stop)
 
 
-__all__ = ["Servers", "VllmSource", "by_role"]
+__all__ = ["VllmSource"]

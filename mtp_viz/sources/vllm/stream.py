@@ -37,13 +37,13 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Sequence
 
-from mtp_viz.engine.events import Accepted, Bonus, Done, Error, Event, Ran, Start, Step, Token
+from mtp_viz.engine.events import Error, Event, Ran, Start, Step, Token
 from mtp_viz.engine.decoding import Sampling
 from mtp_viz.errors import UserError, clip
 
+from ..served import MAX_TOKEN_ID, Mismatch, Received, count_ok, done_event, step_events
 from ..settings import RunSettings
 from . import client as vllm_client
 from .client import ServerError
@@ -52,26 +52,7 @@ __all__ = ["generate", "events", "assemble", "Received", "step_events", "pieces"
 
 RAN = Ran("vllm", "vLLM server", rejected_ids=False, routing=False)  # what a vLLM run's start says ran
 FINISH = {"length": "max_new_tokens", "stop": "eos", "abort": "stopped"}
-MAX_TOKEN_ID = 2**31 - 1     # a token id is a vocabulary index; anything past this is not one
-MAX_DRAFT = 256              # drafts in one step at most (as a trace's draft length)
 TEXT_PER_TOKEN = 1024        # characters of text a token may carry (a real one: a few)
-
-
-class Mismatch(ValueError):
-    """What the server sent does not agree with itself (ids, logprobs, arrays, tokens)."""
-
-
-def _count(v: Any, high: int) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= high
-
-
-@dataclass(frozen=True)
-class Received:
-    """One generated token as it arrived."""
-    token_id: int
-    text: str          # its piece of the text (the pieces concatenate to the server's text)
-    p: float           # the target's probability of it (exp of the reported logprob)
-    t: float           # seconds from sending the request to its arrival
 
 
 def pieces(text: str, tokens: Sequence[str]) -> list[str]:
@@ -89,53 +70,6 @@ def pieces(text: str, tokens: Sequence[str]) -> list[str]:
     if out and at < len(text):
         out[-1] += text[at:]
     return out
-
-
-def step_events(tokens: Sequence[Received], accepted: Sequence[int], drafted: Sequence[int],
-                finish: str) -> Iterator[Event]:
-    """The server's per-step arrays laid over its tokens (step 1 is the prefill).
-
-    ``finish`` is the engine-style stop reason, naming the cut of a last step that
-    wrote fewer than ``accepted + 1`` tokens. Raises ValueError when the arrays and the
-    tokens do not add up (a server that is not what it claims): arrays that are not
-    lists of whole numbers, of different lengths, a step that kept more than it drafted
-    or drafted more than :data:`MAX_DRAFT`, or more or fewer steps than the tokens fill."""
-    if not isinstance(accepted, (list, tuple)) or not isinstance(drafted, (list, tuple)) \
-            or len(accepted) != len(drafted) or len(accepted) > len(tokens) \
-            or not all(_count(d, MAX_DRAFT) and _count(a, d) for a, d in zip(accepted, drafted)):
-        raise Mismatch("per-step arrays are inconsistent")
-    if not tokens:
-        return
-    first = tokens[0]
-    yield Bonus(1, first.token_id, first.text, first.p, 0, "extension")
-    yield Step(1, 0, 0, 1, next_draft_len=drafted[0] if drafted else 0, reason="server",
-               t=first.t)
-    at = 1
-    for i, (n, d) in enumerate(zip(accepted, drafted)):
-        new = tokens[at:at + n + 1]
-        if not new:
-            raise Mismatch("more steps than tokens")
-        at += len(new)
-        step = i + 2
-        for k, tok in enumerate(new[:n]):
-            yield Accepted(step, k, tok.token_id, tok.text, tok.p)
-        if len(new) > n:
-            tok = new[n]
-            yield Bonus(step, tok.token_id, tok.text, tok.p, n, "correction" if n < d else "extension")
-        cut = "" if len(new) == n + 1 else (finish if finish in ("eos", "max_new_tokens") else "eos")
-        yield Step(step, d, n, len(new), next_draft_len=drafted[i + 1] if i + 1 < len(drafted) else 0,
-                   reason="server", cut=cut, t=new[-1].t)
-    if at != len(tokens):
-        raise Mismatch("more tokens than steps")
-
-
-def _freeze(v: Any) -> Any:
-    """JSON values as events hold them (lists become tuples), so events round-trip."""
-    if isinstance(v, list):
-        return tuple(_freeze(x) for x in v)
-    if isinstance(v, dict):
-        return {k: _freeze(x) for k, x in v.items()}
-    return v
 
 
 def _request(model: str, prompt: str, chat: bool, max_new_tokens: int, temperature: float,
@@ -156,7 +90,7 @@ def _request(model: str, prompt: str, chat: bool, max_new_tokens: int, temperatu
 def _ids(choice: dict) -> list[int]:
     """A choice's token ids: a list of vocabulary indices (Mismatch if not)."""
     ids = choice.get("token_ids") or []
-    if not isinstance(ids, list) or not all(_count(i, MAX_TOKEN_ID) for i in ids):
+    if not isinstance(ids, list) or not all(count_ok(i, MAX_TOKEN_ID) for i in ids):
         raise Mismatch("token ids that are not ids")
     return ids
 
@@ -272,7 +206,7 @@ def assemble(chunks: Iterable[tuple[float, dict]], t0: float, mode: str, setting
     stream may bring: one more is the server's failure, before any event holds it."""
     url = settings.get("server", "the server")
     limit = settings.get("max_new_tokens")
-    limit = limit if _count(limit, 2**62) else None
+    limit = limit if count_ok(limit, 2**62) else None
     tokens: list[Received] = []
     finish, metrics, started, last, chars = "", None, False, t0, 0
     unreadable = ServerError(url, "{server} sent a stream mtp-viz cannot read.")
@@ -285,7 +219,7 @@ def assemble(chunks: Iterable[tuple[float, dict]], t0: float, mode: str, setting
         for choice in choices:
             prompt_ids = prompt_ids or choice.get("prompt_token_ids")
             if not started:
-                if not isinstance(prompt_ids or [], list) or not all(_count(i, MAX_TOKEN_ID)
+                if not isinstance(prompt_ids or [], list) or not all(count_ok(i, MAX_TOKEN_ID)
                                                                       for i in prompt_ids or ()):
                     raise _mismatch(url)
                 ids = tuple(prompt_ids or ())
@@ -346,20 +280,11 @@ def assemble(chunks: Iterable[tuple[float, dict]], t0: float, mode: str, setting
                                            if isinstance(e, Step)))
     elif mode == "speculative":
         steps = (0, 0, 0)
-    yield _done(tokens, steps, last - t0, finish, metrics)
+    yield done_event(tokens, steps, last - t0, finish, metrics)
 
 
 def _mismatch(url: str) -> ServerError:
     return ServerError(url, "{server} sent token ids or log-probabilities that do not match its tokens.")
-
-
-def _done(tokens, steps, seconds, finish, metrics) -> Done:
-    forwards, drafted, accepted = steps
-    n = len(tokens)
-    return Done(n, forwards, seconds, "".join(t.text for t in tokens), 0, drafted, accepted,
-                accepted / drafted if drafted else 0.0, n / forwards if forwards else 0.0,
-                n / seconds if seconds > 0 else 0.0, finish or "eos",
-                tuple(t.token_id for t in tokens), server_metrics=_freeze(metrics or {}))
 
 
 def generate(url: str, prompt: str, **kwargs) -> Iterator[Event]:

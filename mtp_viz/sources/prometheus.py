@@ -1,7 +1,9 @@
-"""vLLM's server-wide speculative decoding counters, from its Prometheus ``/metrics`` text.
+"""A server's speculative decoding counters, from its Prometheus ``/metrics`` text.
 
-Pure functions: text in, numbers out (fetching the text is
-:func:`mtp_viz.sources.vllm.client.scrape`'s job). vLLM exports, per engine and model, since
+Pure functions: text in, numbers out (fetching the text is each server's client's job:
+:func:`mtp_viz.sources.vllm.client.scrape`, :func:`mtp_viz.sources.llamacpp.client.scrape`).
+vLLM and llama.cpp export the same four families under their own prefix (a
+:class:`Family`: ``vllm:`` per engine and model, ``llamacpp:`` per server), counted since
 the server started (``_total`` counters)::
 
     vllm:spec_decode_num_drafts_total                  verify steps that carried drafts
@@ -31,9 +33,19 @@ from dataclasses import dataclass
 
 from mtp_viz.errors import UserError, clip
 
-__all__ = ["Sample", "SpecDecodeCounters", "parse", "spec_decode", "delta", "MAX_POSITIONS", "MAX_COUNTER"]
+__all__ = ["Family", "Sample", "SpecDecodeCounters", "VLLM", "parse", "spec_decode", "delta", "MAX_POSITIONS",
+           "MAX_COUNTER"]
 
-PREFIX = "vllm:spec_decode_num_"
+
+@dataclass(frozen=True)
+class Family:
+    """Where a server kind keeps its counters: the spec-decode families' prefix, and the
+    counter of every token it generated."""
+    prefix: str
+    generated: str
+
+
+VLLM = Family("vllm:spec_decode_num_", "vllm:generation_tokens_total")
 # The app drafts at most 16 tokens and no real server drafts more; the per-position
 # tuple is built densely up to the largest position, so it must be bounded.
 MAX_POSITIONS = 16
@@ -85,13 +97,13 @@ def parse(text: str) -> list[Sample]:
 
 @dataclass(frozen=True)
 class SpecDecodeCounters:
-    """vLLM's cumulative speculative decoding counters, summed over engines."""
+    """A server's cumulative speculative decoding counters (vLLM's summed over engines)."""
     enabled: bool                      # the server exports spec-decode counters at all
     drafts: float = 0.0                # verify steps with drafts
     draft_tokens: float = 0.0
     accepted_tokens: float = 0.0
     accepted_per_pos: tuple[float, ...] = ()   # index k: steps that accepted draft k
-    generation_tokens: float = 0.0     # vllm:generation_tokens_total (all output tokens)
+    generation_tokens: float = 0.0     # all output tokens (the family's ``generated`` counter)
     models: tuple[str, ...] = ()       # model_name labels seen
 
     @property
@@ -132,8 +144,8 @@ def _counter(s: Sample, who: str) -> float:
 
 
 def spec_decode(samples: list[Sample], model: str | None = None,
-                who: str = "the server") -> SpecDecodeCounters:
-    """Reduce the samples to the spec-decode counters (one model's, when given).
+                who: str = "the server", family: Family = VLLM) -> SpecDecodeCounters:
+    """Reduce the samples to the spec-decode counters of ``family`` (one model's, when given).
 
     ``who`` names the server in the UserError sentence for a position past
     :data:`MAX_POSITIONS` or a counter that is not a sensible count."""
@@ -146,12 +158,12 @@ def spec_decode(samples: list[Sample], model: str | None = None,
             models.append(name)
         if model is not None and name and name != model:
             continue
-        if s.name == "vllm:generation_tokens_total":
+        if s.name == family.generated:
             generated += _counter(s, who)
-        if not (s.name.startswith(PREFIX) and s.name.endswith("_total")):
+        if not (s.name.startswith(family.prefix) and s.name.endswith("_total")):
             continue
         enabled = True
-        kind = s.name[len(PREFIX):-len("_total")]
+        kind = s.name[len(family.prefix):-len("_total")]
         if kind == "accepted_tokens_per_pos":
             k = _position(s, who)
             per_pos[k] = per_pos.get(k, 0.0) + _counter(s, who)

@@ -1,0 +1,59 @@
+"""A server whose kind is read from what it answers: a llama.cpp server answers
+``/props`` (:func:`.llamacpp.client.recognise`); any other is read as vLLM, whose own
+checks say in one sentence when it is not one. The answer is asked once, when the
+first run starts (so a server that is down fails inside the run, as an ``error``), and
+kept. The baseline is read as the same kind as the speculating server."""
+from __future__ import annotations
+
+import threading
+from typing import Iterator
+
+from mtp_viz.engine.events import Event
+
+from .servers import ServerSource
+from .settings import RunSettings
+
+
+def kind_of(url: str) -> type[ServerSource]:
+    """The source class of the server at ``url``."""
+    from .llamacpp.client import recognise
+    if recognise(url):
+        from .llamacpp.source import LlamaCppSource
+        return LlamaCppSource
+    from .vllm.source import VllmSource
+    return VllmSource
+
+
+class DetectedServer(ServerSource):
+    software = "vLLM or llama.cpp"
+    noun = "A server"
+
+    def __init__(self, servers, sentence=None):
+        super().__init__(servers, sentence)
+        self.name = f"the server at {servers.spec}"
+        self._kind: type[ServerSource] | None = None
+        self._asking = threading.Lock()   # concurrent runs (a traffic sweep's clients) ask once
+
+    def kind(self) -> type[ServerSource]:
+        with self._asking:
+            if self._kind is None:
+                self._kind = kind_of(self.servers.spec)
+            return self._kind
+
+    def counters(self, url: str):  # type: ignore[override]  # the kind's, for this server
+        return self.kind().counters(url)
+
+    def speculates(self, url: str) -> bool:  # type: ignore[override]
+        return self.kind().speculates(url)
+
+    @property
+    def label(self) -> str:
+        """What answers, once asked ("vLLM", "llama.cpp")."""
+        return self.kind().software
+
+    def stream(self, url: str, model: str | None, mode: str, s: RunSettings,
+               stop: threading.Event | None) -> Iterator[Event]:
+        return self.kind().stream(self, url, model, mode, s, stop)
+
+
+__all__ = ["DetectedServer", "kind_of"]

@@ -1,0 +1,98 @@
+"""What every server source shares once a stream is read: the tokens as they arrived,
+laid out as the engine's event stream (step 1 is the prefill; each later step, the
+server's drafted and accepted counts over the tokens it wrote), and the ``done`` event.
+
+A server sends what it decided, not which drafts it rejected: its streams have no
+``drafted``/``rejected`` events, ``q`` stays 1.0, and a view shows
+``step.draft_len - step.accepted`` as a count of rejected drafts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+from mtp_viz.engine.events import Accepted, Bonus, Done, Event, Step
+
+MAX_TOKEN_ID = 2**31 - 1     # a token id is a vocabulary index; anything past this is not one
+MAX_DRAFT = 256              # drafts in one step at most (as a trace's draft length)
+
+
+def count_ok(v: Any, high: int) -> bool:
+    """A whole number from 0 to ``high`` (a bool is not one)."""
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= high
+
+
+class Mismatch(ValueError):
+    """What the server sent does not agree with itself (ids, logprobs, arrays, tokens)."""
+
+
+def _count(v: Any, high: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= high
+
+
+@dataclass(frozen=True)
+class Received:
+    """One generated token as it arrived."""
+    token_id: int
+    text: str          # its piece of the text (the pieces concatenate to the server's text)
+    p: float           # the target's probability of it (exp of the reported logprob)
+    t: float           # seconds from sending the request to its arrival
+
+
+def step_events(tokens: Sequence[Received], accepted: Sequence[int], drafted: Sequence[int],
+                finish: str) -> Iterator[Event]:
+    """The server's per-step arrays laid over its tokens (step 1 is the prefill).
+
+    ``finish`` is the engine-style stop reason, naming the cut of a last step that
+    wrote fewer than ``accepted + 1`` tokens. Raises ValueError when the arrays and the
+    tokens do not add up (a server that is not what it claims): arrays that are not
+    lists of whole numbers, of different lengths, a step that kept more than it drafted
+    or drafted more than :data:`MAX_DRAFT`, or more or fewer steps than the tokens fill."""
+    if not isinstance(accepted, (list, tuple)) or not isinstance(drafted, (list, tuple)) \
+            or len(accepted) != len(drafted) or len(accepted) > len(tokens) \
+            or not all(count_ok(d, MAX_DRAFT) and count_ok(a, d) for a, d in zip(accepted, drafted)):
+        raise Mismatch("per-step arrays are inconsistent")
+    if not tokens:
+        return
+    first = tokens[0]
+    yield Bonus(1, first.token_id, first.text, first.p, 0, "extension")
+    yield Step(1, 0, 0, 1, next_draft_len=drafted[0] if drafted else 0, reason="server",
+               t=first.t)
+    at = 1
+    for i, (n, d) in enumerate(zip(accepted, drafted)):
+        new = tokens[at:at + n + 1]
+        if not new:
+            raise Mismatch("more steps than tokens")
+        at += len(new)
+        step = i + 2
+        for k, tok in enumerate(new[:n]):
+            yield Accepted(step, k, tok.token_id, tok.text, tok.p)
+        if len(new) > n:
+            tok = new[n]
+            yield Bonus(step, tok.token_id, tok.text, tok.p, n, "correction" if n < d else "extension")
+        cut = "" if len(new) == n + 1 else (finish if finish in ("eos", "max_new_tokens") else "eos")
+        yield Step(step, d, n, len(new), next_draft_len=drafted[i + 1] if i + 1 < len(drafted) else 0,
+                   reason="server", cut=cut, t=new[-1].t)
+    if at != len(tokens):
+        raise Mismatch("more tokens than steps")
+
+
+def freeze(v: Any) -> Any:
+    """JSON values as events hold them (lists become tuples), so events round-trip."""
+    if isinstance(v, list):
+        return tuple(freeze(x) for x in v)
+    if isinstance(v, dict):
+        return {k: freeze(x) for k, x in v.items()}
+    return v
+
+
+def done_event(tokens, steps, seconds, finish, metrics) -> Done:
+    forwards, drafted, accepted = steps
+    n = len(tokens)
+    return Done(n, forwards, seconds, "".join(t.text for t in tokens), 0, drafted, accepted,
+                accepted / drafted if drafted else 0.0, n / forwards if forwards else 0.0,
+                n / seconds if seconds > 0 else 0.0, finish or "eos",
+                tuple(t.token_id for t in tokens), server_metrics=freeze(metrics or {}))
+
+
+__all__ = ["MAX_DRAFT", "MAX_TOKEN_ID", "Mismatch", "Received", "count_ok", "done_event", "freeze", "step_events"]
