@@ -218,10 +218,11 @@ def gemma_bpe_tokenizer(V=512):
                                    bos_token="<bos>", unk_token="<unk>")
 
 
-def llamacpp_shaped_pair(V=512, window=16, seed=0):
+def llamacpp_shaped_pair(V=512, window=16, seed=0, sharpen=8.0):
     """A random target and MTP assistant shaped as the real checkpoints are where llama.cpp
     checks (the assistant narrower than its target, with sliding and full layers; full
-    attention's heads wider than sliding's, as 512 against 256 on the real ones)."""
+    attention's heads wider than sliding's, as 512 against 256 on the real ones). ``sharpen``
+    scales the tied embedding, so the logits are far apart."""
     torch.manual_seed(seed)
     common = dict(vocab_size=V, num_attention_heads=2, num_key_value_heads=1, head_dim=32, global_head_dim=64,
                   sliding_window=window, max_position_embeddings=2048, pad_token_id=0, eos_token_id=1,
@@ -237,4 +238,6 @@ def llamacpp_shaped_pair(V=512, window=16, seed=0):
     assistant = Gemma4AssistantForCausalLM(Gemma4AssistantConfig(
         text_config=text, backbone_hidden_size=64, use_ordered_embeddings=False)).eval()
     assistant.generation_config.num_assistant_tokens = 4
+    with torch.no_grad():  # wide gaps between logits: two engines' rounding cannot swap the greedy token
+        target.model.embed_tokens.weight.mul_(sharpen)
     return target, assistant
