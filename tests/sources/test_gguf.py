@@ -14,7 +14,7 @@ import pytest
 gguf = pytest.importorskip("gguf")
 
 from factories import (gemma_assistant, gemma_bpe_tokenizer, gemma_multimodal, gemma_target,  # noqa: E402
-                       llama, save_pair, unified_assistant, unified_target, word_tokenizer)
+                       llama, llamacpp_shaped_pair, save_pair, unified_assistant, unified_target, word_tokenizer)
 from mtp_viz.cli.main import main  # noqa: E402
 from mtp_viz.errors import UserError  # noqa: E402
 from mtp_viz.paths import assets_dir  # noqa: E402
@@ -130,6 +130,28 @@ def test_both_files_carry_gemmas_tokenizer_as_llamacpp_reads_it(exported):
         assert len(kv(r, "tokenizer.ggml.merges")) == V - 4 - 256 - 27
         assert (kv(r, "tokenizer.ggml.bos_token_id"), kv(r, "tokenizer.ggml.eos_token_id")) == (2, 1)
         assert kv(r, "tokenizer.ggml.add_bos_token") is True
+
+
+def test_wider_full_attention_heads_are_read_per_layer(tmp_path):
+    """As on the real checkpoints (512 against 256): full attention's heads are wider than
+    sliding attention's, which transformers 5 keeps in per_layer_config (its config object
+    then refuses a global head_dim); the assistant has both kinds of layers."""
+    target, assistant = llamacpp_shaped_pair(V, WINDOW)
+    folder, _ = save_pair(tmp_path, target, assistant, gemma_bpe_tokenizer(V))
+    result = export_pair(str(folder), None, tmp_path / "gguf")
+    for path, arch, pattern in ((result.target, "gemma4", [True, True, False] * 2),
+                                (result.drafter, "gemma4-assistant", [True, True, True, False])):
+        r = gguf.GGUFReader(path)
+        assert kv(r, "general.architecture") == arch
+        assert kv(r, arch + ".attention.key_length") == kv(r, arch + ".rope.dimension_count") == 64
+        assert kv(r, arch + ".attention.key_length_swa") == kv(r, arch + ".rope.dimension_count_swa") == 32
+        assert kv(r, arch + ".attention.sliding_window_pattern") == pattern
+        t = tensors(r)
+        # a quarter of 64 dimensions rotate: 8 pairs of 32
+        np.testing.assert_array_equal(np.asarray(t["rope_freqs.weight"].data), np.float32([1.0] * 8 + [1e30] * 24))
+        assert list(t["blk.0.attn_q.weight"].shape)[1] == 2 * 32
+    assert list(tensors(gguf.GGUFReader(result.target))["blk.2.attn_k.weight"].shape) == [64, 64]
+    assert result.notes == []
 
 
 @pytest.fixture(scope="module")

@@ -217,48 +217,53 @@ def rope_freqs(text, head_dim_full: int, spec: str):
     return tensors_.Tensor("rope_freqs.weight", values.shape, lambda: values)
 
 
+def per_layer(cfg: dict, i: int, key: str):
+    """A layer's value of a config setting: its per_layer_config entry, or the global one.
+    (transformers 5 guards such settings on a heterogeneous config object, so the dict is read.)"""
+    return (cfg.get("per_layer_config") or {}).get(str(i), {}).get(key, cfg.get(key))
+
+
 def hparams(writer, model: Model, tensors: list) -> int:
     """The architecture's keys, as the converter writes them; returns the full-attention
-    layers' head size."""
-    text = text_config(model.config)
+    layers' head size. Per-layer sizes are read off the weights (``q_norm``: the head size,
+    ``k_proj``: the K/V heads, ``gate_proj``: the FFN width)."""
+    cfg = text_config(model.config).to_dict()
     shapes = {t.name: t.shape for t in tensors}
-    types = list(text.layer_types)
-    swa = [kind == "sliding_attention" for kind in types]
-    n = len(types)
+    swa = [kind == "sliding_attention" for kind in cfg["layer_types"]]
+    n = len(swa)
     head = [shapes[f"blk.{i}.attn_q_norm.weight"][0] for i in range(n)]
-    head_swa = next((h for h, s in zip(head, swa) if s), text.head_dim)
-    head_full = next((h for h, s in zip(head, swa) if not s), text.head_dim)
-    kv = {s: next((shapes[f"blk.{i}.attn_k.weight"][0] // head[i] for i in range(n)
-                   if swa[i] == s and f"blk.{i}.attn_k.weight" in shapes), text.num_key_value_heads)
-          for s in (True, False)}
+    head_swa = next((h for h, s in zip(head, swa) if s), cfg["head_dim"])
+    head_full = next((h for h, s in zip(head, swa) if not s), cfg["head_dim"])
+    kv = [shapes[f"blk.{i}.attn_k.weight"][0] // head[i] if f"blk.{i}.attn_k.weight" in shapes
+          else per_layer(cfg, i, "num_key_value_heads") for i in range(n)]   # an assistant reads the target's
     ff = [shapes[f"blk.{i}.ffn_gate.weight"][0] for i in range(n)]
-    rope = dict(text.rope_parameters or {})
+    rope = dict(cfg.get("rope_parameters") or {})
     sliding = rope.get("sliding_attention", {})
 
     writer.add_block_count(n)
-    writer.add_context_length(text.max_position_embeddings)
-    writer.add_embedding_length(text.hidden_size)
+    writer.add_context_length(cfg["max_position_embeddings"])
+    writer.add_embedding_length(cfg["hidden_size"])
     writer.add_feed_forward_length(ff[0] if len(set(ff)) == 1 else ff)
-    writer.add_head_count(text.num_attention_heads)
-    writer.add_head_count_kv(kv[True] if kv[True] == kv[False] else [kv[s] for s in swa])
+    writer.add_head_count(cfg["num_attention_heads"])
+    writer.add_head_count_kv(kv[0] if len(set(kv)) == 1 else kv)
     writer.add_rope_freq_base(rope.get("full_attention", rope).get("rope_theta", 1_000_000.0))
     if "rope_theta" in sliding:
         writer.add_rope_freq_base_swa(sliding["rope_theta"])
-    writer.add_layer_norm_rms_eps(text.rms_norm_eps)
-    if getattr(text, "enable_moe_block", False):
-        writer.add_expert_count(text.num_experts)
-        writer.add_expert_used_count(text.top_k_experts)
-        writer.add_expert_feed_forward_length(text.moe_intermediate_size)
-    if getattr(text, "final_logit_softcapping", None):
-        writer.add_final_logit_softcapping(text.final_logit_softcapping)
+    writer.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    if cfg.get("enable_moe_block"):
+        writer.add_expert_count(cfg["num_experts"])
+        writer.add_expert_used_count(cfg["top_k_experts"])
+        writer.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+    if cfg.get("final_logit_softcapping"):
+        writer.add_final_logit_softcapping(cfg["final_logit_softcapping"])
     writer.add_key_length(head_full)
     writer.add_value_length(head_full)
     writer.add_key_length_swa(head_swa)
     writer.add_value_length_swa(head_swa)
-    writer.add_sliding_window(text.sliding_window)
+    writer.add_sliding_window(cfg["sliding_window"])
     writer.add_sliding_window_pattern(swa)
-    writer.add_shared_kv_layers(getattr(text, "num_kv_shared_layers", 0) or 0)
-    writer.add_embedding_length_per_layer_input(getattr(text, "hidden_size_per_layer_input", 0) or 0)
+    writer.add_shared_kv_layers(cfg.get("num_kv_shared_layers") or 0)
+    writer.add_embedding_length_per_layer_input(cfg.get("hidden_size_per_layer_input") or 0)
     writer.add_rope_dimension_count(head_full)     # the 1e30 factors of rope_freqs leave the rest unrotated
     writer.add_rope_dimension_count_swa(int(head_swa * sliding.get("partial_rotary_factor", 1.0)))
     if model.config.model_type in ASSISTANT_TYPES:
