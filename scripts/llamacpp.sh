@@ -19,6 +19,12 @@ if [ -x "$SERVER" ]; then
   exit 0
 fi
 
+# the toolchain, on a machine that lacks it (Debian's packages; root, as CI runs)
+if ! command -v cmake >/dev/null 2>&1 || ! command -v g++ >/dev/null 2>&1; then
+  apt-get update -qq >&2
+  apt-get install -y -qq --no-install-recommends cmake g++ make >&2
+fi
+
 mkdir -p "$DIR"
 if [ ! -f "$DIR/source/CMakeLists.txt" ]; then
   work=$(mktemp -d)

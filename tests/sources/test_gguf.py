@@ -235,7 +235,13 @@ def save_llama(root):
     return root
 
 
-@pytest.mark.parametrize("case", ["missing", "not gemma 4", "drafter not an assistant", "tokenizer",
+def lonely(root):
+    gemma_target(V, WINDOW).save_pretrained(root)
+    gemma_bpe_tokenizer(V).save_pretrained(root)
+    return root
+
+
+@pytest.mark.parametrize("case", ["missing", "not gemma 4", "no drafter", "drafter not an assistant", "tokenizer",
                                   "outtype", "out is a file"])
 def test_each_mistake_is_one_sentence_and_status_2(capsys, causal, tmp_path, case):
     folder, _ = causal
@@ -243,6 +249,7 @@ def test_each_mistake_is_one_sentence_and_status_2(capsys, causal, tmp_path, cas
     args, expected = {
         "missing": (["--target", str(tmp_path / "nowhere"), "--out", out], "There is no loadable model folder at"),
         "not gemma 4": (["--target", str(save_llama(tmp_path / "llama")), "--out", out], "is not a Gemma 4 model"),
+        "no drafter": (["--target", str(lonely(tmp_path / "alone")), "--out", out], "has no MTP assistant beside it"),
         "drafter not an assistant": (["--target", str(folder), "--drafter", str(folder), "--out", out],
                                      "is not a Gemma 4 MTP assistant"),
         "tokenizer": (["--target", str(save_pair(tmp_path / "w", gemma_target(V, WINDOW), gemma_assistant(V, WINDOW),
