@@ -6,7 +6,8 @@ llama-server from scripts/llamacpp.sh, see tests/real_llamacpp.py).
 - The bundled pair with MTP (``--spec-type draft-mtp``) gives the same tokens: skipped, with
   the reason, while the bundled drafter is not yet shaped as llama.cpp's loader wants.
 - A random pair shaped as the real checkpoints are (the assistant narrower, sliding and full
-  layers) loads with draft-mtp, drafts, and writes what the target alone writes.
+  layers, full attention's heads wider) loads with draft-mtp, drafts, and writes what the
+  target alone writes, which is transformers' greedy output.
 - What the writer writes equals what llama.cpp's own converter writes for that pair.
 """
 import json
@@ -85,7 +86,7 @@ def shaped(tmp_path_factory):
 
 
 def test_a_pair_shaped_as_the_real_ones_drafts_in_llamacpp_and_loses_nothing(shaped):
-    _, _, result = shaped
+    folder, _, result = shaped
     assert result.notes == []
     prompts = [torch.randint(4, 512, (30,), generator=torch.Generator().manual_seed(s)).tolist() for s in range(3)]
     prompts = [[2] + p for p in prompts]   # BOS, then more tokens than the sliding window (16)
@@ -95,6 +96,12 @@ def test_a_pair_shaped_as_the_real_ones_drafts_in_llamacpp_and_loses_nothing(sha
         mtp = [greedy(url, ids, 32) for ids in prompts]
     assert [r["tokens"] for r in mtp] == plain and all(len(p) == 32 for p in plain)
     assert all(r["timings"]["draft_n"] > 0 for r in mtp)
+    # and what transformers writes: wider full-attention heads and per-layer inputs computed alike
+    from transformers import AutoModelForCausalLM
+    target = AutoModelForCausalLM.from_pretrained(folder).eval()
+    with torch.no_grad():
+        assert plain == [target.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=32,
+                                         pad_token_id=0)[0, len(ids):].tolist() for ids in prompts]
 
 
 def test_the_writer_writes_what_llamacpps_converter_writes(shaped, tmp_path):
