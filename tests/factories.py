@@ -190,3 +190,54 @@ def save_gemma_pair(root, V=512, window=16, chat_template=None):
     if chat_template:
         tok.chat_template = chat_template
     return save_pair(root, target, assistant, tok)
+
+
+def gemma_bpe_tokenizer(V=512):
+    """A tokenizer laid out as Gemma's own: SentencePiece-style BPE with byte fallback (spaces
+    as '▁', 256 byte tokens <0x00>..<0xFF>, merges of letters), specials first."""
+    import itertools
+
+    from tokenizers import Tokenizer, decoders, models, normalizers, processors
+    specials = ["<pad>", "<eos>", "<bos>", "<unk>"]
+    vocab = {t: i for i, t in enumerate(specials)}
+    vocab.update({f"<0x{b:02X}>": len(specials) + b for b in range(256)})
+    letters = list("▁abcdefghijklmnopqrstuvwxyz")
+    for c in letters:
+        vocab[c] = len(vocab)
+    merges = []
+    for a, b in itertools.product(letters, letters):
+        if len(vocab) >= V:
+            break
+        merges.append((a, b))
+        vocab[a + b] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab, merges, byte_fallback=True, unk_token="<unk>", fuse_unk=True))
+    tok.normalizer = normalizers.Replace(" ", "▁")
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
+    tok.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", 2)])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>",
+                                   bos_token="<bos>", unk_token="<unk>")
+
+
+def llamacpp_shaped_pair(V=512, window=16, seed=0, sharpen=8.0):
+    """A random target and MTP assistant shaped as the real checkpoints are where llama.cpp
+    checks (the assistant narrower than its target, with sliding and full layers; full
+    attention's heads wider than sliding's, as 512 against 256 on the real ones). ``sharpen``
+    scales the tied embedding, so the logits are far apart."""
+    torch.manual_seed(seed)
+    common = dict(vocab_size=V, num_attention_heads=2, num_key_value_heads=1, head_dim=32, global_head_dim=64,
+                  sliding_window=window, max_position_embeddings=2048, pad_token_id=0, eos_token_id=1,
+                  bos_token_id=2)
+    target = Gemma4ForCausalLM(Gemma4TextConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=6, vocab_size_per_layer_input=V,
+        hidden_size_per_layer_input=8, layer_types=(["sliding_attention"] * 2 + ["full_attention"]) * 2,
+        **common)).eval()
+    text = Gemma4TextConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=4, vocab_size_per_layer_input=0,
+        hidden_size_per_layer_input=0, layer_types=["sliding_attention"] * 3 + ["full_attention"],
+        num_kv_shared_layers=4, **common)
+    assistant = Gemma4AssistantForCausalLM(Gemma4AssistantConfig(
+        text_config=text, backbone_hidden_size=64, use_ordered_embeddings=False)).eval()
+    assistant.generation_config.num_assistant_tokens = 4
+    with torch.no_grad():  # wide gaps between logits: two engines' rounding cannot swap the greedy token
+        target.model.embed_tokens.weight.mul_(sharpen)
+    return target, assistant

@@ -1,4 +1,4 @@
-"""`mtp-viz` entry point: generate | replay | bench | ui.
+"""`mtp-viz` entry point: generate | replay | bench | gguf | ui.
 
 Each subcommand lives in its own module, which provides ``add_arguments(parser)``
 and ``run(args) -> int``. Errors a user can cause print one sentence on stderr and
@@ -19,6 +19,7 @@ SUBCOMMANDS = {
     "generate": ("mtp_viz.cli.generate", "Generate text and show how each token was decided."),
     "replay": ("mtp_viz.cli.replay", "Play a recorded trace in the terminal at its recorded timing."),
     "bench": ("mtp_viz.cli.bench", "Benchmark speculative decoding against autoregressive and transformers."),
+    "gguf": ("mtp_viz.cli.gguf", "Write a Gemma 4 pair as GGUF files for llama.cpp."),
 }
 
 from mtp_viz.errors import UserError

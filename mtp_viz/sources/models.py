@@ -21,7 +21,8 @@ from .pair import ASSISTANT_TYPES, GEMMA4_TYPES, ModelPair, model_path, text_con
 from .precision import Precision, check_loaded, load_kwargs
 from .presets import PRESETS, is_local, resolve
 
-__all__ = ["check_pair", "from_models", "load_pair", "load_pairs", "out_of_memory", "pick_device", "set_threads"]
+__all__ = ["check_pair", "default_drafter", "drafter_spec", "explain_load_error", "from_models", "load_pair", "load_pairs",
+           "out_of_memory", "pick_device", "set_threads"]
 
 
 def pick_device(device: str | None = None) -> str:
@@ -54,7 +55,7 @@ def _hub_error(err: BaseException):
     return None
 
 
-def _explain(spec: str, err: BaseException) -> UserError:
+def explain_load_error(spec: str, err: BaseException) -> UserError:
     """One sentence for a loading failure, classified by exception type; the model is
     named as written, cut to a short prefix (:func:`clip`)."""
     from huggingface_hub import errors as hub
@@ -84,10 +85,10 @@ def _load(loader, spec: str, **kwargs):
     except UserError:
         raise
     except Exception as err:  # noqa: BLE001 - every loading failure becomes one sentence
-        raise _explain(spec, err) from err
+        raise explain_load_error(spec, err) from err
 
 
-def _default_drafter(spec: str) -> str | None:
+def default_drafter(spec: str) -> str | None:
     """Gemma 4 targets have an MTP assistant named '<target>-assistant'."""
     if is_local(spec):
         sibling = Path(spec.rstrip("/\\") + "-assistant")
@@ -95,7 +96,7 @@ def _default_drafter(spec: str) -> str | None:
     return spec + "-assistant"
 
 
-def _drafter_spec(drafter: str) -> str:
+def drafter_spec(drafter: str) -> str:
     """A preset's name given as the drafter means that preset's drafter."""
     key = drafter.strip().lower()
     if key in PRESETS:
@@ -145,9 +146,9 @@ def load_pairs(target: str, drafter: str | None = None, precisions=(Precision(),
     if drafter_kind == "lookup":
         drafter = None
     elif drafter:
-        drafter = _drafter_spec(drafter)
+        drafter = drafter_spec(drafter)
     else:
-        drafter = preset_drafter or (_default_drafter(target_spec) if config.model_type in GEMMA4_TYPES else None)
+        drafter = preset_drafter or (default_drafter(target_spec) if config.model_type in GEMMA4_TYPES else None)
     drafter_config = _load(AutoConfig.from_pretrained, drafter) if drafter else None
     check_pair(config, drafter_config, str(target), drafter)
     # what to load: (spec, config, precision) once each; every precision checked to run
