@@ -385,7 +385,7 @@ def test_a_silent_vllm_server_does_not_hold_the_local_engine(page, server):
                                 "/v1/completions": trickle(every=0.25, most=120)})  # 30 s at most
     try:
         page.click("#model input")
-        page.get_by_role("option", name="vLLM server (enter its URL)").click()
+        page.get_by_role("option", name="vLLM or llama.cpp server (enter its URL)").click()
         page.locator("#vllm-url").get_by_role("textbox").fill(url)
         page.click("#run")
         page.wait_for_selector("#status:has-text('Speculative decoding: drafting')", timeout=60_000)

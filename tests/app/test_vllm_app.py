@@ -88,7 +88,7 @@ def test_a_locked_deployment_without_listed_servers_offers_no_vllm_source(monkey
         policy.check("http://127.0.0.1:8000")
     monkeypatch.setenv("MTP_VIZ_VLLM_URLS", "http://127.0.0.1:8000")
     assert ServerPolicy(LOCKED).offered and vllm_tab.choices(ServerPolicy(OPEN)) == [
-        ("vLLM server (enter its URL)", vllm_handlers.VLLM)]
+        ("vLLM or llama.cpp server (enter its URL)", vllm_handlers.VLLM)]
 
 
 def test_a_redirect_is_not_followed():

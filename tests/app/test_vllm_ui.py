@@ -60,7 +60,7 @@ def test_the_vllm_source_shows_the_servers_tokens_and_rejection_counts(page, ser
     url, baseline = servers
     prompt = PROMPTS[0]
     page.click("#model input")
-    page.get_by_role("option", name="vLLM server (enter its URL)").click()
+    page.get_by_role("option", name="vLLM or llama.cpp server (enter its URL)").click()
     page.wait_for_selector("#vllm-url textarea, #vllm-url input", state="visible")
     page.locator("#vllm-url").get_by_role("textbox").fill(url)
     page.locator("#vllm-baseline-url").get_by_role("textbox").fill(baseline)

@@ -91,15 +91,15 @@ class VllmHandlers:
         source = open_server(servers, sentence=ServerError.visitor)   # vLLM or llama.cpp, by what it answers
         for f in runs.compare_frames(source, s, sess, frame_interval=service.env_frame_interval()):
             if f.last and f.status is not None and not sess.stop.is_set():  # a run that ended well
-                f = f | message(self.done_line(sess))
+                f = f | message(self.done_line(sess, source.label))
             yield outputs(f)
         yield outputs(Frame(), replay=gr.update(interactive=bool(sess.spec and sess.ar)))
 
     @staticmethod
-    def done_line(sess: runs.Session) -> str:
+    def done_line(sess: runs.Session, software: str = "the server") -> str:
         steps = [e for e in sess.spec if isinstance(e, Step) and e.draft_len]
         drafted, kept = sum(e.draft_len for e in steps), sum(e.accepted for e in steps)
-        line = (f"Done: the server kept {kept} of {drafted} drafts in {len(steps)} verify steps; ✗N counts the "
+        line = (f"Done: {software} kept {kept} of {drafted} drafts in {len(steps)} verify steps; ✗N counts the "
                 "drafts it rejected at a step (not which).")
         return line + (" Race replay plays both runs on their timings." if sess.ar else "")
 
@@ -136,8 +136,10 @@ class VllmHandlers:
                 if u is None:
                     continue
                 speculates = source.speculates(u)
+                k = len(source.counters(u).accepted_per_pos) if speculates else 0
                 parts.append(f"the {role} at {u} ({source.label}) "
-                             + ("speculates" if speculates else "does not speculate"))
+                             + (f"speculates ({k} drafts per step)" if k else "speculates" if speculates
+                                else "does not speculate"))
                 level = level if speculates == (role == "server") else "warn"
         except UserError as e:
             return tokens.message_html(said(e), level="error")

@@ -17,7 +17,7 @@ from mtp_viz.sources.prometheus import SpecDecodeCounters
 
 def choices(policy: ServerPolicy) -> list[tuple[str, str]]:
     """The picker's entry for this source, unless the deployment does not offer it."""
-    return [("vLLM server (enter its URL)", VLLM)] if policy.offered else []
+    return [("vLLM or llama.cpp server (enter its URL)", VLLM)] if policy.offered else []
 
 
 def _url_info(policy: ServerPolicy) -> str | None:

@@ -54,7 +54,7 @@ def events(url: str, prompt: str, *, mode: str = "speculative", chat: bool = Fal
     body = {"prompt": ids, "n_predict": max_new_tokens, "temperature": temperature, "top_p": top_p,
             "top_k": top_k, "min_p": 0.0, "cache_prompt": False, "return_tokens": True, "n_probs": TOP,
             "timings_per_token": True, "stream": True, **({"seed": seed} if seed is not None else {})}
-    settings = {"backend": "llamacpp", "ran": RAN.as_dict(), "server": url, "max_new_tokens": max_new_tokens,
+    settings = {"server": url, "max_new_tokens": max_new_tokens,
                 "temperature": temperature, "top_p": top_p, "top_k": top_k, "seed": seed, "chat": chat,
                 "server_speculates": slots.speculative}
     t0 = time.perf_counter()
@@ -96,7 +96,7 @@ def assemble(chunks, t0: float, mode: str, prompt_ids: tuple[int, ...], settings
     tokens: list[Received] = []
     counts: list[tuple[int, int]] = []   # the running (drafted, accepted) each token came with
     finish, last = "", t0
-    yield Start(mode, len(prompt_ids), prompt_ids, dict(settings))
+    yield Start(mode, len(prompt_ids), prompt_ids, {**settings, "backend": "llamacpp", "ran": RAN.as_dict()})
     try:
         for arrived, chunk in chunks:
             last = arrived
