@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from mtp_viz.engine.config import text_config
+
 __all__ = ["Anatomy", "DrafterLayer", "ClusteredHead", "Experts", "anatomy"]
 
 
@@ -87,10 +89,6 @@ def _params(model) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def _text(config):
-    return config.get_text_config() if hasattr(config, "get_text_config") else config
-
-
 def _producers(target_text) -> dict[str, int]:
     """Attention type -> the target layer (0-based) whose K/V the drafter reads: the
     last layer of that type that stores its full-length K/V (``kv_sharing_modes``)."""
@@ -116,7 +114,7 @@ def _experts(target) -> Experts | None:
 def anatomy(pair) -> Anatomy:
     """The loaded pair's drafter, measured from its modules (a :class:`ModelPair`)."""
     target, drafter = pair.target, pair.drafter_model
-    t_text = _text(target.config)
+    t_text = text_config(target.config)
     emb = target.get_input_embeddings().weight
     precision = getattr(pair, "precision", None) or {}
     base = dict(target=pair.name, drafter=pair.drafter_id, target_layers=int(t_text.num_hidden_layers),
@@ -125,7 +123,7 @@ def anatomy(pair) -> Anatomy:
                 target_precision=precision.get("target") or "", drafter_precision=precision.get("drafter") or "")
     if drafter is None:
         return Anatomy(kind="none", **base)
-    d_text = _text(drafter.config)
+    d_text = text_config(drafter.config)
     if not pair.has_mtp:
         return Anatomy(kind="model", drafter_params=_params(drafter), drafter_width=int(d_text.hidden_size),
                        drafter_layers=int(d_text.num_hidden_layers), **base)

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .build import turn
+from .config import text_config
 from .decoder import EagerDecoder, Forward, Session
 from .events import Ran
 
@@ -122,10 +123,6 @@ def twin(model):
     return other
 
 
-def _text(config):
-    return config.get_text_config() if hasattr(config, "get_text_config") else config
-
-
 def visible(queries: torch.Tensor, length: int, window: int | None) -> torch.Tensor:
     """[1, 1, len(queries), length] bool: key j visible from query position q (j <= q,
     and q - j < window for a sliding layer)."""
@@ -179,8 +176,8 @@ class FastTarget:
         self.model = model
         self.config, self.device = model.config, model.device
         self.twin = twin(model)
-        self.window = getattr(_text(model.config), "sliding_window", None)
-        self.pad = int(getattr(_text(model.config), "pad_token_id", None) or 0)
+        self.window = getattr(text_config(model.config), "sliding_window", None)
+        self.pad = int(getattr(text_config(model.config), "pad_token_id", None) or 0)
         self.shapes = Shapes()
         self.note = ""
         self._graph = torch.compile(self._step, dynamic=False, fullgraph=True, mode=mode)

@@ -23,11 +23,9 @@ import threading
 import weakref
 from typing import Any
 
+from .config import text_config
+
 __all__ = ["ExpertTap", "NO_TAP", "moe_shape", "routers"]
-
-
-def _text_config(config):
-    return config.get_text_config() if hasattr(config, "get_text_config") else config
 
 
 def routers(target: Any) -> list:
@@ -41,7 +39,7 @@ def routers(target: Any) -> list:
 def moe_shape(target: Any) -> dict[str, int]:
     """``{"layers", "num_experts", "top_k"}`` of a mixture-of-experts target, {} for a
     dense one, read from its config (every layer of a Gemma 4 MoE model has a router)."""
-    cfg = _text_config(target.config)
+    cfg = text_config(target.config)
     if not getattr(cfg, "enable_moe_block", False):
         return {}
     return {"layers": int(cfg.num_hidden_layers), "num_experts": int(cfg.num_experts),

@@ -31,7 +31,7 @@ from .decoder import Forward, Session, as_decoder
 from .drafters.base import DraftContext, Drafter, Proposal
 from .events import Accepted, Bonus, Done, Drafted, Event, Rejected, Start, Step, Token
 from .experts import NO_TAP, ExpertTap, moe_shape
-from .sampling import Sampler, Sampling, accept
+from .sampling import Sampler, Sampling, accept, softmax_at
 from .schedules import Schedule, make_schedule
 from .stopwatch import Stopwatch
 from .topk import TopK, no_fields
@@ -272,11 +272,10 @@ def token_probs(logits: torch.Tensor, p: torch.Tensor | None, drafts: list[int],
     """The target's probability of each draft and of its own next token, in one gather.
 
     Greedy runs never build p: p_i(x) = exp(logit_i(x) - logsumexp_i) is the same number."""
-    rows = torch.tensor(list(range(len(drafts))) + [n], device=logits.device)
-    cols = torch.tensor(drafts + [nxt], device=logits.device)
+    rows, cols = list(range(len(drafts))) + [n], drafts + [nxt]
     if p is not None:
-        return p[rows, cols].tolist()
-    return (logits[rows, cols] - logits.logsumexp(-1)[rows]).exp().tolist()
+        return p[torch.tensor(rows, device=p.device), torch.tensor(cols, device=p.device)].tolist()
+    return softmax_at(logits, rows, cols)
 
 
 def _picker(sampler: Sampler):

@@ -24,7 +24,7 @@ from transformers.generation.logits_process import (
 
 from .decoding import Sampling
 
-__all__ = ["Sampler", "Sampling", "accept", "residual"]
+__all__ = ["Sampler", "Sampling", "accept", "residual", "softmax_at"]
 
 
 class Sampler:
@@ -73,6 +73,15 @@ class Sampler:
     def uniform(self) -> float:
         # float32 named: the default dtype is process-wide, and a load beside this run changes it
         return float(torch.rand((), generator=self.generator, device=self.generator.device, dtype=torch.float32))
+
+
+def softmax_at(logits: torch.Tensor, rows: list[int], cols: list[int]) -> list[float]:
+    """softmax(logits[r])[c] for each (r, c), in one gather: exp(logit - logsumexp of its
+    row), without building the distributions."""
+    lg = logits.float()
+    r = torch.tensor(rows, device=lg.device)
+    c = torch.tensor(cols, device=lg.device)
+    return (lg[r, c] - lg[r].logsumexp(-1)).exp().tolist()
 
 
 def residual(p_i: torch.Tensor, q_i: torch.Tensor | None, x: int) -> torch.Tensor:

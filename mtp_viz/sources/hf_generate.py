@@ -367,6 +367,8 @@ class _Call:
     @_guarded
     def candidates(self, input_ids, out, seconds: float) -> None:
         import torch
+
+        from mtp_viz.engine.sampling import softmax_at  # imports torch: only once recording
         candidate_ids, logits = out
         cur = input_ids.shape[1]
         assert cur == len(self.ids) and self.pending is None, "get_candidates out of the recorded order"
@@ -374,10 +376,7 @@ class _Call:
         q = [1.0] * len(drafts)
         if logits is not None and drafts:
             with torch.no_grad():
-                lg = logits[0, :len(drafts)].float()
-                rows = torch.arange(len(drafts), device=lg.device)
-                cols = torch.tensor(drafts, device=lg.device)
-                q = (lg[rows, cols] - lg.logsumexp(-1)).exp().tolist()
+                q = softmax_at(logits[0, :len(drafts)], list(range(len(drafts))), drafts)
         self.step += 1
         self.pending = (drafts, q, seconds, self.clock())
         for i, tok in enumerate(drafts):
@@ -473,15 +472,14 @@ def _probs(scores, drafts: list[int], kept: int, new: list[int]) -> list[float]:
     """The target's probability of each draft at its position, then of the bonus (if
     any) at position ``kept``, from the logits transformers decided with."""
     import torch
+
+    from mtp_viz.engine.sampling import softmax_at  # imports torch: only once recording
     rows = list(range(len(drafts))) + ([kept] if len(new) > kept else [])
     cols = drafts + ([new[kept]] if len(new) > kept else [])
     if not rows:
         return []
     with torch.no_grad():
-        lg = scores[0].float()
-        r = torch.tensor(rows, device=lg.device)
-        c = torch.tensor(cols, device=lg.device)
-        return (lg[r, c] - lg[r].logsumexp(-1)).exp().tolist()
+        return softmax_at(scores[0], rows, cols)
 
 
 def settings(version: str, generator, config, schedule: str, draft_tokens: int, max_new: int) -> dict:

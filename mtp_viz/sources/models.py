@@ -17,7 +17,9 @@ from mtp_viz.errors import UserError, clip
 
 from .local import out_of_memory
 from .memory import check_fits
-from .pair import ASSISTANT_TYPES, GEMMA4_TYPES, ModelPair, model_path, text_config
+from mtp_viz.engine.config import text_config
+
+from .pair import ASSISTANT_TYPES, GEMMA4_TYPES, ModelPair, model_path
 from .precision import Precision, check_loaded, load_kwargs
 from .presets import PRESETS, is_local, resolve
 

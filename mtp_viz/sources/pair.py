@@ -9,6 +9,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from mtp_viz.engine.config import text_config
 from mtp_viz.engine.drafters import DRAFTERS, drafter_class
 from mtp_viz.engine.schedules import ScheduleCache
 from mtp_viz.errors import UserError, clip
@@ -29,10 +30,6 @@ def model_path(spec: str) -> str:
             raise UserError(f"There is no loadable model folder at {clip(spec)}.")
         return str(folder)
     return spec
-
-
-def text_config(config):
-    return config.get_text_config() if hasattr(config, "get_text_config") else config
 
 
 @dataclass
@@ -223,4 +220,4 @@ class ModelPair:
                         schedule=None if named else schedule)
 
 
-__all__ = ["ASSISTANT_TYPES", "GEMMA4_TYPES", "ModelPair", "model_path", "text_config"]
+__all__ = ["ASSISTANT_TYPES", "GEMMA4_TYPES", "ModelPair", "model_path"]

@@ -104,7 +104,7 @@ class Handlers(Recorded):
 
     @staticmethod
     def compiled(value: Any = None) -> bool:
-        """The page's ``#compile`` switch (None, from an older caller: off), checked: one
+        """The page's ``#compile`` switch (None, not given: off), checked: one
         sentence for anything but true or false (the API takes any JSON value)."""
         return False if value is None else form.flag(value, "Compiled engine")
 

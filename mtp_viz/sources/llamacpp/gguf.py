@@ -25,10 +25,11 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mtp_viz.engine.config import text_config
 from mtp_viz.errors import UserError, clip
 
 from ..models import check_pair, default_drafter, drafter_spec, explain_load_error
-from ..pair import ASSISTANT_TYPES, GEMMA4_TYPES, model_path, text_config
+from ..pair import ASSISTANT_TYPES, GEMMA4_TYPES, model_path
 from ..presets import is_local, resolve
 from . import tensors as tensors_
 from . import vocab
