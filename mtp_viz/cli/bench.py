@@ -81,6 +81,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compile", action="store_true",
                    help="measure the compiled engine beside the eager one, interleaved in the same run "
                         "(every row says which: engine eager or compiled; compile time reported apart)")
+    p.add_argument("--peer", default=None, metavar="URL[,URL...]",
+                   help="inference servers (llama.cpp or vLLM, recognised by what they answer; plain or "
+                        "speculating) run on the same prompts, interleaved prompt by prompt with the local "
+                        "engines: a row each, and every row's speedup over the fastest plain decoder measured")
     p.add_argument("--out", default="bench-results",
                    help="folder for bench.json/.md/.html, checked (or made) before the first run")
     p.add_argument("--force", action="store_true",
@@ -121,6 +125,7 @@ class Plan:
     sampling: Sampling
     levels: list[int] | None = None         # --concurrency (a server bench)
     requests: int | None = None             # --requests
+    peers: tuple[str, ...] = ()             # --peer URLs
 
     @property
     def greedy(self) -> bool:
@@ -146,6 +151,9 @@ def check(args: argparse.Namespace) -> Plan:
                             "precision, compilation and threads are set when it starts.")
         if not args.server:
             raise UserError("--baseline-server needs --server, the speculating server to compare.")
+        if args.peer:
+            raise UserError("--peer measures servers beside the local engine; with --server, give the other "
+                            "server as --baseline-server.")
     else:
         given = [flag for flag in SERVER_ONLY if getattr(args, flag[2:].replace("-", "_")) is not None]
         if given:
@@ -177,7 +185,10 @@ def check(args: argparse.Namespace) -> Plan:
     precisions = [] if server else bench_precision.parse(args)  # every name checked before a model loads
     if sampling.greedy:
         sampling = Sampling()  # the seed is for sampling only
-    return Plan(n, repeats, prompts, settings, precisions, sampling, levels, requests)
+    peers = [u.strip() for u in (args.peer or "").split(",") if u.strip()]
+    if args.peer is not None and not peers:
+        raise UserError("--peer must list server URLs, like http://127.0.0.1:8080,http://127.0.0.1:8081.")
+    return Plan(n, repeats, prompts, settings, precisions, sampling, levels, requests, tuple(peers))
 
 
 def _between(flag: str, value: int, low: int, high: int | None, meaning: str = "") -> int:
@@ -207,7 +218,7 @@ def _local(args: argparse.Namespace, plan: Plan) -> int:
         torch.set_num_threads(args.threads)
     try:
         return _run(args, plan.sampling, plan.prompts, plan.settings, plan.precisions, plan.n, plan.repeats,
-                    args.quick, plan.greedy)
+                    args.quick, plan.greedy, plan.peers)
     finally:
         torch.set_num_threads(threads)
 
@@ -236,18 +247,22 @@ def _arms(args, precisions, n, sampling) -> list:
     return arms
 
 
-def _run(args, sampling, prompts, settings, precisions, n, repeats, quick, greedy) -> int:
+def _run(args, sampling, prompts, settings, precisions, n, repeats, quick, greedy, peer_urls=()) -> int:
     from tqdm.auto import tqdm
 
     from mtp_viz.measure import arms as reduction
+    from mtp_viz.measure.peers import open_peers
     from mtp_viz.measure.session import interleaved, tasks
+    # the peers first: a server that is not there is one sentence before a model loads
+    peers = open_peers(peer_urls, RunSettings("", max_new_tokens=n, sampling=sampling, chat=not args.no_chat))
     arms = _arms(args, precisions, n, sampling)
-    print(f"mtp-viz bench: {len(prompts)} prompts x {len(settings)} settings x {len(arms)} arm(s) x "
-          f"{repeats} repeats, {n} new tokens each", file=sys.stderr)
-    bar = tqdm(total=repeats * len(prompts) * len(tasks(arms, settings, greedy)), desc="bench", unit="run",
+    print(f"mtp-viz bench: {len(prompts)} prompts x {len(settings)} settings x {len(arms)} arm(s)"
+          + (f" and {', '.join(p.label for p in peers)}" if peers else "")
+          + f" x {repeats} repeats, {n} new tokens each", file=sys.stderr)
+    bar = tqdm(total=repeats * len(prompts) * len(tasks(arms, settings, greedy, peers)), desc="bench", unit="run",
                file=sys.stderr, disable=args.no_progress, dynamic_ncols=True)
     try:
-        runs = interleaved(arms, settings, prompts, repeats, greedy, n, done=lambda: bar.update(1),
+        runs = interleaved(arms, settings, prompts, repeats, greedy, n, peers=peers, done=lambda: bar.update(1),
                            warn=lambda line: bar.write(line, file=sys.stderr))
     finally:
         bar.close()
@@ -263,8 +278,9 @@ def _run(args, sampling, prompts, settings, precisions, n, repeats, quick, greed
         "quick": quick, "parity_failures": mismatches, **bench_report.environment(),
         "engines": sorted({a.engine for a in arms}),
         "compile_seconds": {a.label: round(a.pair.compile_seconds, 2) for a in arms if not a.baseline},
+        "peers": [p.url for p in peers],
     }
-    result = reduction.reduce(meta, runs.records, runs.events, settings, arms, greedy).as_dict()
+    result = reduction.reduce(meta, runs.records, runs.events, settings, arms, greedy, peers).as_dict()
     by_precision = bench_precision.markdown(result)
     paths, failed = bench_report.write(result, Path(args.out), by_precision)
     print(bench_report.markdown(result, by_precision))

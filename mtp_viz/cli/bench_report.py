@@ -37,7 +37,8 @@ def _f(x, fmt="{:.2f}", none="–"):
 
 COLUMNS = [
     ("setting", "setting", "{}"), ("tok/s", "tokens_per_second", "{:.1f}"),
-    ("speedup", "speedup", "×{:.2f}"), ("decode", "decode_speedup", "×{:.2f}"),
+    ("speedup", "speedup", "×{:.2f}"), ("vs fastest plain", "speedup_over_fastest_plain", "×{:.2f}"),
+    ("decode", "decode_speedup", "×{:.2f}"),
     ("ref speedup", "reference_speedup", "×{:.2f}"),
     ("overhead vs ref", "overhead_vs_reference", "{:.3f}"),
     ("(cpu)", "overhead_vs_reference_cpu", "{:.3f}"),
@@ -96,7 +97,7 @@ def markdown(result, extra: list[str] = ()) -> str:
               "autoregressive step; predicted: (1−α^(γ+1))/((1−α)(γc+1)) (Leviathan et al.); meas/pred: decode "
               "speedup ÷ predicted; pred with v: "
               "the same with the measured verification cost, τ/(γc+v); γ*: best draft length for α, c."]
-    lines += list(extra)
+    lines += list(extra) + decoders(result)
     if result.get("verify_slope") is not None:
         lines.append(f"Verification cost grows by {result['verify_slope']:.3f} autoregressive steps per "
                      "drafted token here (Leviathan et al. assume 0).")
@@ -117,6 +118,28 @@ def markdown(result, extra: list[str] = ()) -> str:
         lines.append(f"| {c['category']} | " + " | ".join(
             f"{_f(c[n]['speedup'], '×{:.2f}')} / {_f(c[n]['alpha'], '{:.2f}')}" for n in names) + " |")
     return "\n".join(lines) + "\n"
+
+
+def decoders(result) -> list[str]:
+    """Every plain decoder and every peer of the run, each against the fastest plain decoder
+    measured in it (bench.json's ``fastest_plain``), as markdown lines; none without one."""
+    fast = result.get("fastest_plain")
+    if not fast:
+        return []
+    lines = ["", "### Against the fastest plain decoder measured here", "",
+             f"Fastest plain decoder: {fast['decoder']}, {fast['tokens_per_second']:.1f} tok/s. Every row's "
+             "\"vs fastest plain\" is its tokens/s over that one's (medians of repeats, same prompts, same run).", "",
+             "| decoder | setting | tok/s | decode tok/s | accept | τ | vs fastest plain | same tokens |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, row in (result.get("autoregressive_by_precision") or {}).items():
+        lines.append(f"| mtp-viz {name} | plain | {_f(row['tokens_per_second'], '{:.1f}')} | – | – | – | "
+                     f"{_f(row.get('speedup_over_fastest_plain'), '×{:.2f}')} | – |")
+    for p in result.get("peers") or []:
+        same = "–" if p["same_tokens_as_plain"] is None else ("yes" if p["same_tokens_as_plain"] else "NO")
+        lines.append(f"| {p['peer']} | {p['setting']} | {_f(p['tokens_per_second'], '{:.1f}')} | "
+                     f"{_f(p['decode_tokens_per_second'], '{:.1f}')} | {_f(p['acceptance_rate'], '{:.1%}')} | "
+                     f"{_f(p['tau'], '{:.2f}')} | {_f(p['speedup_over_fastest_plain'], '×{:.2f}')} | {same} |")
+    return lines
 
 
 def write(result, out: Path, extra: list[str] = ()) -> tuple[list[Path], str | None]:

@@ -30,6 +30,7 @@ from mtp_viz.sources.precision import Precision
 
 from . import reduce as reduction
 from .records import AUTOREGRESSIVE, LOCAL_LABELS, Record, RunKey, Setting
+from .peers import PeerRow, peer_rows
 from .reduce import CategoryRow, PlainRow, SettingRow
 
 
@@ -87,21 +88,42 @@ class BenchResult:
     settings: tuple[SettingRow, ...]
     categories: tuple[CategoryRow, ...]
     runs: tuple[Record, ...]
+    peers: tuple[PeerRow, ...] = ()
+    fastest_plain: dict[str, Any] | None = None   # {"decoder", "tokens_per_second"}: see :func:`fastest`
 
     def as_dict(self) -> dict[str, Any]:
-        plain = {k: v.as_dict() for k, v in self.plain.items()}
+        over = lambda tps: _ratio(tps, (self.fastest_plain or {}).get("tokens_per_second"))  # noqa: E731
+        plain = {k: {**v.as_dict(), "speedup_over_fastest_plain": over(v.tokens_per_second)}
+                 for k, v in self.plain.items()}
         return {"meta": self.meta, "autoregressive": plain[self.first], "autoregressive_by_precision": plain,
                 "compiled_over_eager": self.compiled_over_eager,
+                "fastest_plain": self.fastest_plain,
                 "verify_slope": self.settings[0].arm.verify_slope if self.settings else None,
-                "settings": [r.as_dict() for r in self.settings],
+                "settings": [{**r.as_dict(), "speedup_over_fastest_plain": over(r.tokens_per_second)}
+                             for r in self.settings],
+                "peers": [dataclasses.replace(p, speedup_over_fastest_plain=over(p.tokens_per_second)).as_dict()
+                          for p in self.peers],
                 "categories": [c.as_dict() for c in self.categories],
                 "runs": [r.as_dict(LOCAL_LABELS) for r in self.runs]}
 
 
+def fastest(plain: dict[str, PlainRow], peers: Sequence[PeerRow]) -> dict[str, Any] | None:
+    """The fastest plain decoder measured in the run, local (each arm's autoregressive
+    decoding) or a peer that does not speculate: ``{"decoder", "tokens_per_second"}``.
+    Every row's ``speedup_over_fastest_plain`` is its tokens per second over this one's."""
+    rates = {f"mtp-viz {name}": row.tokens_per_second for name, row in plain.items()}
+    rates.update({p.peer: p.tokens_per_second for p in peers if p.setting == "plain"})
+    rates = {k: v for k, v in rates.items() if v}
+    if not rates:
+        return None
+    best = max(rates, key=rates.get)
+    return {"decoder": best, "tokens_per_second": rates[best]}
+
+
 def reduce(meta: dict[str, Any], records: Sequence[Record], events: dict[RunKey, list],
-           settings: Sequence[Setting], arms: Sequence[Arm], greedy: bool) -> BenchResult:
+           settings: Sequence[Setting], arms: Sequence[Arm], greedy: bool, peers: Sequence[Any] = ()) -> BenchResult:
     """One result over every arm: rows named by setting (and, with several pairs, by
-    ``<setting> <target>/<drafter>``), each with its precisions."""
+    ``<setting> <target>/<drafter>``), each with its precisions; then each peer's row."""
     drift = drifts(records, next(a.engine for a in arms if a.baseline)) if greedy else {}
     several = len(arms) > 1
     rows: list[SettingRow] = []
@@ -123,8 +145,12 @@ def reduce(meta: dict[str, Any], records: Sequence[Record], events: dict[RunKey,
                 {rename[name]: cell for name, cell in c.by_setting.items()})
     first = arms[0].label if arms[0].several_engines else arms[0].precision.target
     categories = tuple(CategoryRow(cat, prompts, by) for (cat, prompts), by in cells.items())
+    base = next(a for a in arms if a.baseline)
+    plain_ids = {(r.prompt_id, r.repeat): r.ids for r in records
+                 if r.mode == AUTOREGRESSIVE and base.owns(r.key)} if greedy else None
+    others = peer_rows(peers, records, events, plain_ids)
     return BenchResult(meta, plain, first, engine_ratios(arms, plain, rows), tuple(rows), categories,
-                       tuple(records))
+                       tuple(records), tuple(others), fastest(plain, others))
 
 
 def engine_ratios(arms: Sequence[Arm], plain: dict[str, PlainRow], rows: Sequence[SettingRow]
@@ -153,4 +179,4 @@ def _ratio(x, y):
     return x / y if x and y else None
 
 
-__all__ = ["Arm", "BenchResult", "drifts", "engine_ratios", "reduce"]
+__all__ = ["Arm", "BenchResult", "drifts", "engine_ratios", "fastest", "reduce"]

@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 
 from mtp_viz.prompts import Prompt
 
+from .peers import PEER
 from .records import AUTOREGRESSIVE, REFERENCE, SPECULATIVE, Record, RunKey, Setting
 
 WARM_UP_TOKENS = 8   # new tokens of each task's untimed first run
@@ -31,16 +32,17 @@ class Task:
         return self.arm.runner.run(self.mode, prompt, self.setting, n)
 
 
-def tasks(arms: Sequence[Any], settings: Sequence[Setting], greedy: bool) -> list[Task]:
+def tasks(arms: Sequence[Any], settings: Sequence[Setting], greedy: bool, peers: Sequence[Any] = ()) -> list[Task]:
     """One plain run per distinct target, then each arm's reference (greedy, constant
-    schedules, where transformers runs the pair) and its settings."""
+    schedules, where transformers runs the pair) and its settings, then each peer's run
+    (:mod:`.peers`)."""
     plain = {(a.precision.target, a.engine): a for a in arms}
     out = [Task(AUTOREGRESSIVE, a) for a in plain.values()]
     for a in arms:
         if greedy and a.has_reference and a.baseline:  # transformers' run: one per pair, not per engine
             out += [Task(REFERENCE, a, s) for s in settings if s.schedule == "constant"]
         out += [Task(SPECULATIVE, a, s) for s in settings]
-    return out
+    return out + [Task(PEER, p) for p in peers]
 
 
 @dataclass
@@ -53,11 +55,11 @@ class Runs:
 
 
 def interleaved(arms: Sequence[Any], settings: Sequence[Setting], prompts: Sequence[Prompt], repeats: int,
-                greedy: bool, n: int, *, done: Callable[[], None] = lambda: None,
+                greedy: bool, n: int, *, peers: Sequence[Any] = (), done: Callable[[], None] = lambda: None,
                 warn: Callable[[str], None] = lambda line: None) -> Runs:
-    """Every task on every prompt, ``repeats`` times, rotated; ``done`` after each timed
-    run (a progress bar's tick), ``warn`` with each parity sentence."""
-    todo = tasks(arms, settings, greedy)
+    """Every task on every prompt (``peers``' too), ``repeats`` times, rotated; ``done``
+    after each timed run (a progress bar's tick), ``warn`` with each parity sentence."""
+    todo = tasks(arms, settings, greedy, peers)
     for task in todo:
         task.run(prompts[0].text, min(n, WARM_UP_TOKENS))
     out = Runs()
@@ -88,6 +90,8 @@ def interleaved(arms: Sequence[Any], settings: Sequence[Setting], prompts: Seque
 def _placed(rec: Record, task: Task, prompt: Prompt, repeat: int) -> Record:
     """The record with where it ran: its prompt, repeat and the arm's precisions and engine."""
     arm = task.arm
+    if task.mode == PEER:   # a server: its record says its engine and prompt length itself
+        return dataclasses.replace(rec, prompt_id=prompt.id, category=prompt.category, repeat=repeat)
     return dataclasses.replace(
         rec, prompt_id=prompt.id, category=prompt.category, repeat=repeat,
         prompt_tokens=len(arm.runner.encode(prompt.text)), target_precision=arm.precision.target,

@@ -134,3 +134,37 @@ def test_bench_against_the_plain_server(mtp, plain, tmp_path):
     sp = result["speculative"]
     assert sp["speedup"] > 0 and sp["same_tokens_as_baseline"] is True and 1 <= sp["tau"] <= 5
     assert result["server_counters"]["verify_steps"] > 0
+
+
+def _pooled(runs: list[dict], mode: str, setting: str) -> float:
+    """The median over repeats of Σ tokens ÷ Σ seconds, from bench.json's runs."""
+    import statistics
+    by: dict[int, list[float]] = {}
+    for r in runs:
+        if r["mode"] == mode and r.get("setting", "") == setting:
+            t = by.setdefault(r["repeat"], [0.0, 0.0])
+            t[0] += r["new_tokens"]
+            t[1] += r["seconds"]
+    return statistics.median(t / s for t, s in by.values())
+
+
+def test_bench_with_a_peer_reads_every_row_against_the_fastest_plain_decoder(plain, tmp_path):
+    """bench --peer: the plain llama.cpp server runs the same prompts interleaved with the
+    local engine; every row's speedup_over_fastest_plain is recomputed here from the runs."""
+    from mtp_viz.__main__ import main
+    assert main(["bench", "--peer", plain, "--quick", "--no-chat", "--threads", "1", "--repeats", "2",
+                 "--prompts", str(assets_dir() / "tiny" / "eval_prompts.json"), "--per-category", "3",
+                 "--out", str(tmp_path), "--no-progress"]) == 0
+    result = json.loads((tmp_path / "bench.json").read_text())
+    [peer] = result["peers"]
+    assert (peer["engine"], peer["setting"], peer["same_tokens_as_plain"]) == ("llamacpp", "plain", True)
+    runs = result["runs"]
+    rates = {"mtp-viz float32": _pooled(runs, "autoregressive", ""), peer["peer"]: _pooled(runs, "peer", peer["peer"])}
+    best = max(rates, key=rates.get)
+    assert result["fastest_plain"]["decoder"] == best
+    assert result["fastest_plain"]["tokens_per_second"] == pytest.approx(rates[best])
+    assert peer["speedup_over_fastest_plain"] == pytest.approx(rates[peer["peer"]] / rates[best])
+    for row in result["settings"]:
+        mine = _pooled(runs, "ours", row["setting"])
+        assert row["speedup_over_fastest_plain"] == pytest.approx(mine / rates[best])
+    assert "Against the fastest plain decoder measured here" in (tmp_path / "bench.md").read_text()

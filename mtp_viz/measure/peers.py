@@ -1,0 +1,124 @@
+"""Peers: inference servers measured beside the local engines in one bench
+(``mtp-viz bench --peer URL[,URL...]``), so every speedup can be read against the fastest
+plain decoder of the same model measured in the same run, whoever it is.
+
+A peer is a server of any kind a source reads (vLLM or llama.cpp, told apart by what it
+answers: :func:`mtp_viz.sources.open_server`); one that speculates runs the speculative
+mode with its own drafter and draft length, one that does not runs plain decoding. Its
+runs are tasks of the bench like the local ones, interleaved prompt by prompt
+(:func:`mtp_viz.measure.session.interleaved`). A peer's clock is the arrival of its own
+stream: ``seconds`` from sending the request to the last token, ``prefill_seconds`` to
+the first (so "decode" leaves out the prefill and the first token, as for the local runs).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from mtp_viz.analysis import metrics
+from mtp_viz.sources.settings import RunSettings
+
+from .records import AUTOREGRESSIVE, SPECULATIVE, Record, RunKey, Setting
+from .reduce import median, tps_by_repeat
+
+PEER = "peer"   # a peer's runs' mode in the records (its source ran speculative or autoregressive)
+
+
+class PeerArm:
+    """One server in a bench: the task's arm and its runner at once."""
+    baseline = several_engines = has_reference = exact = False
+
+    def __init__(self, url: str, base: RunSettings, index: int = 0):
+        from mtp_viz.sources import open_server
+        from mtp_viz.sources.servers import Servers
+        self.url, self.base, self.index = url, base, index
+        self.source = open_server(Servers(url, url))   # its one mode: speculative or plain, on itself
+        self.speculates = self.source.speculates(url)
+        self.software = self.source.label         # "vLLM" or "llama.cpp": what answered
+        self.engine = ""                          # what its start event said ran (after a run)
+        self.runner = self
+
+    @property
+    def mode(self) -> str:
+        return SPECULATIVE if self.speculates else AUTOREGRESSIVE
+
+    @property
+    def label(self) -> str:
+        """``<software> mtp`` or ``<software> plain`` (and ``#i`` for a second of the kind)."""
+        return f"{self.software} {'mtp' if self.speculates else 'plain'}" + (f" #{self.index}" if self.index else "")
+
+    def owns(self, key: RunKey) -> bool:
+        return False   # a peer's runs are no local arm's
+
+    def run(self, mode: str, prompt: str, setting: Setting | None = None, n: int | None = None):
+        """One run on the server, on its own stream's clock: ``(record, events)``."""
+        from mtp_viz.engine.events import Done, Start, Step
+        s = dataclasses.replace(self.base, prompt=prompt, modes=(self.mode,),
+                                max_new_tokens=n or self.base.max_new_tokens)
+        events = list(self.source.events(s))
+        done = events[-1]
+        if not isinstance(done, Done):
+            raise RuntimeError(f"{self.label} stopped without a done event")
+        start = next(e for e in events if isinstance(e, Start))
+        self.engine = start.ran.engine
+        first = next((e.t for e in events if isinstance(e, Step)), None)   # the first token's arrival
+        return Record(PEER, done.seconds, done.new_tokens, done.target_forwards, tuple(done.generated_ids),
+                      setting=self.label, prompt_tokens=start.prompt_tokens, prefill_seconds=first,
+                      engine=self.engine), events
+
+
+def open_peers(urls: Sequence[str], base: RunSettings) -> list[PeerArm]:
+    """The peers named (each server asked what it is and whether it speculates)."""
+    peers: list[PeerArm] = []
+    for url in urls:
+        p = PeerArm(url, base)
+        p.index = sum(q.label == p.label for q in peers)
+        peers.append(p)
+    return peers
+
+
+@dataclass(frozen=True)
+class PeerRow:
+    """One peer's figures: bench.json's ``peers`` rows."""
+    peer: str                   # its label ("llama.cpp mtp")
+    engine: str                 # what its runs' start events said ran ("llamacpp", "vllm")
+    url: str
+    setting: str                # "mtp" (it speculates, with its own drafter) or "plain"
+    tokens_per_second: float | None
+    decode_tokens_per_second: float | None
+    acceptance_rate: float | None
+    tau: float | None           # tokens per target forward after the prefill
+    same_tokens_as_plain: bool | None   # greedy: it wrote the local plain decoding's tokens
+    speedup_over_fastest_plain: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def peer_rows(peers: Sequence[PeerArm], records: Sequence[Record], events: dict[RunKey, list],
+              plain_ids: dict[tuple[str, int], tuple] | None) -> list[PeerRow]:
+    """Each peer's row; ``plain_ids``: the local plain decoding's tokens by (prompt, repeat),
+    to check a greedy peer against (None: not greedy)."""
+    rows = []
+    for p in peers:
+        mine = [r for r in records if r.mode == PEER and r.setting == p.label]
+        ev = [e for _, _, stream in events.get(RunKey(PEER, p.label, None, None, p.engine), []) for e in stream]
+        summ = metrics.summarize(ev) if ev else None
+        same = None if plain_ids is None else all(
+            plain_ids.get((r.prompt_id, r.repeat)) in (None, r.ids) for r in mine)
+        rows.append(PeerRow(
+            p.label, p.engine, p.url, "mtp" if p.speculates else "plain",
+            median(list(tps_by_repeat(mine, PEER, p.label).values())),
+            median(list(tps_by_repeat(mine, PEER, p.label, decode=True).values())),
+            summ.acceptance_rate if summ and p.speculates else None,
+            _tau(summ) if summ and p.speculates else None, same))
+    return rows
+
+
+def _tau(summ) -> float | None:
+    forwards = summ.target_forwards - summ.generations
+    return (summ.new_tokens - summ.generations) / forwards if forwards > 0 else None
+
+
+__all__ = ["PEER", "PeerArm", "PeerRow", "open_peers", "peer_rows"]
