@@ -5,6 +5,7 @@ first run starts (so a server that is down fails inside the run, as an ``error``
 kept. The baseline is read as the same kind as the speculating server."""
 from __future__ import annotations
 
+import importlib
 import threading
 from typing import Iterator
 
@@ -14,14 +15,26 @@ from .servers import ServerSource
 from .settings import RunSettings
 
 
+# The server kinds, asked in order: (a function that recognises one from what ``url``
+# answers, its source class), as "module:name" imported on first use; the last, with no
+# test, is what any other server is read as. A new kind of server is one entry here.
+KINDS = (
+    ("mtp_viz.sources.llamacpp.client:recognise", "mtp_viz.sources.llamacpp.source:LlamaCppSource"),
+    (None, "mtp_viz.sources.vllm.source:VllmSource"),
+)
+
+
+def _load(path: str):
+    module, name = path.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
 def kind_of(url: str) -> type[ServerSource]:
     """The source class of the server at ``url``."""
-    from .llamacpp.client import recognise
-    if recognise(url):
-        from .llamacpp.source import LlamaCppSource
-        return LlamaCppSource
-    from .vllm.source import VllmSource
-    return VllmSource
+    for test, source in KINDS:
+        if test is None or _load(test)(url):
+            return _load(source)
+    raise AssertionError("the last kind takes any server")
 
 
 class DetectedServer(ServerSource):
