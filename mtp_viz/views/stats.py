@@ -174,13 +174,20 @@ def compare_html(spec: RunStats, ar: RunStats, *, greedy: bool, threads: int = 0
     of = " of engine CPU time" if clock == "cpu" else ""
     parts = [f'<span class="mv-badge mv-speedup" title="Measure repeats both modes and names a winner '
              f'only when every repeat agrees{CPU_NOTE if clock == "cpu" else ""}">speculative ran at '
-             f'<b>×{x:.2f}</b> the speed <small>({spec.tokens_per_second:.1f} vs '
+             f'<b>×{x:.2f}</b> the speed {_over(spec, ar)}<small>({spec.tokens_per_second:.1f} vs '
              f'{ar.tokens_per_second:.1f} tokens/s{of} · one run each, in turns{_threads(threads)})'
              f'</small></span>']
     if greedy:
         parts.append(identity_badge(spec, ar))
     return _compare_div(x, spec.tokens_per_second, ar.tokens_per_second, "single run", threads,
                         "".join(parts), clock, engine, compiling)
+
+
+def _over(spec: RunStats, ar: RunStats) -> str:
+    """What the speedup is over: the plain decoding of the same engine (or server), named."""
+    if spec.engine_label and spec.engine_label == ar.engine_label:
+        return f"of the {html.escape(spec.engine_label)}'s own plain decoding "
+    return f"of the plain decoding of the {html.escape(ar.engine_label)} " if ar.engine_label else ""
 
 
 def measurement_html(m, engine: Ran = Ran()) -> str:
@@ -193,8 +200,8 @@ def measurement_html(m, engine: Ran = Ran()) -> str:
         head = (f"too close to call: median <b>×{m.median:.2f}</b>, but the {m.repeats} repeats "
                 f"ranged from ×{lo:.2f} to ×{hi:.2f}")
     else:
-        head = (f"speculative is <b>×{m.median:.2f}</b> {m.verdict} (median of {m.repeats} repeats, "
-                f"range ×{lo:.2f}–×{hi:.2f})")
+        head = (f"speculative is <b>×{m.median:.2f}</b> {m.verdict} than the {html.escape(engine.label)}'s own "
+                f"plain decoding (median of {m.repeats} repeats, range ×{lo:.2f}–×{hi:.2f})")
     body = (f'<span class="mv-badge {cls} mv-speedup">{head}<small> · {m.spec_tps:.1f} vs '
             f'{m.ar_tps:.1f} tokens/s{_threads(m.threads)}</small></span>')
     return _compare_div(m.median, m.spec_tps, m.ar_tps, f"median of {m.repeats}", m.threads, body,
