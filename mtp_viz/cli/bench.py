@@ -74,9 +74,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="sampling seed (temperature > 0)")
     p.add_argument("--stale-kv", action="store_true",
                    help="give our drafter transformers' stale KV entry after a rejection")
-    p.add_argument("--threads", type=int, default=0,
-                   help="torch CPU threads for the run, at most this machine's cores (default 0: torch's "
-                        "own choice); 1 is steadier on a busy machine")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads for the run, at most this machine's cores (default: MTP_VIZ_THREADS, "
+                        "else one less than the cores, at most 8: the app's; 0: torch's own choice)")
     p.add_argument("--no-chat", action="store_true", help="feed prompts without the chat template")
     p.add_argument("--compile", action="store_true",
                    help="measure the compiled engine beside the eager one, interleaved in the same run "
@@ -144,7 +144,7 @@ def check(args: argparse.Namespace) -> Plan:
             ("--target-precision", args.target_precision), ("--drafter-precision", args.drafter_precision),
             ("--precisions", args.precisions), ("--compile", args.compile), ("--stale-kv", args.stale_kv),
             ("--schedules", args.schedules != DEFAULT_SCHEDULES),
-            ("--max-draft-tokens", args.max_draft_tokens != MAX_DRAFT_TOKENS), ("--threads", args.threads))
+            ("--max-draft-tokens", args.max_draft_tokens != MAX_DRAFT_TOKENS), ("--threads", args.threads is not None))
             if on]
         if local:
             raise UserError(f"{local[0]} applies to the local engine; a vLLM server's drafter, draft length, "
@@ -166,7 +166,8 @@ def check(args: argparse.Namespace) -> Plan:
     per_category = (QUICK["per_category"] if quick else 0) if args.per_category is None else args.per_category
     _between("--per-category", per_category, 0, None, " (0: every prompt)")
     _between("--max-draft-tokens", args.max_draft_tokens, 1, MAX_DRAFT_TOKENS)
-    _between("--threads", args.threads, 0, os.cpu_count() or 1, " (0: torch's own choice)")
+    if args.threads is not None:
+        _between("--threads", args.threads, 0, os.cpu_count() or 1, " (0: torch's own choice)")
     levels = requests = None
     if args.concurrency is not None:
         if not args.baseline_server:
@@ -213,14 +214,32 @@ def run(args: argparse.Namespace) -> int:
 
 def _local(args: argparse.Namespace, plan: Plan) -> int:
     import torch
+
+    from mtp_viz.sources.models import default_threads
     threads = torch.get_num_threads()
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
+    wanted = default_threads() if args.threads is None else args.threads
+    if wanted > 0:
+        torch.set_num_threads(wanted)
+    busy(wanted or threads)
     try:
         return _run(args, plan.sampling, plan.prompts, plan.settings, plan.precisions, plan.n, plan.repeats,
                     args.quick, plan.greedy, plan.peers)
     finally:
         torch.set_num_threads(threads)
+
+
+def busy(threads: int) -> None:
+    """A warning on stderr when other work holds the cores this bench's threads need: its
+    timings will be noisy (ratios measured in the same run still compare like with like)."""
+    cores = os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return
+    if load + threads > cores + 0.5:
+        print(f"mtp-viz bench: warning: the machine is busy (load {load:.1f} on {cores} cores, and this bench "
+              f"wants {threads} thread{'s' if threads != 1 else ''}): its timings will be noisy; speedups "
+              "within this run still compare runs that shared the same load.", file=sys.stderr)
 
 
 def _arms(args, precisions, n, sampling) -> list:

@@ -49,7 +49,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_precision_arguments(p)
     p.add_argument("--color", choices=["auto", "always", "never"], default="auto")
     p.add_argument("--server", metavar="URL",
-                   help="stream from a vLLM server (OpenAI-compatible) instead of the local engine")
+                   help="stream from a vLLM or llama.cpp server (recognised by what it answers) instead of "
+                        "the local engine")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads for the local engine (default: MTP_VIZ_THREADS, else one less "
+                        "than this machine's cores, at most 8: the app's default, so both time alike)")
     p.add_argument("--model", help="with --server: the served model's name (default: its first)")
     p.add_argument("--experts", action="store_true",
                    help="a mixture-of-experts target (26b-a4b): put on every step event the distinct experts "
@@ -114,14 +118,19 @@ def open_source(args: argparse.Namespace):
                                        ("--schedule", args.schedule != "constant"),
                                        ("--device", args.device), ("--dtype", args.dtype),
                                        ("--target-precision", args.target_precision),
-                                       ("--compile", args.compile),
+                                       ("--compile", args.compile), ("--threads", args.threads is not None),
                                        ("--drafter-precision", args.drafter_precision)) if on]
         if local:
-            raise UserError(f"{local[0]} applies to the local engine; a vLLM server's drafter and "
-                            "draft length are set when the server starts.")
+            raise UserError(f"{local[0]} applies to the local engine; a server's drafter, draft length "
+                            "and threads are set when the server starts.")
         return sources.open_source(server=args.server, model=args.model)
     if args.model:
         raise UserError("--model names a model served by --server; use --target for a local model.")
+    from mtp_viz.sources.models import default_threads, set_threads
+    threads = default_threads() if args.threads is None else args.threads
+    if not 1 <= threads <= (os.cpu_count() or 1):
+        raise UserError(f"--threads must be a whole number from 1 to {os.cpu_count() or 1}.")
+    set_threads(threads)
     if not sys.stderr.isatty():  # keep stderr to one line per error when piped
         from transformers.utils import logging as hf_logging
         hf_logging.disable_progress_bar()

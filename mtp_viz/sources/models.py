@@ -38,6 +38,19 @@ def pick_device(device: str | None = None) -> str:
     return "cpu"
 
 
+def default_threads() -> int:
+    """torch CPU threads every front end decodes with unless told (``MTP_VIZ_THREADS``):
+    one core less than this machine has (left to the web server, a progress bar, the OS),
+    at most 8, at least 1. The app, ``mtp-viz generate`` and ``mtp-viz bench`` all use it,
+    so one setup is timed the same way everywhere."""
+    import os
+    try:
+        n = int(os.environ.get("MTP_VIZ_THREADS", ""))
+    except ValueError:
+        n = 0
+    return n if n > 0 else max(1, min(8, (os.cpu_count() or 2) - 1))
+
+
 def set_threads(n: int) -> None:
     """torch's CPU threads for this process (the app chooses them once, on purpose)."""
     import torch

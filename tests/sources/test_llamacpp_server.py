@@ -71,14 +71,17 @@ def transformers_greedy():
 
 
 def _generate(spec: str, baseline: str, prompt: str) -> dict[str, list]:
-    """`mtp-viz generate --server --baseline-server --jsonl`, its events by mode."""
-    out = subprocess.run([sys.executable, "-m", "mtp_viz", "generate", "--server", spec, "--baseline-server",
-                          baseline, "--no-chat-template", "--max-new-tokens", str(N), "--jsonl", prompt],
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    events = [json.loads(line) for line in out.stdout.splitlines()]
-    starts = [i for i, e in enumerate(events) if e["type"] == "start"]
-    return {events[i]["mode"]: events[i:j] for i, j in zip(starts, starts[1:] + [len(events)])}
+    """`mtp-viz generate --server URL --jsonl` on the speculating server, and with
+    ``--autoregressive`` on the plain one: the events by mode."""
+    out = {}
+    for url, mode in ((spec, []), (baseline, ["--autoregressive"])):
+        run = subprocess.run([sys.executable, "-m", "mtp_viz", "generate", "--server", url, "--no-chat-template",
+                              "--max-new-tokens", str(N), "--jsonl", "--prompt", prompt, *mode],
+                             capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr
+        events = [json.loads(line) for line in run.stdout.splitlines()]
+        out[events[0]["mode"]] = events
+    return out
 
 
 def test_the_plain_server_is_a_baseline_and_refuses_to_speculate(plain, transformers_greedy):

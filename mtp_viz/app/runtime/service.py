@@ -233,9 +233,11 @@ class LoadState:
 
 
 def threads() -> int:
-    """torch threads for every run in the app (``MTP_VIZ_THREADS``): by default one core
-    is left to the web server, which renders frames while the engine computes."""
-    return env_int("MTP_VIZ_THREADS", max(1, min(8, (os.cpu_count() or 2) - 1)))
+    """torch threads for every run in the app: :func:`mtp_viz.sources.models.default_threads`
+    (``MTP_VIZ_THREADS``; by default one core is left to the web server, which renders
+    frames while the engine computes)."""
+    from mtp_viz.sources.models import default_threads
+    return default_threads()
 
 
 MAX_ENDED = 32  # failed or unloaded pairs whose sentence the loader remembers
