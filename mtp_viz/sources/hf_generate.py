@@ -79,7 +79,17 @@ _MARK = "__mtp_viz_recording__"   # set on the recorder's own wrappers, so a sec
 
 def record(model, tokenizer=None) -> "Recording":
     """A context manager that records ``model.generate(..., assistant_model=...)`` calls
-    made inside it (see the module docstring); ``tokenizer`` fills the events' text."""
+    made inside it (see the module docstring); ``tokenizer`` fills the events' text.
+    ``model`` is the target, whose ``generate`` is called: anything else is one sentence."""
+    config = getattr(model, "config", None)
+    if config is None or not callable(getattr(model, "generate", None)):
+        raise UserError(f"record() needs the target model whose generate you call (record(target_model)), "
+                        f"not {type(model).__name__}.")
+    from .pair import ASSISTANT_TYPES
+    if getattr(config, "model_type", "") in ASSISTANT_TYPES:
+        raise UserError("record() wraps the target model, whose generate you call with assistant_model=...; "
+                        "this is the assistant: record(target_model), then "
+                        "target_model.generate(..., assistant_model=assistant_model).")
     return Recording(model, tokenizer)
 
 

@@ -190,6 +190,10 @@ def check_pair(config, drafter_config, target: str, drafter: str | None) -> None
     """One sentence if the drafter cannot serve the target: an MTP assistant for a
     model that is not Gemma 4, another vocabulary, or an assistant made for another
     width (it reads the target's last hidden state). Names as the user gave them."""
+    if config.model_type in ASSISTANT_TYPES:   # the two swapped: the assistant given as the target
+        raise UserError(f"{clip(target)} is a Gemma 4 MTP assistant, the drafter: give the model it drafts for "
+                        "as the target and the assistant as the drafter (from_models(target_model, "
+                        "assistant_model, processor)).")
     if drafter_config is None:
         return
     if drafter_config.model_type in ASSISTANT_TYPES and config.model_type not in GEMMA4_TYPES:
