@@ -91,7 +91,7 @@ def _prompt_column(first: FirstPair) -> dict[str, Any]:
             replay_btn=gr.Button("Race replay", interactive=False, elem_id="replay", min_width=100, size="sm"),
             # labelled inline (see app.css): a bare dropdown beside Race replay said nothing
             example=Dropdown(wiring.prompt_choices(examples), value=None, elem_id="examples",
-                                label="Example prompts", show_label=True, container=False, scale=3,
+                                label="Example prompts", container=False, scale=3,
                                 min_width=180, info=None, filterable=False),
             step_mode=gr.Checkbox(False, label="Step", elem_id="step-mode", container=False, scale=0,
                                   min_width=70),
