@@ -191,6 +191,15 @@ def write_card(out: Path, bench_path: Path | None = None) -> Path:
         "c ≈ 0.4 and gained only ×1.24–1.28 in wall-clock time although 87% of first drafts were accepted. Here a",
         f"{dtc['num_hidden_layers']}-layer drafter reads a {tcfg['num_hidden_layers']}-layer target, which puts the measured c "
         "in the real assistant's regime (table below), so the demo shows what MTP does for the real models.",
+        *([] if dtc["hidden_size"] == tcfg["hidden_size"] else [
+            "",
+            f"The drafter is also shaped like the real assistants: narrower than its target ({dtc['hidden_size']} against "
+            f"{tcfg['hidden_size']}; the 12B's assistant is 1024 wide for a 3840-wide target) and with both kinds of",
+            "attention layer, reading the target's last sliding layer's K/V in its sliding layer and the last full layer's",
+            "in its full one. llama.cpp's loader requires both (it refuses an assistant as wide as its target, or one with",
+            f"no sliding layer), so the pair runs on stock llama.cpp. {dtc['num_hidden_layers']} layers (the real ones have 4) "
+            "are the fewest that have both kinds: each layer adds to c, the width hardly does.",
+        ]),
         "",
         "## Models",
         "",
@@ -255,7 +264,10 @@ def write_card(out: Path, bench_path: Path | None = None) -> Path:
         f"{d_check['max_abs_diff']:.1e}).",
         f"  {d_start['unroll']} unrolled, teacher-forced steps; loss: cross-entropy to the target's own next-token",
         "  distribution at each drafted position (later steps weighted 0.8^j). Initialised from the target's",
-        "  embedding, final norm and last layer of each attention type the drafter has.",
+        "  embedding, final norm and last layer of each attention type the drafter has"
+        + ("." if dtc["hidden_size"] == tcfg["hidden_size"] else
+           f", projected onto the target embedding's top {dtc['hidden_size']} singular directions (the drafter is "
+           f"{dtc['hidden_size']} wide, the target {tcfg['hidden_size']}; its lm_head is tied to that projected embedding)."),
         f"  Batches of {d_start['batch_size']} x {a.get('seq_len')} tokens, "
         + ("every anchor position of each sequence" if d_start['anchors'] >= a.get('seq_len', 0) - d_start['unroll'] - 1
            else f"{d_start['anchors']} random anchors per sequence") + "; "
