@@ -15,7 +15,7 @@ nice -n 5 python -m training.train_tiny --out "$OUT" --stages target --target-co
 nice -n 5 python -m training.train_tiny --out "$OUT" --stages target --target-continue --target-upscale 24 \
     --target-batch 8 --target-lr 3e-4 --target-minutes 34 --target-steps 2000 --threads 1
 # 4. the 2-layer drafter (sliding + full, 128 wide) against the frozen 24-layer target (every anchor of each sequence), then evaluation
-nice -n 5 python -m training.train_tiny --out "$OUT" --stages drafter,eval --drafter-minutes 44 --drafter-steps 5000 \
+nice -n 5 python -m training.train_tiny --out "$OUT" --stages drafter,eval --drafter-minutes 58 --drafter-steps 5000 \
     --drafter-batch 4 --drafter-anchors 256 --drafter-unroll 6 --threads 1
 # 5. wall-clock benchmark on the held-out prompts (run it on a quiet machine), then the model card
 mtp-viz bench --target "$OUT/target" --drafter "$OUT/drafter" --prompts "$OUT/eval_prompts.json" --no-chat \
