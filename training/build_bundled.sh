@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Rebuild mtp_viz/assets/tiny exactly as shipped: about 2.5 hours of wall-clock on 2 CPU cores.
+# Rebuild mtp_viz/assets/tiny exactly as shipped: about 2.75 hours of wall-clock on 2 CPU cores.
 # Each trainer stops at its step count or its time budget, whichever comes first.
 # Phases 3 and 4 run on one thread: on a shared 2-core machine that is faster than two contending ones.
 set -euo pipefail
