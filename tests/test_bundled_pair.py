@@ -13,11 +13,12 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = assets_dir() / "tiny"
 # Acceptance floors for the shipped pair on held-out code: greedy, draft length ACCEPT_DRAFT_TOKENS, the first
 # ACCEPT_PROMPTS evaluation prompts, ACCEPT_NEW_TOKENS tokens each, through the engine and mtp_viz.analysis.metrics. There the
-# shipped pair measured first-position acceptance 0.857 and 4.11 tokens per target forward, and the drafter it
-# replaced 0.765 and 3.84: that one, a weaker drafter, or one fed differently from how it was trained, falls below.
+# shipped pair (the 2-layer, 128-wide drafter) measured first-position acceptance 0.848 and 4.36 tokens per target
+# forward, and the 1-layer, 256-wide drafter it replaced 0.857 and 4.11: that one, a weaker drafter, or one fed
+# differently from how it was trained, falls below.
 ACCEPT_PROMPTS, ACCEPT_NEW_TOKENS, ACCEPT_DRAFT_TOKENS = 6, 48, 6
-MIN_FIRST_POSITION_ACCEPTANCE = 0.80
-MIN_MEAN_ACCEPTED_LENGTH = 3.95
+MIN_FIRST_POSITION_ACCEPTANCE = 0.82
+MIN_MEAN_ACCEPTED_LENGTH = 4.2
 
 
 @pytest.fixture(scope="module")
@@ -63,10 +64,21 @@ def test_bundled_pair_loads_offline(pair):
 
 
 def test_bundled_pair_cost_shape(pair):
-    """The drafter/target cost ratio that makes MTP pay off on a CPU: one drafter layer against a deep target."""
+    """The drafter/target cost ratio that makes MTP pay off on a CPU: two drafter layers against a deep target."""
     _, target, drafter = pair
-    assert drafter.config.text_config.num_hidden_layers == 1
+    assert drafter.config.text_config.num_hidden_layers == 2
     assert target.config.num_hidden_layers >= 24
+
+
+def test_bundled_drafter_is_shaped_as_llama_cpp_requires(pair):
+    """llama.cpp's Gemma 4 assistant loader refuses a drafter as wide as its target ("requires
+    embedding_length_out to carry the target hidden size") and one with no sliding layer
+    (`GGML_ASSERT(hparams.is_swa_any())`); the real assistants are narrower, with both kinds of layer."""
+    _, target, drafter = pair
+    text = drafter.config.text_config
+    assert text.hidden_size < drafter.config.backbone_hidden_size == target.config.hidden_size
+    assert {"sliding_attention", "full_attention"} <= set(text.layer_types)
+    assert text.head_dim == target.config.head_dim   # its queries meet the target's shared K/V
 
 
 @torch.inference_mode()

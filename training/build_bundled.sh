@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Rebuild mtp_viz/assets/tiny exactly as shipped: about 2.5 hours of wall-clock on 2 CPU cores.
+# Rebuild mtp_viz/assets/tiny exactly as shipped: about 2.75 hours of wall-clock on 2 CPU cores.
 # Each trainer stops at its step count or its time budget, whichever comes first.
 # Phases 3 and 4 run on one thread: on a shared 2-core machine that is faster than two contending ones.
 set -euo pipefail
@@ -14,8 +14,8 @@ nice -n 5 python -m training.train_tiny --out "$OUT" --stages target --target-co
 # 3. target, phase 3: depth up-scaling to 24 layers (inserted layers start as exact identities), then training
 nice -n 5 python -m training.train_tiny --out "$OUT" --stages target --target-continue --target-upscale 24 \
     --target-batch 8 --target-lr 3e-4 --target-minutes 34 --target-steps 2000 --threads 1
-# 4. the 1-layer drafter against the frozen 24-layer target (every anchor of each sequence), then evaluation
-nice -n 5 python -m training.train_tiny --out "$OUT" --stages drafter,eval --drafter-minutes 44 --drafter-steps 5000 \
+# 4. the 2-layer drafter (sliding + full, 128 wide) against the frozen 24-layer target (every anchor of each sequence), then evaluation
+nice -n 5 python -m training.train_tiny --out "$OUT" --stages drafter,eval --drafter-minutes 58 --drafter-steps 5000 \
     --drafter-batch 4 --drafter-anchors 256 --drafter-unroll 6 --threads 1
 # 5. wall-clock benchmark on the held-out prompts (run it on a quiet machine), then the model card
 mtp-viz bench --target "$OUT/target" --drafter "$OUT/drafter" --prompts "$OUT/eval_prompts.json" --no-chat \

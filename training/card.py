@@ -169,8 +169,11 @@ def write_card(out: Path, bench_path: Path | None = None) -> Path:
         "standard library's own source code. They are far too small to be useful language models, but speculative",
         "decoding with them behaves like the real thing: drafts are mostly accepted on predictable code, and, as with",
         "the real checkpoints, drafting costs a small fraction of a target step, so MTP pays off in wall-clock time on",
-        "a CPU. Given English prose, which it never saw, the target soon falls into repetitive code-like text that the",
-        "drafter predicts as well as code, so prose is no example of low acceptance for this pair (table below).",
+        "a CPU. Given English prose, which it never saw, the target soon falls into repetitive code-like text whose",
+        f"first draft the drafter gets right about as often as on code ({pct(prose['first_position_acceptance'])} against "
+        f"{pct(code['first_position_acceptance'])}; {prose['mean_accepted_length']:.1f} and "
+        f"{code['mean_accepted_length']:.1f} tokens",
+        "per target forward), so prose is no example of low acceptance for this pair (table below).",
         "",
         "```python",
         "from transformers import AutoModelForCausalLM, AutoTokenizer",
@@ -191,6 +194,17 @@ def write_card(out: Path, bench_path: Path | None = None) -> Path:
         "c ≈ 0.4 and gained only ×1.24–1.28 in wall-clock time although 87% of first drafts were accepted. Here a",
         f"{dtc['num_hidden_layers']}-layer drafter reads a {tcfg['num_hidden_layers']}-layer target, which puts the measured c "
         "in the real assistant's regime (table below), so the demo shows what MTP does for the real models.",
+        *([] if dtc["hidden_size"] == tcfg["hidden_size"] else [
+            "",
+            f"The drafter is also shaped like the real assistants: narrower than its target ({dtc['hidden_size']} against "
+            f"{tcfg['hidden_size']};",
+            "the 12B's assistant is 1024 wide for a 3840-wide target) and with both kinds of attention layer: its sliding",
+            "layer reads the target's last sliding layer's K/V, its full layer the last full layer's. llama.cpp's loader",
+            "requires both (it refuses an assistant as wide as its target, or one with no sliding layer), so the pair runs",
+            f"on stock llama.cpp. {dtc['num_hidden_layers']} layers (the real assistants have 4) are the fewest that have "
+            "both kinds, and depth,",
+            "not width, is what a drafter step costs here: each layer adds to c.",
+        ]),
         "",
         "## Models",
         "",
@@ -255,7 +269,11 @@ def write_card(out: Path, bench_path: Path | None = None) -> Path:
         f"{d_check['max_abs_diff']:.1e}).",
         f"  {d_start['unroll']} unrolled, teacher-forced steps; loss: cross-entropy to the target's own next-token",
         "  distribution at each drafted position (later steps weighted 0.8^j). Initialised from the target's",
-        "  embedding, final norm and last layer of each attention type the drafter has.",
+        "  embedding, final norm and last layer of each attention type the drafter has"
+        + ("." if dtc["hidden_size"] == tcfg["hidden_size"] else
+           f", projected onto\n  the target embedding's top {dtc['hidden_size']} singular directions (the drafter is "
+           f"{dtc['hidden_size']} wide, the target {tcfg['hidden_size']}; its lm_head is\n  tied to that projected "
+           "embedding)."),
         f"  Batches of {d_start['batch_size']} x {a.get('seq_len')} tokens, "
         + ("every anchor position of each sequence" if d_start['anchors'] >= a.get('seq_len', 0) - d_start['unroll'] - 1
            else f"{d_start['anchors']} random anchors per sequence") + "; "

@@ -1,8 +1,11 @@
 """Configurations of the tiny Gemma 4 target and its MTP drafter (assistant), and the target's depth up-scaling.
 
 Sizes: on a CPU at these widths, per-layer overhead dominates the cost of a forward, so depth sets the
-drafter/target cost ratio c. A 24-layer target with a 1-layer drafter puts c near 0.07, the same regime as the
-real E2B assistant (about 78M parameters) against its roughly 5B-parameter target.
+drafter/target cost ratio c. The drafter is shaped like the real Gemma 4 assistants, as llama.cpp requires of
+one: narrower than its target (128 against 256, so `backbone_hidden_size` differs from its own width) and with
+sliding and full attention (llama.cpp reads the target's last sliding layer's K/V for the one, its last full
+layer's for the other). It has the fewest layers that allows, two (sliding, full), against the target's 24, so c
+stays small, the regime of the real E2B assistant (about 78M parameters) against its roughly 5B-parameter target.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ SLIDING_WINDOW = 128
 PERIOD = 3  # layer pattern: sliding, sliding, full
 TARGET_LAYERS = 24  # the shipped target: the 6-layer base grown by depth up-scaling (`upscale_target`)
 BASE_LAYERS = 6  # the target trained from scratch before up-scaling
+DRAFTER_HIDDEN, DRAFTER_LAYERS, DRAFTER_INTERMEDIATE = 128, 2, 512  # quick: 32, 2, 128
 DEFAULT_DRAFT_TOKENS = 6  # the drafter's generation_config.num_assistant_tokens: near the measured best on a CPU
 
 
@@ -56,8 +60,10 @@ def target_config(quick: bool = False, vocab_size: int = VOCAB, layers: int | No
 
 
 def drafter_config(target_cfg: Gemma4TextConfig, quick: bool = False) -> Gemma4AssistantConfig:
-    """One full-attention layer as wide as the target's layers (so it can start from the target's last one)."""
-    hidden, layers, inter = (64, 1, 128) if quick else (256, 1, 512)
+    """Shaped like the real assistants: narrower than the target, sliding layers then one full-attention layer
+    (`DRAFTER_LAYERS` of them; llama.cpp's loader needs at least one of each and a width other than the target's)."""
+    hidden, layers, inter = (32, 2, 128) if quick else (DRAFTER_HIDDEN, DRAFTER_LAYERS, DRAFTER_INTERMEDIATE)
+    assert hidden != target_cfg.hidden_size and layers >= 2, "llama.cpp: narrower than the target, sliding + full"
     text = Gemma4TextConfig(
         vocab_size=target_cfg.vocab_size,
         hidden_size=hidden,

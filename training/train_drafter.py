@@ -13,25 +13,61 @@ from .models import DEFAULT_DRAFT_TOKENS, build_drafter, n_params
 from .mtp import check_parallel_matches_sequential, distill_loss, target_features, unrolled_logits
 
 
+def width_basis(target, width: int) -> torch.Tensor:
+    """An orthonormal basis [D, width] of the target's residual stream: the top right-singular vectors of its
+    embedding matrix (which is also its tied output head, so these are the directions its logits read most)."""
+    _, _, vh = torch.linalg.svd(target.model.embed_tokens.weight.detach().float(), full_matrices=False)
+    return vh[:width].T.contiguous()
+
+
 @torch.no_grad()
 def init_from_target(drafter, target) -> list[str]:
-    """Warm start: copy the target's embedding (the drafter's tied lm_head) and, for each drafter layer, the
-    same-shaped weights of the target's last layer of that attention type (the layer whose K/V it reads)."""
+    """Warm start: the target's embedding (the drafter's tied lm_head), final norm and, for each drafter layer, the
+    weights of the target's last layer of that attention type (the layer whose K/V it reads).
+
+    A drafter narrower than the target (d < D, as the real assistants are) gets them projected onto `width_basis`
+    P [D, d]: a hidden-side input axis W -> W P, a hidden-side output axis W -> P^T W, the embedding E -> E P (so
+    the drafter's logits h E_d^T = (h P^T) E^T read the target's head), and an RMSNorm gain over the hidden
+    size g -> diag(P^T diag(g) P) * sqrt(D / d) (a vector's RMS over the d kept directions is sqrt(D / d) times
+    its RMS over all D)."""
+    D = target.model.embed_tokens.weight.shape[1]
+    d = drafter.model.embed_tokens.weight.shape[1]
+    P = None if d == D else width_basis(target, d)
+
+    def fit(w: torch.Tensor, shape: torch.Size) -> torch.Tensor | None:
+        w = w.float()
+        if w.shape == shape:
+            return w
+        if P is None:
+            return None
+        if w.ndim == 1 and w.shape[0] == D and shape == (d,):
+            return ((P * P) * w[:, None]).sum(0) * (D / d) ** 0.5
+        if w.ndim == 2 and len(shape) == 2:
+            if w.shape[0] == D and shape[0] == d:
+                w = P.T @ w
+            if w.shape[1] == D and shape[1] == d:
+                w = w @ P
+            return w if w.shape == shape else None
+        return None
+
     copied = []
-    if drafter.model.embed_tokens.weight.shape == target.model.embed_tokens.weight.shape:
-        drafter.model.embed_tokens.weight.copy_(target.model.embed_tokens.weight)
+    e = fit(target.model.embed_tokens.weight, drafter.model.embed_tokens.weight.shape)
+    if e is not None:
+        drafter.model.embed_tokens.weight.copy_(e)
         drafter.lm_head.weight = drafter.model.embed_tokens.weight
-        copied.append("embed_tokens/lm_head")
-    if drafter.model.norm.weight.shape == target.model.norm.weight.shape:
-        drafter.model.norm.weight.copy_(target.model.norm.weight)
+        copied.append("embed_tokens/lm_head" + ("" if P is None else " (projected)"))
+    n = fit(target.model.norm.weight, drafter.model.norm.weight.shape)
+    if n is not None:
+        drafter.model.norm.weight.copy_(n)
         copied.append("norm")
     t_types = target.config.layer_types
     for i, layer in enumerate(drafter.model.layers):
         src_idx = max(k for k, t in enumerate(t_types) if t == layer.self_attn.layer_type)
         src = dict(target.model.layers[src_idx].named_parameters())
         for name, p in layer.named_parameters():
-            if name in src and src[name].shape == p.shape:
-                p.copy_(src[name])
+            w = fit(src[name], p.shape) if name in src else None
+            if w is not None:
+                p.copy_(w)
                 copied.append(f"layers.{i}.{name}<-{src_idx}")
     return copied
 

@@ -1,6 +1,6 @@
 """Build the bundled offline model pair: tokenizer, tiny Gemma 4 target, MTP drafter, eval, model card.
 
-The shipped pair (a 24-layer target grown from a 6-layer one, and a 1-layer drafter) is built by a sequence of
+The shipped pair (a 24-layer target grown from a 6-layer one, and a 2-layer drafter) is built by a sequence of
 these runs: see training/build_bundled.sh. With the defaults, one run trains the 6-layer target from scratch and
 a drafter for it (about 85 minutes on 2 CPU cores):
 
