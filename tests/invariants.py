@@ -36,8 +36,11 @@ def check_invariants(events, max_new_tokens):
             assert e.accepted == len(acc) and e.agreed >= e.accepted  # one meaning everywhere
             if not e.cut:
                 assert len(acc) + len(rej) == len(drafted) and e.agreed == e.accepted
-            for a, d in zip(acc + rej, drafted):
-                assert a.token_id == d.token_id
+            # rejected from the first disagreement on: an end-of-sequence token among the agreed drafts
+            # cuts the step after it, and the agreed drafts past the cut are neither kept nor rejected
+            assert [x.index for x in rej] == list(range(e.agreed, e.agreed + len(rej)))
+            for a in acc + rej:
+                assert a.token_id == drafted[a.index].token_id
             cur, rank = [], -1
     check_experts(events[0], steps)
     return steps

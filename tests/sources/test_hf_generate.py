@@ -108,17 +108,31 @@ def test_tiny_pair_output_unchanged_and_events_are_the_run(tiny, sched, sample):
     assert "".join(e.text for e in rec.events if isinstance(e, (Accepted, Bonus))) == done.text
 
 
-def test_the_recorded_drafts_and_verdicts_are_the_engines_with_transformers_kv(tiny):
-    """An independent check of what the recorder reads: mtp-viz's engine with
-    stale_kv=True (the drafter KV transformers 5.24 keeps after a rejection) drafts the
-    same tokens, keeps the same ones and gives the same probabilities, step by step."""
+def transformers_crop(shared_kv: dict, drop: int) -> dict:
+    """transformers 5.24's crop of the drafter's shared KV after a rejection: every layer type cut to the verified
+    length (``[:current_length]``), which leaves a sliding-window KV shorter than that untouched
+    (benchmarks/stale_kv.py's ``transformers`` variant)."""
+    n = shared_kv["full_attention"][0].shape[-2] - drop
+    return {t: (k[:, :, :n], v[:, :, :n]) for t, (k, v) in shared_kv.items()}
+
+
+def test_the_recorded_drafts_and_verdicts_are_the_engines_with_transformers_kv(tiny, monkeypatch):
+    """An independent check of what the recorder reads: mtp-viz's engine handed the drafter KV
+    transformers 5.24 keeps after a rejection (stale_kv=True: the first rejected draft's entry; and,
+    past the sliding window, every rejected draft's entry in the sliding layers, which the bundled
+    drafter's sliding layer reads) drafts the same tokens, keeps the same ones and gives the same
+    probabilities, step by step."""
+    from mtp_viz.engine import loop
     from mtp_viz.engine.schedules import make_schedule
     t, a = tiny.target, tiny.drafter_model
+    assert "sliding_attention" in a.config.text_config.layer_types   # so the sliding crop is exercised
     prompt = mtp_viz.prompts.load_prompts(mtp_viz.prompts.code_suite())[1].text
     with schedule(a, "constant", 4), record(t) as rec:
         generate(t, a, tiny.encode(prompt, chat=False), n=64)
+    monkeypatch.setattr(loop, "crop_shared_kv", transformers_crop)
     ours = list(tiny.generate(prompt, draft_tokens=4, schedule=make_schedule("constant", 4, 16), max_new_tokens=64,
                               chat=False, stale_kv=True))
+    assert len(tiny.encode(prompt, chat=False)) + 64 > a.config.text_config.sliding_window  # past the window
 
     def seen(events):
         return [(e.type, e.step, getattr(e, "index", 0), getattr(e, "token_id", getattr(e, "accepted", 0)))
