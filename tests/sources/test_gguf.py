@@ -207,11 +207,27 @@ def test_the_bundled_tokenizer_is_written_as_gpt2(tiny):
         assert kv(r, "tokenizer.ggml.bos_token_id") == 2 and kv(r, "tokenizer.ggml.add_bos_token") is True
 
 
-def test_the_bundled_drafter_is_written_and_what_llamacpp_refuses_is_said(tiny):
+def test_the_bundled_drafter_is_written_as_llamacpp_loads_it(tiny):
     r = gguf.GGUFReader(tiny.drafter)
     assert kv(r, "general.architecture") == "gemma4-assistant"
-    assert kv(r, "gemma4-assistant.embedding_length_out") == 256
-    assert len(tiny.notes) == 2 and "as wide as its target" in tiny.notes[0]
+    assert kv(r, "gemma4-assistant.embedding_length_out") == 256   # the target's width: narrower itself
+    assert tiny.notes == []
+
+
+def test_a_drafter_llamacpp_refuses_is_written_and_what_it_refuses_is_said(tmp_path):
+    """As wide as its target, with no sliding-attention layer (the bundled drafter before it
+    was reshaped): written all the same, with one note for each."""
+    from transformers import Gemma4AssistantConfig, Gemma4AssistantForCausalLM, Gemma4TextConfig
+    text = Gemma4TextConfig(
+        vocab_size=V, hidden_size=64, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=32, global_head_dim=32, vocab_size_per_layer_input=0,
+        hidden_size_per_layer_input=0, sliding_window=WINDOW, layer_types=["full_attention"], num_kv_shared_layers=1)
+    wide = Gemma4AssistantForCausalLM(Gemma4AssistantConfig(text_config=text, backbone_hidden_size=64,
+                                                            use_ordered_embeddings=False)).eval()
+    target_folder, drafter_folder = save_pair(tmp_path / "wide", gemma_target(V, WINDOW), wide, gemma_bpe_tokenizer(V))
+    e = export_pair(str(target_folder), str(drafter_folder), tmp_path / "out")
+    assert e.drafter.exists() and len(e.notes) == 2
+    assert "as wide as its target" in e.notes[0] and "no sliding-attention layer" in e.notes[1]
 
 
 def gguf_cli(capsys, *args):
