@@ -77,6 +77,18 @@ def step_events(tokens: Sequence[Received], accepted: Sequence[int], drafted: Se
         raise Mismatch("more tokens than steps")
 
 
+def laid_out(tokens: Sequence[Received], accepted: Sequence[int], drafted: Sequence[int], finish: str,
+             mismatch: Exception) -> tuple[list[Event], tuple[int, int, int]]:
+    """:func:`step_events` as a list, with the run's (target forwards, drafted, accepted)
+    for its ``done``; ``mismatch`` (the server's sentence) when they do not add up."""
+    try:
+        built = list(step_events(tokens, accepted, drafted, finish))
+    except ValueError:
+        raise mismatch from None
+    kept = sum(min(e.accepted, e.new_tokens) for e in built if isinstance(e, Step))
+    return built, (1 + len(accepted), sum(drafted), kept)
+
+
 def freeze(v: Any) -> Any:
     """JSON values as events hold them (lists become tuples), so events round-trip."""
     if isinstance(v, list):
@@ -95,4 +107,5 @@ def done_event(tokens, steps, seconds, finish, metrics) -> Done:
                 tuple(t.token_id for t in tokens), server_metrics=freeze(metrics or {}))
 
 
-__all__ = ["MAX_DRAFT", "MAX_TOKEN_ID", "Mismatch", "Received", "count_ok", "done_event", "freeze", "step_events"]
+__all__ = ["MAX_DRAFT", "MAX_TOKEN_ID", "Mismatch", "Received", "count_ok", "done_event", "freeze", "laid_out",
+           "step_events"]

@@ -27,7 +27,7 @@ from mtp_viz.engine.events import Event, Ran, Start, Step, Token
 from mtp_viz.errors import UserError
 
 from ..http import ServerError
-from ..served import MAX_DRAFT, MAX_TOKEN_ID, Mismatch, Received, count_ok, done_event, step_events
+from ..served import MAX_DRAFT, MAX_TOKEN_ID, Mismatch, Received, count_ok, done_event, laid_out
 from . import client
 
 RAN = Ran("llamacpp", "llama.cpp server", rejected_ids=False, routing=False)  # what its start says ran
@@ -133,14 +133,9 @@ def assemble(chunks, t0: float, mode: str, prompt_ids: tuple[int, ...], settings
         raise ServerError(url, "{server} sent no tokens.")
     steps = (len(tokens), 0, 0)
     if mode == "speculative":
-        accepted, drafted = rebuild(counts)
-        try:
-            built = list(step_events(tokens, accepted, drafted, finish))
-        except ValueError:
-            raise ServerError(url, "{server} reported draft counts that do not match its tokens.") from None
+        built, steps = laid_out(tokens, *rebuild(counts), finish,
+                                ServerError(url, "{server} reported draft counts that do not match its tokens."))
         yield from built
-        steps = (1 + len(accepted), sum(drafted), sum(min(e.accepted, e.new_tokens) for e in built
-                                                      if isinstance(e, Step)))
     yield done_event(tokens, steps, last - t0, finish, {})
 
 

@@ -43,7 +43,7 @@ from mtp_viz.engine.events import Error, Event, Ran, Start, Step, Token
 from mtp_viz.engine.decoding import Sampling
 from mtp_viz.errors import UserError, clip
 
-from ..served import MAX_TOKEN_ID, Mismatch, Received, count_ok, done_event, step_events
+from ..served import MAX_TOKEN_ID, Mismatch, Received, count_ok, done_event, laid_out, step_events
 from ..settings import RunSettings
 from . import client as vllm_client
 from .client import ServerError
@@ -271,13 +271,9 @@ def assemble(chunks: Iterable[tuple[float, dict]], t0: float, mode: str, setting
                 raise ServerError(url, "{server} ended the stream without its final usage chunk.")
             raise ServerError(url, "{server} does not report per-step acceptance; start it "
                               "with --per-request-spec-decode-metrics detailed.")
-        try:
-            built = list(step_events(tokens, acc, dr, finish))
-        except ValueError:
-            raise ServerError(url, "{server} reported steps that do not match its tokens.") from None
+        built, steps = laid_out(tokens, acc, dr, finish,
+                                ServerError(url, "{server} reported steps that do not match its tokens."))
         yield from built
-        steps = (1 + len(acc), sum(dr), sum(min(e.accepted, e.new_tokens) for e in built
-                                           if isinstance(e, Step)))
     elif mode == "speculative":
         steps = (0, 0, 0)
     yield done_event(tokens, steps, last - t0, finish, metrics)
