@@ -171,7 +171,7 @@ class Trickler:
         self._browser = self._pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         self.page = open_app(self._browser, app_url)
         self.page.click("#model input")
-        self.page.get_by_role("option", name="vLLM server (enter its URL)").click()
+        self.page.get_by_role("option", name="vLLM or llama.cpp server (enter its URL)").click()
         self.page.locator("#vllm-url").get_by_role("textbox").fill(self.server_url)
 
     def start(self) -> None:
