@@ -1,6 +1,7 @@
 """A loaded target and its drafter: what they are, how prompts become ids, which
 drafters they can build. Running them is the local source's job
-(:mod:`mtp_viz.sources.local`); loading them, :mod:`mtp_viz.sources.models`'.
+(:mod:`mtp_viz.sources.local`); loading them (and probing a processor's chat template),
+:mod:`mtp_viz.sources.models`'; compiling them, :mod:`mtp_viz.sources.compiling`'.
 """
 from __future__ import annotations
 
@@ -63,47 +64,16 @@ class ModelPair:
         return self.fast if self.fast is not None else EagerDecoder(self.target)
 
     def compiled(self, mode: str | None = None) -> "ModelPair":
-        """The same models as a pair of its own on the compiled engine (this one stays
-        eager; nothing is copied), compiled now: what the bench compares against this one."""
-        import dataclasses
-        other = dataclasses.replace(self, schedules=ScheduleCache(), fast=None, draft_step=None)
-        other.compile(mode)
-        return other
+        """The same models as a pair of its own on the compiled engine, compiled now
+        (:func:`mtp_viz.sources.compiling.compiled_twin`); this one stays eager."""
+        from .compiling import compiled_twin
+        return compiled_twin(self, mode)
 
     def compile(self, mode: str | None = None) -> str:
-        """Switch this pair to the compiled engine (:mod:`mtp_viz.engine.compiled`) and
-        compile its graphs for a short run of each mode, timed into ``compile_seconds``.
-        Returns the one sentence saying why decoding stays eager ("" when compiled; later
-        shapes compile on first use, off the run's clock). ``mode``: torch.compile's
-        (``"reduce-overhead"``: CUDA graphs, on a GPU)."""
-        from mtp_viz.engine.build import building
-        with building():  # never beside a load: tracing reads the default dtype a load sets
-            return self._compile(mode)
-
-    def _compile(self, mode: str | None) -> str:
-        import time
-
-        from mtp_viz.engine import compiled, loop
-        self.compile_note = compiled.compile_support(self.target)
-        if self.compile_note:
-            return self.compile_note
-        t = time.perf_counter()
-        self.fast = compiled.FastTarget(self.target, mode=mode)
-        if self.has_mtp:
-            self.draft_step = compiled.FastDraftStep(self.drafter_model, self.fast.window, mode=mode)
-        ids = [int(self.eos_token_ids[0]) + 1 if self.eos_token_ids else 2] * 8  # any tokens: shapes matter
-        for _ in loop.autoregressive(self.fast, ids, max_new_tokens=3):
-            pass
-        d = self.make_drafter("auto")
-        for _ in loop.speculative(self.fast, d, ids, max_new_tokens=2 * d.default_draft_tokens + 2):
-            pass
-        self.compile_seconds = time.perf_counter() - t
-        self.compile_note = self.fast.note or (self.draft_step.note if self.draft_step is not None else "")
-        if self.fast.note:
-            self.fast = self.draft_step = None
-        elif self.draft_step is not None and self.draft_step.note:
-            self.draft_step = None
-        return self.compile_note
+        """Switch this pair to the compiled engine (:func:`mtp_viz.sources.compiling.compile_pair`):
+        "" when compiled, else the one sentence saying why decoding stays eager."""
+        from .compiling import compile_pair
+        return compile_pair(self, mode)
 
     @property
     def drafter_id(self) -> str:
@@ -147,15 +117,8 @@ class ModelPair:
         template = self.template or getattr(self.tokenizer, "chat_template", None)
         if template or not self.is_gemma4 or not self.target_spec:
             return template
-        if is_local(self.target_spec) and not any(
-                (Path(self.target_spec).expanduser() / f).exists() for f in PROCESSOR_FILES):
-            return None
-        from transformers import AutoProcessor
-        try:
-            return getattr(AutoProcessor.from_pretrained(model_path(self.target_spec), trust_remote_code=False),
-                           "chat_template", None)
-        except Exception:  # noqa: BLE001 - no processor simply means no chat template
-            return None
+        from .models import processor_chat_template
+        return processor_chat_template(self.target_spec)
 
     def encode(self, prompt: str | list, chat: bool = True) -> list[int]:
         """Prompt text (or a chat: a list of messages) → ids; instruction models get
