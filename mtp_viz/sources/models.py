@@ -18,7 +18,7 @@ from mtp_viz.errors import UserError, clip
 
 from .local import out_of_memory
 from .memory import check_fits
-from .pair import ASSISTANT_TYPES, GEMMA4_TYPES, PROCESSOR_FILES, ModelPair, model_path
+from .pair import ASSISTANT_TYPES, GEMMA4_TYPES, ModelPair, model_path
 from .precision import Precision, check_loaded, load_kwargs
 from .presets import PRESETS, is_local, resolve
 
@@ -183,19 +183,6 @@ def load_pairs(target: str, drafter: str | None = None, precisions=(Precision(),
         check_loaded(model, p, device, str(target) if spec == target_spec else str(drafter))
     return [ModelPair(models[(target_spec, p.target)], models[(drafter, p.drafter)] if drafter else None,
                       tokenizer, str(target), drafter, device, target_spec=target_spec) for p in precisions]
-
-
-def processor_chat_template(spec: str) -> str | None:
-    """The chat template a Gemma 4 checkpoint keeps with its processor (multimodal ones
-    may), probed only where one can exist: a hub id, or a folder with processor files.
-    None where there is none."""
-    if is_local(spec) and not any((Path(spec).expanduser() / f).exists() for f in PROCESSOR_FILES):
-        return None
-    from transformers import AutoProcessor
-    try:
-        return getattr(AutoProcessor.from_pretrained(model_path(spec), trust_remote_code=False), "chat_template", None)
-    except Exception:  # noqa: BLE001 - no processor simply means no chat template
-        return None
 
 
 def check_pair(config, drafter_config, target: str, drafter: str | None) -> None:

@@ -1,7 +1,7 @@
 """A loaded target and its drafter: what they are, how prompts become ids, which
 drafters they can build. Running them is the local source's job
-(:mod:`mtp_viz.sources.local`); loading them (and probing a processor's chat template),
-:mod:`mtp_viz.sources.models`'; compiling them, :mod:`mtp_viz.sources.compiling`'.
+(:mod:`mtp_viz.sources.local`); loading them, :mod:`mtp_viz.sources.models`'; a processor's chat
+template, :mod:`mtp_viz.sources.chat`'; compiling them, :mod:`mtp_viz.sources.compiling`'.
 """
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ from .settings import RunSettings, check_drafter
 
 ASSISTANT_TYPES = ("gemma4_assistant", "gemma4_unified_assistant")
 GEMMA4_TYPES = ("gemma4", "gemma4_text", "gemma4_unified", "gemma4_unified_text")  # wrappers and text-only
-PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
 
 
 def model_path(spec: str) -> str:
@@ -117,7 +116,7 @@ class ModelPair:
         template = self.template or getattr(self.tokenizer, "chat_template", None)
         if template or not self.is_gemma4 or not self.target_spec:
             return template
-        from .models import processor_chat_template
+        from .chat import processor_chat_template
         return processor_chat_template(self.target_spec)
 
     def encode(self, prompt: str | list, chat: bool = True) -> list[int]:
