@@ -3,8 +3,8 @@ llama-server from scripts/llamacpp.sh, see tests/real_llamacpp.py).
 
 - The bundled target, f32: llama.cpp's ``/tokenize`` gives transformers' ids on the 12 held-out
   prompts, and its greedy ``/completion`` from those ids gives transformers' greedy tokens.
-- The bundled pair with MTP (``--spec-type draft-mtp``) gives the same tokens: skipped, with
-  the reason, while the bundled drafter is not yet shaped as llama.cpp's loader wants.
+- The bundled pair with MTP (``--spec-type draft-mtp``) gives the same tokens (the bundled
+  drafter is shaped as llama.cpp's loader wants).
 - A random pair shaped as the real checkpoints are (the assistant narrower, sliding and full
   layers, full attention's heads wider) loads with draft-mtp, drafts, and writes what the
   target alone writes, which is transformers' greedy output.
@@ -67,8 +67,7 @@ def test_the_bundled_target_tokenizes_and_writes_as_transformers(tiny, reference
 
 
 def test_the_bundled_pair_with_mtp_writes_as_transformers(tiny, reference):
-    if tiny.notes:  # today's drafter: as wide as the target, one full-attention layer
-        pytest.skip(f"the bundled drafter does not load in llama.cpp yet: {tiny.notes[0]}")
+    assert tiny.notes == []   # the bundled drafter is shaped as llama.cpp's loader wants
     with serving(tiny.target, "-md", str(tiny.drafter), *MTP) as url:
         results = [greedy(url, ids, N) for ids, _ in reference]
     assert [until_eos(r["tokens"]) for r in results] == [ref for _, ref in reference]
