@@ -220,7 +220,6 @@ def _local(args: argparse.Namespace, plan: Plan) -> int:
     wanted = default_threads() if args.threads is None else args.threads
     if wanted > 0:
         torch.set_num_threads(wanted)
-    busy(wanted or threads)
     try:
         return _run(args, plan.sampling, plan.prompts, plan.settings, plan.precisions, plan.n, plan.repeats,
                     args.quick, plan.greedy, plan.peers)
@@ -228,9 +227,11 @@ def _local(args: argparse.Namespace, plan: Plan) -> int:
         torch.set_num_threads(threads)
 
 
-def busy(threads: int) -> None:
+def busy() -> None:
     """A warning on stderr when other work holds the cores this bench's threads need: its
     timings will be noisy (ratios measured in the same run still compare like with like)."""
+    import torch
+    threads = torch.get_num_threads()
     cores = os.cpu_count() or 1
     try:
         load = os.getloadavg()[0]
@@ -275,6 +276,7 @@ def _run(args, sampling, prompts, settings, precisions, n, repeats, quick, greed
     # the peers first: a server that is not there is one sentence before a model loads
     peers = open_peers(peer_urls, RunSettings("", max_new_tokens=n, sampling=sampling, chat=not args.no_chat))
     arms = _arms(args, precisions, n, sampling)
+    busy()  # after everything that can refuse: a bench that stops says one sentence
     print(f"mtp-viz bench: {len(prompts)} prompts x {len(settings)} settings x {len(arms)} arm(s)"
           + (f" and {', '.join(p.label for p in peers)}" if peers else "")
           + f" x {repeats} repeats, {n} new tokens each", file=sys.stderr)

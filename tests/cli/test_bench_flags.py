@@ -115,6 +115,14 @@ def test_earlier_results_need_force(tmp_path, capsys):
     assert sorted(p.name for p in out.iterdir()) == ["bench.json", "notes.txt"]
 
 
+def test_a_busy_machine_does_not_add_a_line_to_a_refusal(tmp_path, capsys, monkeypatch):
+    """The busy-machine warning comes once the bench is about to time, so a bench that
+    stops before that (a CI runner under load, here a load of 64) still says one sentence."""
+    monkeypatch.setattr(os, "getloadavg", lambda: (64.0, 64.0, 64.0))
+    assert main(["bench", "--target", NO_MODEL, "--out", str(tmp_path / "out")]) == 2
+    assert one_sentence(capsys.readouterr().err) == f"mtp-viz: error: {LOADED}"
+
+
 def test_a_bench_that_stops_leaves_out_as_it_was(tmp_path, capsys):
     """A bench that stops without results (here its model does not load) keeps the
     earlier results --force would have overwritten, and removes the folders it made for
