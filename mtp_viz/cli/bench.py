@@ -300,6 +300,7 @@ def _run(args, sampling, prompts, settings, precisions, n, repeats, quick, greed
         "engines": sorted({a.engine for a in arms}),
         "compile_seconds": {a.label: round(a.pair.compile_seconds, 2) for a in arms if not a.baseline},
         "peers": [p.url for p in peers],
+        "clock": "/".join(sorted({r.clock for r in runs.records if r.mode != "peer"})),
     }
     result = reduction.reduce(meta, runs.records, runs.events, settings, arms, greedy, peers).as_dict()
     by_precision = bench_precision.markdown(result)

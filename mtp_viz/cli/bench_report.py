@@ -35,9 +35,12 @@ def _f(x, fmt="{:.2f}", none="–"):
     return none if x is None else fmt.format(x)
 
 
+CLOCKS = {"cpu": "on the engine thread's CPU clock (one torch thread: all of a run's work; waits for a core "
+                  "left out)", "wall": "on wall time"}
+
 COLUMNS = [
     ("setting", "setting", "{}"), ("tok/s", "tokens_per_second", "{:.1f}"),
-    ("speedup", "speedup", "×{:.2f}"), ("vs fastest plain", "speedup_over_fastest_plain", "×{:.2f}"),
+    ("speedup", "speedup", "×{:.2f}"), ("call", "verdict", "{}"), ("vs fastest plain", "speedup_over_fastest_plain", "×{:.2f}"),
     ("decode", "decode_speedup", "×{:.2f}"),
     ("ref speedup", "reference_speedup", "×{:.2f}"),
     ("overhead vs ref", "overhead_vs_reference", "{:.3f}"),
@@ -88,7 +91,10 @@ def markdown(result, extra: list[str] = ()) -> str:
         "|" + "---|" * len(COLUMNS),
     ]
     lines += ["| " + " | ".join(_cells(r)) + " |" for r in result["settings"]]
-    lines += ["", "speedup: tokens/s over autoregressive, end to end (median of repeats); decode: the "
+    lines += ["", f"Timed {CLOCKS.get(m.get('clock'), 'on wall time')}, from the prefill to the last token, "
+              "after an untimed warm-up of each run: as the app's Run and Measure and a notebook time."]
+    lines += ["", "speedup: tokens/s over autoregressive, end to end (median of repeats); call: faster or "
+              "slower when every repeat agrees, else too close to call; decode: the "
               "same without the prefill forward, which costs the same in every mode and is not part of "
               "the theory; overhead: our wall time ÷ "
               "transformers' (median of repeats; cpu: the same in process CPU time); fwd: target forwards; τ: tokens per "

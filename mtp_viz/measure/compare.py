@@ -10,13 +10,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mtp_viz.errors import UserError
+from mtp_viz.sources.base import WARM_UP_TOKENS
 from mtp_viz.sources.settings import RunSettings
 
 from .records import AUTOREGRESSIVE, SPECULATIVE, Setting
-from .reduce import speedup_ratios
+from .reduce import speedup_ratios, verdict
 from .runner import Runner
-
-WARM_UP_TOKENS = 4   # new tokens of each mode's untimed first run
 
 
 @dataclass(frozen=True)
@@ -26,6 +25,7 @@ class Measurement:
     spec_tps: float                    # medians over repeats
     ar_tps: float
     threads: int
+    clock: str = "wall"                # what the runs' seconds read: "cpu" (the engine thread's) or "wall"
     repeats: int = field(init=False)
 
     def __post_init__(self):
@@ -43,18 +43,14 @@ class Measurement:
     @property
     def verdict(self) -> str:
         """"faster" or "slower" only when every repeat agrees; else "too close to call"."""
-        if min(self.ratios) > 1.0:
-            return "faster"
-        if max(self.ratios) < 1.0:
-            return "slower"
-        return "too close to call"
+        return verdict(self.ratios)
 
 
-def measure(pair: Any, s: RunSettings, repeats: int, stop: threading.Event | None = None,
-            threads: int = 0) -> Measurement:
+def measure(pair: Any, s: RunSettings, repeats: int, stop: threading.Event | None = None) -> Measurement:
     """Both modes of ``s`` on ``pair``, ``repeats`` times, alternating which goes first,
-    off-screen: the bench's own runner and reduction. ``threads``: the torch threads the
-    runs had (reported with the result). Setting ``stop`` ends it with one sentence."""
+    off-screen: the bench's own runner, clock and reduction, after the untimed warm-up
+    every surface makes. Setting ``stop`` ends it with one sentence."""
+    import torch
     base = dataclasses.replace(s, top=0, experts=False, stale_kv=False)  # timed as the bench times: no extras
     runner = Runner(pair, base)
     setting = Setting(s.schedule, s.draft_tokens or runner.drafter.default_draft_tokens)
@@ -73,7 +69,7 @@ def measure(pair: Any, s: RunSettings, repeats: int, stop: threading.Event | Non
     tps = {m: statistics.median(x.new_tokens / x.seconds for x in records if x.mode == m)
            for m in (SPECULATIVE, AUTOREGRESSIVE)}
     return Measurement(tuple(speedup_ratios(records, SPECULATIVE, setting.name)), tps[SPECULATIVE],
-                       tps[AUTOREGRESSIVE], threads)
+                       tps[AUTOREGRESSIVE], torch.get_num_threads(), records[0].clock)
 
 
 __all__ = ["Measurement", "measure"]

@@ -39,7 +39,7 @@ def settings_grid(gammas: Sequence[int], schedules: Sequence[str]) -> list[Setti
 class Record:
     """One timed run, as bench.json's ``runs`` lists it."""
     mode: str                  # speculative | autoregressive | reference (transformers')
-    seconds: float             # wall time of the whole call (a server's: request to last chunk)
+    seconds: float             # the run's time on its clock (`clock`; a server's: request to last chunk)
     new_tokens: int
     target_forwards: int
     ids: tuple[int, ...] = ()  # the generated tokens, for the parity checks (not written)
@@ -59,6 +59,7 @@ class Record:
     target_precision: str | None = None    # local: what each model ran in (autoregressive: the target only)
     drafter_precision: str | None = None
     engine: str | None = None              # local: "eager" or "compiled" (engine.compiled)
+    clock: str = "wall"                    # what `seconds` reads: "cpu" (the engine thread's) or "wall"
 
     @property
     def key(self) -> "RunKey":

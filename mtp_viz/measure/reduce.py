@@ -58,6 +58,17 @@ def speedup_ratios(records: Sequence[Record], mode: str, setting: str, category:
     return [this[k] / base[k] for k in sorted(this) if base.get(k)]
 
 
+def verdict(ratios: Sequence[float]) -> str:
+    """What repeated speedups let a reader call, the one rule every surface uses (Measure,
+    the bench, a notebook): "faster" or "slower" only when every repeat agrees; else "too
+    close to call" (one run, or repeats either side of ×1)."""
+    if len(ratios) >= 2 and min(ratios) > 1.0:
+        return "faster"
+    if len(ratios) >= 2 and max(ratios) < 1.0:
+        return "slower"
+    return "too close to call"
+
+
 def speedup(records, mode, setting, category=None, decode=False):
     """Median over repeats of this mode's tokens/s over autoregressive tokens/s."""
     return median(speedup_ratios(records, mode, setting, category, decode))
@@ -125,6 +136,7 @@ class SettingRow:
     gamma: int
     tokens_per_second: float | None
     speedup: float | None
+    verdict: str                     # :func:`verdict` of the per-repeat speedups
     decode_speedup: float | None
     reference_tokens_per_second: float | None
     reference_speedup: float | None
@@ -204,7 +216,8 @@ def setting_row(records, events: Events, s: Setting, ar_events: list, ar_step) -
     return SettingRow(
         s.name, s.schedule, s.gamma,
         tokens_per_second=median(list(tps_by_repeat(records, SPECULATIVE, s.name).values())),
-        speedup=speedup(records, SPECULATIVE, s.name), decode_speedup=decode_speedup,
+        speedup=speedup(records, SPECULATIVE, s.name),
+        verdict=verdict(speedup_ratios(records, SPECULATIVE, s.name)), decode_speedup=decode_speedup,
         reference_tokens_per_second=median(list(tps_by_repeat(records, REFERENCE, s.name).values())),
         reference_speedup=speedup(records, REFERENCE, s.name),
         overhead_vs_reference=overhead(records, s.name),

@@ -7,10 +7,15 @@ as every other run does, so what is measured is what the app and the CLI run; th
 set through ``assistant_model.generation_config.num_assistant_tokens`` (the only knob
 transformers honours for this drafter) and a constant schedule.
 
-Wall time is measured around the whole call (the event stream included, without
-detokenization, as transformers does none either); the prompt is encoded and checked
-before the clock starts. A graph the compiled engine compiled during the call (a shape
-first seen) is taken off: compiling is not decoding.
+Every run is timed the way the app's Run times its two modes, so the app, Measure, the
+bench and a notebook read one number: on the run's own clock
+(:func:`mtp_viz.sources.interleave.own_clock`: the engine thread's CPU time with one torch
+thread on a CPU, wall time elsewhere), from the prefill to the last token, as the engine's
+``done`` event reports it (``Done.seconds``; without detokenization, as transformers does
+none either). The prompt is encoded and checked before the clock starts; a graph the
+compiled engine compiled during the run (a shape first seen) is off the clock: compiling
+is not decoding. Transformers' reference is timed on the same clock around its
+``generate`` call.
 """
 from __future__ import annotations
 
@@ -66,6 +71,7 @@ class Runner:
         return dataclasses.replace(rec, mode=mode, **named), events
 
     def _ours(self, mode: str, prompt: str, setting: Setting | None, n: int):
+        from mtp_viz.sources.interleave import running_clock
         from mtp_viz.sources.local import run_mode
         s = dataclasses.replace(self.base, prompt=prompt, modes=(mode,), max_new_tokens=n)
         schedule = None
@@ -73,11 +79,15 @@ class Runner:
             cap = max(self.cap, setting.gamma)
             s = dataclasses.replace(s, schedule=setting.schedule, draft_tokens=setting.gamma)
             schedule = self.schedules.get(setting.schedule, self.kind, setting.gamma, cap)
-        stream = run_mode(self.pair, s, mode, schedule=schedule, detokenize=False)  # checked, encoded: untimed
-        return _timed(mode, stream)
+        clock = running_clock(self.pair.device)
+        stream = run_mode(self.pair, s, mode, schedule=schedule, detokenize=False, clock=clock)  # checked: untimed
+        return _timed(mode, stream, clock.basis)
 
     def _reference(self, prompt: str, gamma: int, n: int) -> Record:
         import torch
+
+        from mtp_viz.sources.interleave import own_clock
+        now, basis = own_clock(self.pair.device)
         ids = self.encode(prompt)
         assistant = self.pair.drafter_model
         gc = assistant.generation_config
@@ -89,34 +99,34 @@ class Runner:
         pad = model.generation_config.pad_token_id
         try:
             self.forwards = 0
-            t, cpu = time.perf_counter(), time.process_time()
+            t, cpu = now(), time.process_time()
             with torch.inference_mode():
                 out = model.generate(
                     input_ids=x, attention_mask=torch.ones_like(x), assistant_model=assistant,
                     do_sample=False, max_new_tokens=n, eos_token_id=eos,
                     pad_token_id=pad if pad is not None else (eos[0] if eos else 0))
-            seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
+            seconds, cpu = now() - t, time.process_time() - cpu
         finally:
             gc.num_assistant_tokens, gc.num_assistant_tokens_schedule = saved
         gen = out[0, len(ids):].tolist()
-        return Record(REFERENCE, seconds, len(gen), self.forwards, tuple(gen), cpu_seconds=cpu)
+        return Record(REFERENCE, seconds, len(gen), self.forwards, tuple(gen), cpu_seconds=cpu, clock=basis)
 
 
-def _timed(mode: str, stream) -> tuple[Record, list]:
-    """Runs ``stream`` to its end on the clock: its record and its events."""
+def _timed(mode: str, stream, basis: str) -> tuple[Record, list]:
+    """Runs ``stream`` to its end: its record (the engine's own time for it, on a clock
+    that reads ``basis``) and its events."""
     from mtp_viz.engine.events import Done, Step
-    t, cpu = time.perf_counter(), time.process_time()
+    cpu = time.process_time()
     events = list(stream)
-    seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
     done = events[-1]
     if not isinstance(done, Done):
         raise RuntimeError(f"engine stopped without a done event: {done!r}")
-    # a graph the compiled engine compiled in this call (a shape first seen) is not decoding
-    seconds, cpu = seconds - done.compile_seconds, cpu - done.compile_seconds
+    # the engine's clock already left out a graph compiled in this run; process time did not
+    cpu = time.process_time() - cpu - done.compile_seconds
     # Step 1 is the prefill in both of our modes: its time, to separate out decoding.
     prefill = next((e.verify_seconds for e in events if isinstance(e, Step)), 0.0)
-    return Record(mode, seconds, done.new_tokens, done.target_forwards, tuple(done.generated_ids),
-                  cpu_seconds=cpu, prefill_seconds=prefill), events
+    return Record(mode, done.seconds, done.new_tokens, done.target_forwards, tuple(done.generated_ids),
+                  cpu_seconds=cpu, prefill_seconds=prefill, clock=basis), events
 
 
 __all__ = ["Runner"]

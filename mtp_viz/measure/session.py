@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from mtp_viz.prompts import Prompt
+from mtp_viz.sources.base import WARM_UP_TOKENS
 
 from .peers import PEER
 from .records import AUTOREGRESSIVE, REFERENCE, SPECULATIVE, Record, RunKey, Setting
 
-WARM_UP_TOKENS = 8   # new tokens of each task's untimed first run
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,12 @@ from mtp_viz.errors import UserError
 
 from .settings import RunSettings
 
+# New tokens of every surface's untimed first run of each mode, before anything is timed
+# (the app's load, Measure, the bench, a server bench): the first calls pay for lazy
+# initialisation (kernels, allocator, a server's first request), which would otherwise
+# land in the first timing a user sees, and in one mode more than the other.
+WARM_UP_TOKENS = 8
+
 # step mode's hook: called after a draft ("drafted") and a verification ("verified"),
 # returns when the user wants the next phase (see mtp_viz.engine.loop.speculative)
 Pause = Callable[[str], None]
@@ -77,4 +83,4 @@ class Source(ABC):
             yield e
 
 
-__all__ = ["Capabilities", "Pause", "Source"]
+__all__ = ["WARM_UP_TOKENS", "Capabilities", "Pause", "Source"]

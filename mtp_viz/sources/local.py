@@ -114,11 +114,5 @@ class LocalSource(Source):
              pause: Pause | None = None) -> Iterator[tuple[str, Event]]:
         yield from self._call(self.pair, self.check(s), stop, pause, self.schedules)
 
-    def warm_up(self, tokens: int = 8, top: int = 0) -> None:
-        """A short untimed run of each mode: the first calls pay for lazy initialisation,
-        which would otherwise land in the first timing a user sees."""
-        for _ in self.runs(RunSettings("def main():\n    return", max_new_tokens=tokens, chat=False, top=top)):
-            pass
-
 
 __all__ = ["DENSE", "LocalSource", "guarded", "out_of_memory", "run_mode", "runs"]

@@ -159,6 +159,13 @@ def _threads(threads: int) -> str:
     return f", {threads} torch thread{'s' if threads != 1 else ''}" if threads else ""
 
 
+def measured_over(spec_tps: float, ar_tps: float, clock: str, threads: int, how: str) -> str:
+    """What a local speedup was measured over, worded once for every surface (Run,
+    Measure, a notebook): both rates, their clock, how many runs, torch's threads."""
+    of = " of engine CPU time" if clock == "cpu" else " of wall time" if clock == "wall" else ""
+    return f"{spec_tps:.1f} vs {ar_tps:.1f} tokens/s{of} · {how}{_threads(threads)}"
+
+
 def compare_html(spec: RunStats, ar: RunStats, *, greedy: bool, threads: int = 0) -> str:
     """The speedup of one run of each mode and, under greedy decoding, whether both
     outputs are token-identical. One run each cannot name a winner: the figure says
@@ -171,11 +178,10 @@ def compare_html(spec: RunStats, ar: RunStats, *, greedy: bool, threads: int = 0
                             compile_seconds=compiling)
     x = spec.tokens_per_second / ar.tokens_per_second
     clock = spec.clock if spec.clock == ar.clock else "mixed"
-    of = " of engine CPU time" if clock == "cpu" else ""
     parts = [f'<span class="mv-badge mv-speedup" title="Measure repeats both modes and names a winner '
              f'only when every repeat agrees{CPU_NOTE if clock == "cpu" else ""}">speculative ran at '
-             f'<b>×{x:.2f}</b> the speed {_over(spec, ar)}<small>({spec.tokens_per_second:.1f} vs '
-             f'{ar.tokens_per_second:.1f} tokens/s{of} · one run each, in turns{_threads(threads)})'
+             f'<b>×{x:.2f}</b> the speed {_over(spec, ar)}<small>('
+             f'{measured_over(spec.tokens_per_second, ar.tokens_per_second, clock, threads, "one run each, in turns")})'
              f'</small></span>']
     if greedy:
         parts.append(identity_badge(spec, ar))
@@ -202,10 +208,11 @@ def measurement_html(m, engine: Ran = Ran()) -> str:
     else:
         head = (f"speculative is <b>×{m.median:.2f}</b> {m.verdict} than the {html.escape(engine.label)}'s own "
                 f"plain decoding (median of {m.repeats} repeats, range ×{lo:.2f}–×{hi:.2f})")
-    body = (f'<span class="mv-badge {cls} mv-speedup">{head}<small> · {m.spec_tps:.1f} vs '
-            f'{m.ar_tps:.1f} tokens/s{_threads(m.threads)}</small></span>')
+    body = (f'<span class="mv-badge {cls} mv-speedup">{head}<small> · '
+            f'{measured_over(m.spec_tps, m.ar_tps, m.clock, m.threads, f"medians of {m.repeats} repeats, alternating")}'
+            f'</small></span>')
     return _compare_div(m.median, m.spec_tps, m.ar_tps, f"median of {m.repeats}", m.threads, body,
-                        engine=(engine.engine, engine.label))
+                        m.clock, engine=(engine.engine, engine.label))
 
 
 def identity_badge(spec: RunStats, ar: RunStats) -> str:

@@ -225,8 +225,8 @@ def test_closing_the_frames_stops_the_worker(real_pair):
 def test_measure_reports_bench_ratios(real_pair):
     s = RunSettings(prompt=" ".join(f"w{i}" for i in range(10, 30)), max_new_tokens=16, chat=False,
                     drafter="mtp")
-    m = measure.measure(real_pair, s, 3, threading.Event(), threads=1)
-    assert m.repeats == 3 and all(r > 0 for r in m.ratios) and m.threads == 1
+    m = measure.measure(real_pair, s, 3, threading.Event())
+    assert m.repeats == 3 and all(r > 0 for r in m.ratios) and m.threads == 1 and m.clock == "cpu"
     assert min(m.ratios) <= m.median <= max(m.ratios)
 
 

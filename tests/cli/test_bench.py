@@ -100,6 +100,7 @@ def test_metrics_agree_with_engine_totals():
     drafter.kind = "lookup"  # a drafter without a model of its own, as run_mode reads its entry
     pair = SimpleNamespace(  # what the local source reads of a pair, around a prompt given as ids
         target=target, decoder=target, drafter_model=None, eos_token_ids=(), tokenizer=None, context_length=0,
+        device="cpu",
         precision={"target": "float32", "drafter": None}, encode=lambda text, chat: list(prompt),
         make_drafter=lambda kind: drafter)
     runner = Runner(pair, RunSettings("", drafter="lookup", max_new_tokens=40, sampling=Sampling(), chat=False))
@@ -109,6 +110,8 @@ def test_metrics_agree_with_engine_totals():
         runner.close()
     assert list(rec.ids) == script
     done, s = ev[-1], metrics.summarize(ev)
+    # timed as the app's Run is: the engine's own seconds, on the engine thread's CPU clock (1 thread)
+    assert rec.seconds == done.seconds > 0 and rec.clock == "cpu" == ev[0].settings["clock"]
     assert 0 < s.acceptance_rate < 1 and s.rejections > 0
     assert (s.drafted, s.accepted) == (done.drafted, done.accepted)
     assert s.mean_accepted_length == pytest.approx(done.mean_accepted_length)

@@ -288,7 +288,7 @@ class Handlers(Recorded):
         try:
             yield outputs(message(
                 f"Measuring: {n} repeats of both modes, alternating, nothing rendered meanwhile…"), sess)
-            m = compare.measure(pair, s, n, sess.stop, threads=service.threads())
+            m = compare.measure(pair, s, n, sess.stop)
         except UserError as e:
             yield outputs(message(str(e), level="error"), sess)
             return

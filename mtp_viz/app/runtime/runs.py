@@ -19,7 +19,7 @@ from mtp_viz.views import captions, charts, stats, theory, tokens
 from mtp_viz.views.frame import PANE, Frame
 from mtp_viz.engine.events import Error, Event
 from mtp_viz.engine.schedules import ScheduleCache
-from mtp_viz.sources.base import Source
+from mtp_viz.sources.base import WARM_UP_TOKENS, Source
 from mtp_viz.sources.settings import RunSettings
 
 from . import service
@@ -232,7 +232,7 @@ def compare_frames(source: Source, s: RunSettings, sess: Session, *, frame_inter
         level="warn" if stopped else "info"))
 
 
-def warm_up(source: Source, new_tokens: int = 8, top: int = 0) -> None:
+def warm_up(source: Source, new_tokens: int = WARM_UP_TOKENS, top: int = 0) -> None:
     """An untimed comparison through the app's whole path: both modes in turns, top-k
     recording, panes, stats and every chart. The first call of each pays for lazy
     initialisation (torch's kernels, plotly's validators), which would otherwise land
