@@ -42,7 +42,7 @@ def spec_run():
     """Three steps of three, five and four drafts: all accepted then an extension; two
     accepted then a correction (``EVIL``); none accepted then ``<eos>``."""
     view_step = dict(bonus_id=7, first_id=100, q=0.9, draft_s=0.002, verify_s=0.005)
-    ev = [Start(mode="speculative", prompt_tokens=5, settings={"draft_tokens": 3})]
+    ev = [Start(mode="speculative", prompt_tokens=5, settings={"draft_tokens": 3, "threads": 1})]
     ev += spec_step(1, ["def", " f", "("], 3, bonus=")", t=0.01, reason="all accepted: +2", next_len=5, **view_step)
     ev += spec_step(2, [":", "\n", "    ", "x", "y"], 2, bonus=EVIL, t=0.02, reason="rejection: -1", next_len=4,
                     **view_step)

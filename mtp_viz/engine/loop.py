@@ -227,7 +227,7 @@ def _verify(kv: Session, newest: list[int], drafts: list[int], want_state: bool,
 def run_setting(kv: Session, g: Generation) -> dict:
     """The start event's settings both modes share."""
     return {"max_new_tokens": g.max_new_tokens, **g.sampling.as_dict(), "clock": clock_basis(g.clock),
-            "experts": experts_setting(kv.decoder.model, g.experts), "engine": kv.engine,
+            "threads": torch.get_num_threads(), "experts": experts_setting(kv.decoder.model, g.experts), "engine": kv.engine,
             "ran": kv.decoder.ran.as_dict()}
 
 

@@ -31,6 +31,7 @@ class RunStats:
     accepted: int = 0
     seconds: float = 0.0           # elapsed, from the last step's timestamp or Done
     clock: str = "wall"            # what the seconds read: "wall" or "cpu" (Start.settings)
+    threads: int = 0               # torch's CPU threads during the run (Start.settings; 0: unknown, a server)
     target_precision: str = ""     # what each model ran in (Start.settings; "" where unknown
     drafter_precision: str = ""    # or, for the drafter, no drafter model)
     engine: str = ""               # what decoded, Start's Ran.engine ("" before a Start)
@@ -54,6 +55,7 @@ class RunStats:
         """Fold one more event in (streaming keeps one RunStats instead of recounting)."""
         if isinstance(e, Start):
             self.mode, self.clock = e.mode, str(e.settings.get("clock", "wall"))
+            self.threads = int(e.settings.get("threads") or 0)
             self.target_precision = str(e.settings.get("target_precision") or "")
             self.drafter_precision = str(e.settings.get("drafter_precision") or "")
             self.engine, self.engine_label = e.ran.engine, e.ran.label
@@ -166,11 +168,12 @@ def measured_over(spec_tps: float, ar_tps: float, clock: str, threads: int, how:
     return f"{spec_tps:.1f} vs {ar_tps:.1f} tokens/s{of} · {how}{_threads(threads)}"
 
 
-def compare_html(spec: RunStats, ar: RunStats, *, greedy: bool, threads: int = 0) -> str:
+def compare_html(spec: RunStats, ar: RunStats, *, greedy: bool) -> str:
     """The speedup of one run of each mode and, under greedy decoding, whether both
     outputs are token-identical. One run each cannot name a winner: the figure says
     what it is and points to Measure."""
     engine, compiling = engine_both(spec, ar), spec.compile_seconds + ar.compile_seconds
+    threads = spec.threads   # as the run recorded them: what torch had, not what was asked
     if not (spec.done and ar.done) or not spec.tokens or not ar.tokens \
             or not (spec.tokens_per_second and ar.tokens_per_second):
         return _compare_div(None, 0, 0, "", threads, identity_badge(spec, ar) if greedy and spec.done

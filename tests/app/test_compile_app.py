@@ -70,10 +70,12 @@ def test_compile_seconds_are_shown_apart_from_the_timings():
 
 
 def test_measure_names_the_engine_it_measured():
-    m = SimpleNamespace(verdict="faster", ratios=(1.5, 1.6, 1.7), median=1.6, repeats=3, spec_tps=30.0,
-                        ar_tps=20.0, threads=1)
+    from mtp_viz.measure.compare import Measurement
+    m = Measurement(ratios=(1.5, 1.6, 1.7), spec_tps=30.0, ar_tps=20.0, threads=1, clock="cpu")
     compiled = Ran("compiled", "compiled engine", routing=False)
-    assert 'data-engine="compiled"' in stats.measurement_html(m, engine=compiled)
+    h = stats.measurement_html(m, engine=compiled)
+    assert 'data-engine="compiled"' in h and 'data-clock="cpu"' in h and "×1.60</b> faster" in h
+    assert "30.0 vs 20.0 tokens/s of engine CPU time · medians of 3 repeats, alternating, 1 torch thread" in h
 
 
 def test_the_exported_page_and_a_replayed_trace_say_which_engine_ran(tmp_path):

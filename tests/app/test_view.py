@@ -88,7 +88,7 @@ def test_the_stats_line_names_what_each_model_ran_in():
 
 def test_compare_identity_and_speedup_hooks():
     spec, same = stats.run_stats(spec_run()), stats.run_stats(ar_run())
-    h = stats.compare_html(spec, same, greedy=True, threads=1)
+    h = stats.compare_html(spec, same, greedy=True)
     assert "token-identical" in h and "one run each, in turns, 1 torch thread" in h
     x = spec.tokens_per_second / same.tokens_per_second
     hooks = dict(re.findall(r'data-([a-z-]+)="([^"]*)"', h.split(">", 1)[0]))

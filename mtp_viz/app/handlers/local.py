@@ -258,7 +258,7 @@ class Handlers(Recorded):
             yield outputs(refused(e), sess, gr.update(interactive=False))
             return
         try:
-            for f in runs.compare_frames(self.source(pair, sess), s, sess, threads=service.threads(),
+            for f in runs.compare_frames(self.source(pair, sess), s, sess,
                                          frame_interval=service.env_frame_interval()):
                 yield outputs(f)
         finally:

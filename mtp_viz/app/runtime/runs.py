@@ -205,7 +205,7 @@ def _stream(source: Callable[[], Iterable[tuple[str, Event]]], sess: Session, fr
 
 
 def compare_frames(source: Source, s: RunSettings, sess: Session, *, frame_interval: float = FRAME_INTERVAL,
-                   chart_interval: float = CHART_INTERVAL, threads: int = 0) -> Iterator[Frame]:
+                   chart_interval: float = CHART_INTERVAL) -> Iterator[Frame]:
     """The runs ``s.modes`` asks of ``source`` (the speculative run, and the
     autoregressive baseline when asked for), then every chart, the speedup and the
     identity check. How the runs share the machine and their clocks is the source's
@@ -219,7 +219,7 @@ def compare_frames(source: Source, s: RunSettings, sess: Session, *, frame_inter
     pause = sess.gate if source.capabilities.pausable else None
     yield from _stream(lambda: ((PANE[m], e) for m, e in source.runs(s, sess.stop, pause)), sess,
                        frame_interval, chart_interval)
-    final = final_frame(sess, threads)
+    final = final_frame(sess)
     if any(isinstance(e, Error) for e in sess.spec + sess.ar):
         yield final
         return
@@ -276,13 +276,13 @@ def preloaded(pair: Any) -> Callable[..., Any]:
         else load_and_warm(target, drafter, precision, compile)
 
 
-def final_frame(sess: Session, threads: int = 0) -> Frame:
+def final_frame(sess: Session) -> Frame:
     """What a finished run shows besides its panes: every chart, the speedup and the
     measured-vs-theory panel (after a live run, a Race replay or a replayed trace)."""
     from mtp_viz.analysis.metrics import theory_check
     return Frame(figures=charts.all_figures(sess.spec, sess.ar),
                  compare=stats.compare_html(stats.run_stats(sess.spec), stats.run_stats(sess.ar),
-                                            greedy=sess.greedy, threads=threads),
+                                            greedy=sess.greedy),
                  theory=theory.theory_panel_html(theory_check(sess.spec, sess.ar or None)), last=True)
 
 
