@@ -30,13 +30,18 @@ FRAME_SECONDS = 0.25   # the inline view is redrawn at most this often while a r
 
 
 def show(what: Any, /, prompt: str | list | None = None, *, charts: bool = True, out=None,
-         **settings: Any) -> list[Event]:
+         baseline: bool = True, **settings: Any) -> list[Event]:
     """Draw a run as it happens and return its events (:func:`show_events`: inline in a
     notebook, the app's token spans, the stats line, then its charts; elsewhere the
     terminal view on ``out``). ``what`` is one of:
 
     - a :class:`~mtp_viz.sources.pair.ModelPair` and a ``prompt``: the pair's
-      ``generate(prompt, **settings)``, which takes every setting ``generate`` takes;
+      ``generate(prompt, **settings)``, which takes every setting ``generate`` takes. A
+      speculative run has its plain baseline beside it (``baseline=False``: not), the two
+      taking turns and timed as the app's Run times them (after the same untimed warm-up,
+      with torch's threads set as the app sets them for the run:
+      :func:`mtp_viz.sources.models.pinned_threads`); the speedup is drawn under the run,
+      worded as the app words it;
     - a recording from :func:`mtp_viz.record`: its latest recorded call;
     - events: a list, or any iterable of them (a run still streaming is drawn as it comes).
     """
@@ -45,7 +50,7 @@ def show(what: Any, /, prompt: str | list | None = None, *, charts: bool = True,
     if isinstance(what, ModelPair):
         if prompt is None:
             raise UserError("mtp_viz.show(pair, prompt) runs the pair on a prompt: give it one.")
-        return show_events(what.generate(prompt, **settings), charts=charts, out=out)
+        return _show_pair(what, prompt, settings, baseline, charts, out)
     if prompt is not None or settings:
         given = ", ".join((["prompt"] if prompt is not None else []) + sorted(settings))
         raise UserError(f"mtp_viz.show takes a prompt and generate's settings with a model pair only; "
@@ -58,10 +63,34 @@ def show(what: Any, /, prompt: str | list | None = None, *, charts: bool = True,
     return show_events(what, charts=charts, out=out)
 
 
-def show_events(events: Iterable[Event], *, charts: bool = True, out=None) -> list[Event]:
+def _show_pair(pair: Any, prompt: str | list, settings: dict, baseline: bool, charts: bool, out) -> list[Event]:
+    """A pair's run drawn, with its plain baseline in turns where it has one."""
+    from mtp_viz.sources.models import pinned_threads
+    with pinned_threads():
+        if not baseline or settings.get("mode", "speculative") != "speculative":
+            return show_events(pair.generate(prompt, **settings), charts=charts, out=out)
+        settings.pop("mode", None)
+        from mtp_viz.sources.base import WARM_UP_TOKENS
+        for _ in pair.compare(prompt, **{**settings, "max_new_tokens": WARM_UP_TOKENS}):  # untimed, as Measure's
+            pass
+        plain: list[Event] = []
+
+        def speculative():
+            for mode, e in pair.compare(prompt, **settings):
+                if mode == "speculative":
+                    yield e
+                else:
+                    plain.append(e)   # drawn as the speedup once both are done
+        return show_events(speculative(), charts=charts, out=out, baseline=plain)
+
+
+def show_events(events: Iterable[Event], *, charts: bool = True, out=None,
+                baseline: list[Event] | None = None) -> list[Event]:
     """Draw ``events`` as they arrive and return them all: in a notebook, the app's
     token spans and stats line in one output that is redrawn while the run streams,
-    then its charts; elsewhere, the terminal view on ``out`` (default stdout)."""
+    then its charts; elsewhere, the terminal view on ``out`` (default stdout).
+    ``baseline``: the plain run that took turns with it (filled while ``events`` run),
+    drawn as the speedup under the run."""
     seen: list[Event] = []
 
     def kept(stream):
@@ -73,6 +102,9 @@ def show_events(events: Iterable[Event], *, charts: bool = True, out=None) -> li
         from mtp_viz.analysis.terminal import print_styled
         out = out or sys.stdout
         print_styled(kept(events), color=getattr(out, "isatty", lambda: False)(), out=out)
+        if baseline:
+            from mtp_viz.views.stats import compare_text, run_stats
+            print(compare_text(run_stats(seen), run_stats(baseline)), file=out)
         return seen
     from IPython.display import HTML, display
 
@@ -83,7 +115,7 @@ def show_events(events: Iterable[Event], *, charts: bool = True, out=None) -> li
         if time.monotonic() - drawn >= FRAME_SECONDS:  # throttled: drawing never slows the run much
             handle.update(HTML(cell_html(seen, css=css)))
             drawn = time.monotonic()
-    handle.update(HTML(cell_html(seen, css=css)))
+    handle.update(HTML(cell_html(seen, css=css, baseline=baseline)))
     if charts:
         _show_charts(seen)
     return seen
@@ -143,7 +175,9 @@ def show_measurement(pair: Any, prompt: str | list, *, repeats: int = 5, out=Non
     from mtp_viz.sources.settings import RunSettings
     if not isinstance(repeats, int) or not 2 <= repeats <= 100:
         raise UserError("show_measurement takes between 2 and 100 repeats.")
-    m = measure(pair, RunSettings(prompt, **settings).validate(), repeats)
+    from mtp_viz.sources.models import pinned_threads
+    with pinned_threads():
+        m = measure(pair, RunSettings(prompt, **settings).validate(), repeats)
     if in_notebook():
         from IPython.display import HTML, display
 

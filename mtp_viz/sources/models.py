@@ -10,7 +10,9 @@ it: no resolved paths, no file contents.
 from __future__ import annotations
 
 import copy
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from mtp_viz.engine.build import building
 from mtp_viz.engine.config import text_config
@@ -23,7 +25,7 @@ from .precision import Precision, check_loaded, load_kwargs
 from .presets import PRESETS, is_local, resolve
 
 __all__ = ["check_pair", "default_drafter", "drafter_spec", "explain_load_error", "from_models", "load_pair", "load_pairs",
-           "out_of_memory", "pick_device", "set_threads"]
+           "out_of_memory", "pick_device", "pinned_threads", "set_threads"]
 
 
 def pick_device(device: str | None = None) -> str:
@@ -48,6 +50,20 @@ def default_threads() -> int:
     except ValueError:
         n = 0
     return n if n > 0 else max(1, min(8, (os.cpu_count() or 2) - 1))
+
+
+@contextmanager
+def pinned_threads(n: int | None = None) -> Iterator[int]:
+    """torch's CPU threads set to ``n`` (default :func:`default_threads`) for a block, then
+    put back: how a notebook's run is timed as the app times it, without keeping the
+    notebook's torch changed."""
+    import torch
+    before = torch.get_num_threads()
+    torch.set_num_threads(max(1, int(n or default_threads())))
+    try:
+        yield torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
 
 
 def set_threads(n: int) -> None:

@@ -181,5 +181,20 @@ class ModelPair:
         return run_mode(self, s, mode, clock=clock, stop=stop, pause=pause,
                         schedule=None if named else schedule)
 
+    def compare(self, prompt: str | list, *, drafter: str = "auto", max_new_tokens: int = 64,
+                draft_tokens: int | None = None, schedule: str = "constant", temperature: float = 0.0,
+                top_p: float = 1.0, top_k: int = 0, seed: int | None = None, chat: bool = True, stop=None,
+                stale_kv: bool = False, top: int = 0):
+        """Speculative decoding and its plain baseline on one prompt, taking turns on this
+        thread, each on its own clock, as the app's Run times them
+        (:func:`mtp_viz.sources.local.runs`): ``(mode, event)`` in the order they happen.
+        Takes :meth:`generate`'s settings (a schedule by name)."""
+        from mtp_viz.engine.decoding import Sampling
+
+        from .local import runs
+        s = RunSettings(prompt, ("speculative", "autoregressive"), drafter, max_new_tokens, draft_tokens,
+                        schedule, Sampling(temperature, top_k, top_p, seed), chat, top, stale_kv).validate()
+        return runs(self, s, stop)
+
 
 __all__ = ["ASSISTANT_TYPES", "GEMMA4_TYPES", "ModelPair", "model_path"]

@@ -30,9 +30,11 @@ def in_notebook() -> bool:
     return shell is not None and (hasattr(shell, "kernel") or "google.colab" in sys.modules)
 
 
-def cell_html(events: Sequence[Event], *, css: str = "", legend: bool = True) -> str:
+def cell_html(events: Sequence[Event], *, css: str = "", legend: bool = True,
+              baseline: Sequence[Event] | None = None) -> str:
     """One run so far: what it is, the legend, the tokens (a pending draft last) and
-    the stats line; an error event as its sentence."""
+    the stats line; an error event as its sentence. ``baseline``: the plain run that
+    took turns with it, drawn as the app's speedup badge once both are done."""
     start = next((e for e in events if isinstance(e, Start)), None)
     error = next((e for e in events if isinstance(e, Error)), None)
     done = any(isinstance(e, Done) for e in events)
@@ -42,6 +44,9 @@ def cell_html(events: Sequence[Event], *, css: str = "", legend: bool = True) ->
         + ("" if done or error else " · running"))
     body = tokens.tokens_html(events, placeholder="Tokens appear here.")
     tail = tokens.message_html(error.message, level="error") if error else stats.stats_html(stats.run_stats(events))
+    if baseline and not error and done:
+        greedy = not float(start.settings.get("temperature") or 0.0)
+        tail += stats.compare_html(stats.run_stats(events), stats.run_stats(baseline), greedy=greedy)
     return (f'<div class="mv-notebook"><style>{css}{_CELL_CSS}</style><p class="mv-nb-head">{head}</p>'
             f'{tokens.legend_html() if legend else ""}{body}{tail}</div>')
 

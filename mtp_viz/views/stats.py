@@ -192,6 +192,17 @@ def compare_html(spec: RunStats, ar: RunStats, *, greedy: bool) -> str:
                         "".join(parts), clock, engine, compiling)
 
 
+def compare_text(spec: RunStats, ar: RunStats) -> str:
+    """:func:`compare_html`'s speedup as one line of text (a terminal, a notebook's
+    print): the same figure, worded the same way; "" until both runs have tokens."""
+    if not (spec.tokens_per_second and ar.tokens_per_second):
+        return ""
+    clock = spec.clock if spec.clock == ar.clock else "mixed"
+    over = html.unescape(_over(spec, ar))
+    return (f"speculative ran at ×{spec.tokens_per_second / ar.tokens_per_second:.2f} the speed {over}("
+            f"{measured_over(spec.tokens_per_second, ar.tokens_per_second, clock, spec.threads, 'one run each, in turns')})")
+
+
 def _over(spec: RunStats, ar: RunStats) -> str:
     """What the speedup is over: the plain decoding of the same engine (or server), named."""
     if spec.engine_label and spec.engine_label == ar.engine_label:

@@ -65,6 +65,8 @@ def test_show_in_a_real_kernel_draws_the_app_token_spans_then_the_charts(tmp_pat
     assert len(kept) == len(spec_ids) == 24
     assert "tokens/s" in spec_cell and "speculative" in spec_cell and "mv-legend" in spec_cell
     assert ".tok[data-kind=\"accepted\"]" in spec_cell  # the app's own stylesheet came along
+    # the plain baseline took turns with it: the app's speedup badge, worded as the app's
+    assert 'id="compare"' in spec_cell and "data-speedup=" in spec_cell and "one run each, in turns" in spec_cell
     figures = outputs(done, "application/vnd.plotly.v1+json")
     assert len(figures) >= 2 * 5  # every chart of CHARTS, after each run
     titles = [f["layout"]["title"]["text"] for f in figures[:5]]
@@ -93,13 +95,38 @@ def test_show_outside_a_notebook_prints_the_terminal_view(tiny_in_memory, capsys
     events = mtp_viz.show(tiny_in_memory, PROMPT, max_new_tokens=12, chat=False)
     printed = capsys.readouterr().out
     assert len(ids(events)) == 12 and "12 new tokens" in printed and "tokens/forward" in printed
+    assert {e.mode for e in events if e.type == "start"} == {"speculative"}  # the drawn run, as before
+    # and the speedup over its plain baseline, worded as the app's Run words it
+    line = printed.strip().splitlines()[-1]
+    assert re.fullmatch(r"speculative ran at ×\d+\.\d\d the speed of the eager engine's own plain decoding "
+                        r"\(\d+\.\d vs \d+\.\d tokens/s of engine CPU time · one run each, in turns, "
+                        r"1 torch thread\)", line), line
+    mtp_viz.show(tiny_in_memory, PROMPT, max_new_tokens=4, chat=False, baseline=False)
+    assert "speculative ran at" not in capsys.readouterr().out
+
+
+def test_show_times_with_the_apps_threads_and_gives_the_notebooks_back(tiny_in_memory, capsys, monkeypatch):
+    """A notebook's torch may have every core; show() runs with the app's threads
+    (MTP_VIZ_THREADS here) and puts the notebook's back after."""
+    import torch
+
+    import mtp_viz
+    monkeypatch.setenv("MTP_VIZ_THREADS", "1")
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        events = mtp_viz.show(tiny_in_memory, PROMPT, max_new_tokens=4, chat=False)
+        assert events[0].settings["threads"] == 1 and events[0].settings["clock"] == "cpu"
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_show_draws_events_a_list_or_a_stream_as_it_draws_the_pair_run(tiny_in_memory, capsys):
     """Events given as a list, or as a run still streaming (a generator), print the same
     terminal view as the pair's run itself, and come back whole."""
     import mtp_viz
-    ran = mtp_viz.show(tiny_in_memory, PROMPT, max_new_tokens=12, chat=False)
+    ran = mtp_viz.show(tiny_in_memory, PROMPT, max_new_tokens=12, chat=False, baseline=False)
     by_pair = capsys.readouterr().out
     from_list = mtp_viz.show(ran)
     assert capsys.readouterr().out == by_pair and from_list == ran
