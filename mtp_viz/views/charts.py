@@ -213,7 +213,7 @@ class Chart:
     explanation: str       # ...and two sentences
     figure: Callable[[Sequence[Event], Sequence[Event]], Any]  # (speculative, autoregressive) -> figure
     live: bool = False     # redrawn while a run streams (from the speculative run so far)
-    row: int = 0           # the row of the page it sits in, from the top
+    row: int = 0           # 0: beside the panes on the first tab (stacked); 1, 2…: rows of "Inside a step"
 
 
 CHARTS: tuple[Chart, ...] = (

@@ -135,9 +135,9 @@ def _pane(title: str, key: str, placeholder: str) -> tuple[gr.HTML, gr.HTML]:
     return pane, line
 
 
-def _panes(figures: dict, live: list[charts.Chart]) -> dict[str, Any]:
-    """The speedup, then the race: both token panes and the legend, beside the charts
-    drawn while a run streams (``#live-charts``)."""
+def _panes(figures: dict, beside: list[charts.Chart]) -> dict[str, Any]:
+    """The speedup, then the race: both token panes and the legend, beside the first row
+    of charts, stacked (``#live-charts``: the ones drawn while a run streams)."""
     compare = gr.HTML(stats.compare_html(stats.RunStats(), stats.RunStats(), greedy=True),
                       elem_id="compare-panel", padding=False)
     with gr.Row(equal_height=False, elem_id="race"):
@@ -149,7 +149,7 @@ def _panes(figures: dict, live: list[charts.Chart]) -> dict[str, Any]:
                                      "The baseline takes turns with the speculative run.")
             gr.HTML(tokens.legend_html() + explain.explain("legend", corner=True), elem_id="legend", padding=False)
         with gr.Column(scale=3, min_width=300, elem_id="live-charts"):
-            plots = _plots(figures, live)
+            plots = _plots(figures, beside)
     return dict(compare=compare, spec=spec, spec_stats=spec_stats, ar=ar, ar_stats=ar_stats, plots=plots)
 
 
@@ -245,24 +245,23 @@ def _page(app: AppState, first: FirstPair, choices: list, policy: ServerPolicy) 
             f'<span>{INTRO}</span> {explain.header_links()}</div>', elem_id="header", padding=False)
     shown = [tabs.DECODE, tabs.INSIDE, tabs.MEASURE, *([tabs.SERVERS] if policy.offered else []), tabs.LEARN]
     tabs.bar(shown)
-    live = [ch for ch in charts.CHARTS if ch.live]
+    first_row, *rows = charts.rows()  # the first beside the panes, the rest on Inside a step
     with tabs.panel(tabs.DECODE):  # the first screen: a 1280x720 projector, its charts included
         with gr.Row(elem_id="top-row", equal_height=False):
             with gr.Column(scale=6, min_width=440):
                 c = _prompt_column(first)
             with gr.Column(scale=4, min_width=360):
                 c.update(_model_column(first, choices, policy, h.cap))
-        c.update(_panes(h.empty_figures, live))
+        c.update(_panes(h.empty_figures, first_row))
         c["hint"] = gr.HTML(wiring.hint_html(h.presets, first.key, first.note), elem_id="model-hint")
         c.update(_settings(first, app.loader.allow), timer=gr.Timer(1.0, active=False))
     with tabs.panel(tabs.INSIDE):
         c.update(_traces(h))
         gr.Markdown("### What happened, step by step", elem_id="charts-title")
         gr.HTML(explain.explanations([ch.id for ch in charts.CHARTS], "About the charts:"), padding=False)
-        for row in charts.rows():
-            if rest := [ch for ch in row if not ch.live]:
-                with gr.Row():
-                    c["plots"].update(_plots(h.empty_figures, rest))
+        for row in rows:
+            with gr.Row():
+                c["plots"].update(_plots(h.empty_figures, row))
         c["anatomy_panel"] = inspector.anatomy_panel()
     with tabs.panel(tabs.MEASURE):
         c.update(theory=_theory(), what_if=teach.measure_sections())

@@ -109,10 +109,14 @@ def wire(demo: gr.Blocks, form: dict, status: gr.HTML, limits: links.Limits) -> 
     return demo.load(restore, None, comps + [status], **hidden)
 
 
-# The query the server built, made absolute against this page's address, copied to the
-# clipboard where the browser allows, and shown in #status as <code id="share-url">.
+# The query the server built, plus the open tab unless it is the first, made absolute
+# against this page's address, copied to the clipboard where the browser allows, and shown
+# in #status as <code id="share-url">.
 SHARE_JS = """(q) => {
-  const url = location.origin + location.pathname + (q || '');
+  q = q || '?';
+  const tab = document.body.dataset.tab, first = document.querySelector('#tabs [data-tab]');
+  if (tab && first && tab !== first.dataset.tab) q += (q.length > 1 ? '&' : '') + 'tab=' + encodeURIComponent(tab);
+  const url = location.origin + location.pathname + (q.length > 1 ? q : '');
   try { navigator.clipboard.writeText(url).catch(() => {}); } catch (e) {}
   const esc = s => s.replace(/[&<>"']/g, c => '&#' + c.charCodeAt(0) + ';');
   return '<div class="mv-msg mv-msg-info mv-share">Link to these settings (copied):'
