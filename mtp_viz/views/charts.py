@@ -45,7 +45,8 @@ def _figure(title: str, data: list[dict], *, xtitle: str, ytitle: str, empty: st
     )
     if compact:  # a live chart beside the panes: shorter, its legend on the title's line
         base.update(height=170, margin=dict(l=48, r=8, t=30, b=36),
-                    legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1.0))
+                    legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1.0, font=dict(size=11)))
+        base["title"]["font"] = dict(size=13)
         base["xaxis"]["title"]["standoff"] = 4
     if not data:
         base["annotations"] = [dict(text=empty or "Run a prompt to fill this chart.", showarrow=False,

@@ -67,6 +67,5 @@ def test_the_experts_chart_fills_on_a_mixture_of_experts_pair(browser, moe_serve
         page.wait_for_selector("#experts-plot", state="hidden", timeout=30_000)  # it cannot apply: not shown
         run_and_wait(page)
         assert page.locator("#experts-plot").count() == 1 and not page.locator("#experts-plot").is_visible()
-        assert DENSE.split(":")[0] in page.locator("#experts-plot").text_content()  # were it shown, it says why
     finally:
         page.close()

@@ -262,7 +262,8 @@ def test_scrubbing_to_a_step_shows_exactly_the_tokens_up_to_it(browser, modelles
         for s in (5, 2):
             box.fill(str(s))
             box.press("Enter")
-            page.wait_for_selector(f"#status:has-text('After step {s} ')", timeout=30_000)
+            # #status is the Decode tab's: in the page, not on screen, while the scrubber's tab is open
+            page.wait_for_selector(f"#status:has-text('After step {s} ')", state="attached", timeout=30_000)
             # (kind, bonus kind, step) of every token: the title of a span starts with its step
             want = [(e.type, e.kind if e.type == "bonus" else "", e.step) for e in spec
                     if e.type in ("accepted", "rejected", "bonus") and e.step <= s]
