@@ -30,6 +30,12 @@ def open_settings(page):
     page.wait_for_selector("#chat input", state="attached")
 
 
+def open_tab(page, tab: str):
+    """Show the page's tab ``tab`` (``decode``, ``inside``, ``measure``, ``servers``, ``learn``)."""
+    page.click(f"#tabs [data-tab='{tab}']")
+    page.wait_for_selector(f"#tab-{tab}", state="visible")
+
+
 def in_view(page, selector: str) -> bool:
     box = page.locator(selector).bounding_box()
     vw = page.viewport_size

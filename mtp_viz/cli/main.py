@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import sys
 
 SUBCOMMANDS = {
@@ -23,27 +22,9 @@ SUBCOMMANDS = {
 }
 
 from mtp_viz.errors import UserError
+from mtp_viz.sources.noise import quiet_known_noise
 
 __all__ = ["main", "build_parser", "UserError"]
-
-
-class KnownNoise(logging.Filter):
-    """Drops two notices every run printed once torchao is installed (transformers imports
-    it to list its quantizers), neither about this run: torchao's GPU-only extensions that
-    a CPU cannot load ("Failed to load .../torchao/_C_mxfp8..."), and torch's deprecation of
-    how torchao registers two enums. Every other warning of theirs still shows."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        msg = record.getMessage()
-        return not ((msg.startswith("Failed to load") and "torchao" in msg)
-                    or "is an Enum subclass and is now natively supported" in msg)
-
-
-def quiet_known_noise() -> None:
-    for name in ("torchao", "torch.utils._pytree"):
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, KnownNoise) for f in logger.filters):
-            logger.addFilter(KnownNoise())
 
 
 class Parser(argparse.ArgumentParser):

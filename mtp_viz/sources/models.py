@@ -20,6 +20,7 @@ from mtp_viz.errors import UserError, clip
 
 from .local import out_of_memory
 from .memory import check_fits
+from .noise import quiet_known_noise
 from .pair import ASSISTANT_TYPES, GEMMA4_TYPES, ModelPair, model_path
 from .precision import Precision, check_loaded, load_kwargs
 from .presets import PRESETS, is_local, resolve
@@ -164,6 +165,7 @@ def load_pairs(target: str, drafter: str | None = None, precisions=(Precision(),
     """One pair per :class:`.precision.Precision` of ``precisions``, in their order, each
     distinct model in each distinct precision loaded once and shared (the bench's
     ``--precisions``): float32/float32 and float32/int8 hold one float32 target."""
+    quiet_known_noise()  # before transformers imports torchao: its two notices are nobody's to act on
     with building():  # transformers' lazy first import is not safe from two threads at once
         from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 

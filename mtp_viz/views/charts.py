@@ -21,12 +21,13 @@ UNROUTED = "The {ran} does not report which experts its router chose,<br>so this
 NOT_COUNTED = ("This mixture-of-experts run did not count its experts:<br>"
                "tick “Count experts” under More settings and run again.")
 UNSAID = "This run did not record which experts its target used."
+EXPERTS_PLOT = "experts-plot"  # shown on the page only for a mixture-of-experts pair
 
 COLORS = {"accepted": "#059669", "rejected": "#dc2626", "correction": "#d97706",
           "extension": "#2563eb", "draft": "#7c3aed", "verify": "#0891b2", "ar": "#6b7280"}
 
 
-def _figure(title: str, data: list[dict], *, xtitle: str, ytitle: str, empty: str = "",
+def _figure(title: str, data: list[dict], *, xtitle: str, ytitle: str, empty: str = "", compact: bool = False,
             **layout):
     import plotly.graph_objects as go  # light (no torch); kept local so import stays cheap
 
@@ -42,6 +43,11 @@ def _figure(title: str, data: list[dict], *, xtitle: str, ytitle: str, empty: st
         legend=dict(orientation="h", yanchor="top", y=-0.3, xanchor="left", x=0.0),
         hovermode="closest", bargap=0.15, hoverlabel=dict(bgcolor="white"),
     )
+    if compact:  # a live chart beside the panes: shorter, its legend on the title's line
+        base.update(height=170, margin=dict(l=48, r=8, t=30, b=36),
+                    legend=dict(orientation="h", yanchor="bottom", y=1.02, xanchor="right", x=1.0, font=dict(size=11)))
+        base["title"]["font"] = dict(size=13)
+        base["xaxis"]["title"]["standoff"] = 4
     if not data:
         base["annotations"] = [dict(text=empty or "Run a prompt to fill this chart.", showarrow=False,
                                     xref="paper", yref="paper", x=0.5, y=0.5,
@@ -75,7 +81,7 @@ def acceptance_figure(events: Sequence[Event], ar_events: Sequence[Event] = ()):
                      line=dict(color="#064e3b", width=3),
                      hovertemplate="cumulative %{y:.0%} after step %{x}<extra></extra>")]
     return _figure("Acceptance rate per step", data, xtitle="verification step",
-                   ytitle="drafts accepted", yaxis=dict(range=[0, 1.05], tickformat=".0%"))
+                   ytitle="drafts accepted", compact=True, yaxis=dict(range=[0, 1.05], tickformat=".0%"))
 
 
 def draft_length_figure(events: Sequence[Event], ar_events: Sequence[Event] = ()):
@@ -93,7 +99,7 @@ def draft_length_figure(events: Sequence[Event], ar_events: Sequence[Event] = ()
                 dict(type="scatter", mode="lines+markers", x=x, y=[s.draft_len for s in steps],
                      name="draft length", line=dict(color=COLORS["draft"], shape="hv", width=2.5),
                      marker=dict(size=7), hovertext=hover, hoverinfo="text")]
-    return _figure("Draft length per step", data, xtitle="verification step", ytitle="tokens",
+    return _figure("Draft length per step", data, xtitle="verification step", ytitle="tokens", compact=True,
                    yaxis=dict(rangemode="tozero", dtick=1), barmode="overlay")
 
 
@@ -208,7 +214,7 @@ class Chart:
     explanation: str       # ...and two sentences
     figure: Callable[[Sequence[Event], Sequence[Event]], Any]  # (speculative, autoregressive) -> figure
     live: bool = False     # redrawn while a run streams (from the speculative run so far)
-    row: int = 0           # the row of the page it sits in, from the top
+    row: int = 0           # 0: beside the panes on the first tab (stacked); 1, 2…: rows of "Inside a step"
 
 
 CHARTS: tuple[Chart, ...] = (
@@ -236,7 +242,7 @@ CHARTS: tuple[Chart, ...] = (
           "Drafting must stay cheap relative to the target (the cost coefficient c) or the saved "
           "forwards are spent again.",
           timing_figure, row=1),
-    Chart("experts-plot", "Experts touched per verification",
+    Chart(EXPERTS_PLOT, "Experts touched per verification",
           "One plain decoding step of a mixture-of-experts target (the 26B-A4B) reads top-k experts per "
           "layer; a verification of γ drafts sends γ+1 tokens, which may reach up to (γ+1)·top-k different "
           "experts. Every expert reached must be read from memory, which is why verifying drafts can cost a "

@@ -83,8 +83,11 @@ TOUR_STEPS: tuple[tuple[str, str], ...] = (
     ("#run", "Run generates with speculative decoding, then with plain decoding, and compares the speed."),
     ("#panes", "Left: the drafter's proposals as the target accepts or rejects them. Right: plain "
                "decoding, one target forward per token."),
-    ("#charts-title", "The charts show each step: acceptance, draft length, tokens per forward and timing. "
-                      "Below them: theory, a what-if, and a glossary of every term."),
+    ("#live-charts", "These charts fill as the run goes: the share of each step's drafts the target kept, "
+                     "and how many tokens the drafter proposed."),
+    ("#tabs", "The tabs hold the rest: Inside a step (scrub through the steps, every chart, the drafter's "
+              "anatomy), Measure (theory, what-if, when MTP helps) and Learn (what each panel shows, the "
+              "glossary)."),
 )
 
 
@@ -123,6 +126,17 @@ def glossary_html() -> str:
     rows = "".join(f'<dt data-term="{slug}">{html.escape(term)}</dt><dd>{html.escape(text)}</dd>'
                    for term, slug, text in GLOSSARY)
     return f'<div class="mv-glossary"><h3>Glossary</h3><dl>{rows}</dl></div>'
+
+
+def learn_html(tab_ids: Sequence[str]) -> str:
+    """The Learn tab's head: the tour, the tabs a link can open (``?tab=``), and what
+    every panel shows (its explanation, open)."""
+    rows = "".join(f'<dt data-explain-key="{html.escape(k)}">{html.escape(title)}</dt><dd>{html.escape(text)}</dd>'
+                   for k, (title, text) in EXPLAIN.items())
+    return ('<div class="mv-glossary mv-learn"><h3>Learn</h3><p><a href="#" data-tour-start>Take the tour</a> '
+            f'({len(TOUR_STEPS)} steps over the first tab), or read what each panel shows. A link opens a tab: '
+            f'add <code>?tab=</code> and one of {", ".join(f"<code>{html.escape(t)}</code>" for t in tab_ids)} '
+            f'to the address.</p><h3>What each panel shows</h3><dl>{rows}</dl></div>')
 
 
 def what_if_html(w: WhatIf | None,

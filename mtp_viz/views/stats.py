@@ -150,9 +150,12 @@ def _compare_div(speedup: float | None, spec_tps: float, ar_tps: float, basis: s
     if engine[0]:
         attrs += f' data-engine="{html.escape(engine[0])}"'
     body += engine_label(engine[1], compile_seconds) if body or speedup is not None else ""
+    # before the runs end, the badges' place says what will come there (not a lone ⓘ)
+    body = body or f'<span class="mv-empty">{WAITING}</span>'
     return f'<div id="compare" class="mv-compare"{attrs}>{body}</div>' + explain("compare", corner=True)
 
 
+WAITING = "The speedup, and whether both texts match, appear here once a run and its baseline have ended."
 CPU_NOTE = (". Timed on the engine thread's CPU clock: with one torch thread that is all of a "
             "run's work, and time spent waiting for a core or for the server is left out")
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+WAITING = "Waiting for a sweep: give both servers and press Sweep;<br>the chart fills level by level."
+
 
 def figures(rows: Sequence[Any]) -> list:
     """Speedup, throughput and acceptance against concurrency (plotly figures)."""
@@ -14,12 +16,17 @@ def figures(rows: Sequence[Any]) -> list:
     spec = by["speculative"]
 
     def fig(title, data, ytitle, yrange=None, shapes=()):
-        return go.Figure(data=data, layout=dict(
+        layout = dict(
             title=dict(text=title, x=0.01, xanchor="left", font=dict(size=14)), height=300,
             margin=dict(l=56, r=12, t=40, b=48), template="none", shapes=list(shapes),
             legend=dict(orientation="h", y=-0.25), xaxis=dict(title=dict(text="concurrent requests"), type="log",
                                                               tickvals=[r.concurrency for r in spec]),
-            yaxis=dict(title=dict(text=ytitle), range=yrange)), _validate=False)
+            yaxis=dict(title=dict(text=ytitle), range=yrange))
+        if not spec:  # before a sweep: say what fills the chart, not an empty axis from -1 to 4
+            layout.update(shapes=[], annotations=[dict(text=WAITING, showarrow=False, xref="paper", yref="paper",
+                                                       x=0.5, y=0.5, font=dict(size=13, color="#6b7280"))])
+            layout["xaxis"]["visible"] = layout["yaxis"]["visible"] = False
+        return go.Figure(data=data, layout=layout, _validate=False)
     x = [r.concurrency for r in spec]
     line = lambda xs, ys, name, **kw: dict(type="scatter", mode="lines+markers", x=xs, y=ys, name=name, **kw)  # noqa: E731
     speedup = fig("Speedup: speculative ÷ baseline", [
@@ -35,4 +42,4 @@ def figures(rows: Sequence[Any]) -> list:
     return [speedup, throughput, acceptance]
 
 
-__all__ = ["figures"]
+__all__ = ["WAITING", "figures"]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from browsing import PROMPT, open_app, open_settings
+from browsing import PROMPT, open_app, open_settings, open_tab
 from locations import ROOT
 
 pytestmark = pytest.mark.browser
@@ -101,6 +101,7 @@ def test_the_anatomy_panel_shows_the_loaded_pairs_layers_and_width(page, server,
     assert f"{t.num_hidden_layers} layers × width {t.hidden_size}" in text
     assert f"{d.num_hidden_layers} drafter layer" in text and "no clustered head" in text
     assert f"{2 * t.hidden_size} → {d.hidden_size}" in text  # the projection of the concatenated input
+    open_tab(page, "inside")                 # the anatomy's tab
     panel.scroll_into_view_if_needed()
     panel.screenshot(path=str(_shot(tmp_path, "anatomy.png")))
 

@@ -122,6 +122,14 @@ def test_unknown_parameters_are_named_but_not_echoed_at_length():
     assert link.problems[1] == "z" * 23 + "… (not a setting)"
 
 
+def test_a_tab_is_the_page_s_not_a_setting_and_a_bad_one_is_named():
+    limits = links.Limits(("tiny",), 64, 200, tabs=("decode", "measure"))
+    assert links.parse({"tab": "measure", "draft_tokens": "3"}, limits).problems == []   # the page's script opens it
+    assert links.parse({"tab": "measure"}, limits).values == {}
+    for bad in ("Measure", "servers", ""):
+        assert links.parse({"tab": bad}, limits).problems == ["tab (must be one of decode, measure)"], bad
+
+
 def test_the_built_link_parses_back_to_the_same_settings():
     values = {"prompt": "Résumé & <b>JSON</b>?\n", "model": "e2b", "draft_tokens": 5.0, "max_new_tokens": 64,
               "decoding": "sampling", "temperature": 0.8, "top_p": 0.95, "top_k": 40, "seed": 7,

@@ -151,10 +151,10 @@ def test_the_tour_shows_once_and_stays_dismissed(browser, url):
     try:
         page.goto(url)
         page.wait_for_selector("#tour", timeout=60_000)
-        assert "prompt" in page.inner_text("#tour").lower() and "1 / 4" in page.inner_text("#tour")
+        assert "prompt" in page.inner_text("#tour").lower() and "1 / 5" in page.inner_text("#tour")
         assert page.locator("#prompt.mv-tour-target").count() == 1
         page.click("#tour [data-tour='next']")
-        assert "2 / 4" in page.inner_text("#tour") and page.locator("#run.mv-tour-target").count() == 1
+        assert "2 / 5" in page.inner_text("#tour") and page.locator("#run.mv-tour-target").count() == 1
         page.click("#tour [data-tour='close']")
         page.wait_for_selector("body[data-tour='dismissed']", state="attached")
         assert page.locator("#tour").count() == 0
@@ -186,7 +186,8 @@ def test_glossary_explanations_and_the_what_if_of_a_trace(browser, url):
         page.wait_for_selector("#what-if tr[data-best]", state="attached", timeout=30_000)
         assert page.locator("#what-if tr[data-best]").count() == 1
         assert "estimate" in page.inner_text("#what-if")
-        page.click("#header a[href='#when-mtp-helps']")    # the header link opens the panel
+        page.click("#header a[href='#when-mtp-helps']")    # the header link opens its tab and the panel
+        assert page.evaluate("document.body.dataset.tab") == "measure"
         assert page.locator("#when-mtp-helps details.mv-when-box").evaluate("e => e.open")
         assert page.locator("#when-mtp-helps li[data-category]").count() == 6
     finally:

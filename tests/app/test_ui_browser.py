@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from browsing import PROMPT, in_view, new_page, open_app, open_settings, upload_trace
+from browsing import PROMPT, in_view, new_page, open_app, open_settings, open_tab, upload_trace
 from locations import ROOT
 from serving import serve, serve_modelless
 
@@ -232,6 +232,7 @@ def test_a_downloaded_trace_uploaded_again_reproduces_the_run(page, tmp_path):
     page.wait_for_selector("#status:has-text('Done')", timeout=180_000)
     spans = {pane: page.locator(f"#{pane}-output span.tok").evaluate_all(SPANS_JS) for pane in ("spec", "ar")}
     assert spans["spec"] and spans["ar"]
+    open_tab(page, "inside")
     page.wait_for_selector("#trace-download:not([disabled])", timeout=30_000)
     with page.expect_download() as download:
         page.click("#trace-download")
@@ -254,13 +255,15 @@ def test_scrubbing_to_a_step_shows_exactly_the_tokens_up_to_it(browser, modelles
         page.goto(modelless_server)
         page.wait_for_selector("#model-status:has-text('no model')", timeout=60_000)
         upload_trace(page, path)
+        open_tab(page, "inside")
         box = page.locator("#scrub input[type='number']")
         page.wait_for_function("() => !document.querySelector('#scrub input[type=number]').disabled",
                                timeout=30_000)
         for s in (5, 2):
             box.fill(str(s))
             box.press("Enter")
-            page.wait_for_selector(f"#status:has-text('After step {s} ')", timeout=30_000)
+            # #status is the Decode tab's: in the page, not on screen, while the scrubber's tab is open
+            page.wait_for_selector(f"#status:has-text('After step {s} ')", state="attached", timeout=30_000)
             # (kind, bonus kind, step) of every token: the title of a span starts with its step
             want = [(e.type, e.kind if e.type == "bonus" else "", e.step) for e in spec
                     if e.type in ("accepted", "rejected", "bonus") and e.step <= s]
@@ -306,6 +309,7 @@ def test_a_run_exports_an_offline_page_csv_and_png(browser, page, tmp_path):
     page.click("#run")
     page.wait_for_selector("#status:has-text('Done')", timeout=180_000)
     spans = page.locator("#spec-output span.tok").evaluate_all(SPANS_JS)
+    open_tab(page, "inside")
     files = {}
     for hook, name in (("export-html", "run.html"), ("export-csv", "steps.csv"), ("trace-download", "t.jsonl")):
         page.wait_for_selector(f"#{hook}:not([disabled])", timeout=30_000)
@@ -334,6 +338,7 @@ def test_a_run_exports_an_offline_page_csv_and_png(browser, page, tmp_path):
         context.close()
 
     # charts as PNG: the chart's own toolbar
+    open_tab(page, "decode")
     page.hover("#acceptance-plot .js-plotly-plot")
     with page.expect_download() as download:
         page.locator("#acceptance-plot .modebar-btn[data-title='Download plot as a PNG']").click()
@@ -366,9 +371,10 @@ def test_first_screen_labels_examples_draws_its_info_icons_and_shows_the_dashboa
         assert box and box["width"] >= 10 and box["height"] >= 10
 
         assert page.locator("[role='tab']:has-text('vLLM dashboard')").count() == 0
+        open_tab(page, "servers")                            # the dashboard: a section of the Servers tab
         assert page.locator("#dashboard-title").inner_text().startswith("vLLM dashboard")
-        page.locator("#dashboard-url").scroll_into_view_if_needed()
-        assert page.locator("#dashboard-url").get_by_role("textbox").is_visible()  # no tab to click first
+        assert page.locator("#dashboard-url").get_by_role("textbox").is_visible()
+        open_tab(page, "decode")
         page.evaluate("window.scrollTo(0, 0)")
         page.screenshot(path=str(tmp_path / "first-screen.png"))
     finally:

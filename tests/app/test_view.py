@@ -197,3 +197,17 @@ def test_a_traces_reason_and_cut_reach_the_draft_length_hover_escaped():
     fig = charts.draft_length_figure(events)
     hover = " ".join(fig.to_dict()["data"][1]["hovertext"])
     assert "<img" not in hover and hover.count("&lt;img src=x onerror=alert(1)&gt;") == 2
+
+
+def test_what_waits_for_data_says_so():
+    """Before a run the badges' place holds a sentence (not a lone ⓘ), and before a sweep
+    each Traffic chart says it waits for one, with no empty axis; with rows it draws them."""
+    from types import SimpleNamespace
+    from mtp_viz.views import traffic
+    empty = stats.compare_html(stats.RunStats(), stats.RunStats(), greedy=True)
+    assert stats.WAITING in empty and 'data-explain="compare"' in empty
+    for fig in traffic.figures([]):
+        assert fig.layout.annotations[0].text == traffic.WAITING and fig.layout.yaxis.visible is False
+    rows = [SimpleNamespace(server=s, concurrency=c, speedup=1.2, tpot_ratio=1.1, tokens_per_second=50.0,
+                            acceptance_rate=0.6) for s in ("speculative", "baseline") for c in (1, 2)]
+    assert all(not fig.layout.annotations and fig.data for fig in traffic.figures(rows))

@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from browsing import new_page
+from browsing import new_page, open_tab
 from real_vllm import PROMPTS, server_url
 from serving import serve_modelless
 
@@ -105,14 +105,14 @@ def test_the_vllm_source_shows_the_servers_tokens_and_rejection_counts(page, ser
     assert page.locator("#ar-output span.tok[data-kind='token']").count() == MAX_NEW
     assert "token-identical" in page.inner_text("#compare")
     assert "not reported" in page.inner_text("#theory-panel")
-    page.wait_for_selector("#what-if:has-text('Not for this run')", timeout=30_000)
+    page.wait_for_selector("#what-if:has-text('Not for this run')", state="attached", timeout=30_000)
     page.wait_for_selector("#acceptance-plot .js-plotly-plot g.trace", state="attached", timeout=30_000)
     assert "no draft or verify times" in page.inner_text("#timing-plot")
 
 
 def test_the_dashboard_charts_the_servers_traffic(page, servers):
     url, baseline = servers
-    page.locator("#vllm-dashboard").scroll_into_view_if_needed()  # a section of the page, not a tab
+    open_tab(page, "servers")
     page.locator("#dashboard-url").get_by_role("textbox").fill(url)
     page.click("#dashboard-watch")
     page.wait_for_selector("#dashboard-summary:has-text('verify steps')", timeout=60_000)
@@ -136,7 +136,7 @@ def test_the_traffic_panel_sweeps_both_servers_and_stop_ends_a_sweep(page, serve
     data, a table of four rows and identical greedy outputs; then a longer sweep that
     Stop ends after its first level."""
     url, baseline = servers
-    page.locator("#vllm-traffic").scroll_into_view_if_needed()
+    open_tab(page, "servers")
     page.locator("#traffic-url").get_by_role("textbox").fill(url)
     page.locator("#traffic-baseline-url").get_by_role("textbox").fill(baseline)
     page.locator("#traffic-levels").get_by_role("textbox").fill("1,2")

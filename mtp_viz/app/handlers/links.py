@@ -1,7 +1,8 @@
 """Deep links: the URL query that restores the prompt, the model pair and the settings.
 
 A teacher hands the room one link, e.g.
-``?prompt=def%20f(x)%3A&model=tiny&draft_tokens=6&max_new_tokens=32&decoding=greedy``.
+``?prompt=def%20f(x)%3A&model=tiny&draft_tokens=6&max_new_tokens=32&decoding=greedy``,
+plus ``&tab=measure`` to open a tab other than the first.
 The parameter names are a contract (README, "Links and presenter mode"). Pure: query
 parameters in, form values and problems out; no gradio here.
 """
@@ -17,8 +18,9 @@ from mtp_viz.engine.schedules import SCHEDULES
 from mtp_viz.sources.precision import PRECISIONS
 
 # Parameters that belong to the page itself, not to the form: presenter mode (read by
-# the page's script, which knows only "1") and Gradio's own (``view=api``, ``__theme=dark``).
-PAGE_PARAMS = ("presenter", "view")
+# the page's script, which knows only "1"), the tab it opens on (read by the tabs' script,
+# which knows only the page's tab ids) and Gradio's own (``view=api``, ``__theme=dark``).
+PAGE_PARAMS = ("presenter", "tab", "view")
 PRESENTER = ("1",)
 DECODINGS = ("greedy", "sampling")
 SAMPLING_ONLY = ("temperature", "top_p", "top_k", "seed")
@@ -31,6 +33,7 @@ class Limits:
     max_new_tokens: int              # the deployment's cap
     prompt_chars: int                # a cheap bound on the prompt (see form.check_prompt)
     draft_tokens: int = 16
+    tabs: tuple[str, ...] = ()       # the page's tab ids, for ?tab= (first: the one it opens on)
 
 
 @dataclass
@@ -112,6 +115,8 @@ def parse(params: Mapping[str, str], limits: Limits) -> Link:
     for key, raw in params.items():
         if key == "presenter" and raw not in PRESENTER:  # the script ignores it: say so
             link.problems.append("presenter (must be 1)")
+        if key == "tab" and raw not in limits.tabs:  # the script opens the first tab instead: say so
+            link.problems.append(f"tab (must be one of {', '.join(limits.tabs)})")
         if key in PAGE_PARAMS or key.startswith("__"):
             continue
         if key not in table:

@@ -210,18 +210,19 @@ class Handlers(Recorded):
 
     def experts_switch(self, key: str, custom_target: str, custom_drafter: str, target_precision: Any = None,
                        drafter_precision: Any = None, compiled: Any = None):
-        """``#experts`` for the picked pair once it is loaded: on offer for a mixture of
-        experts, off with the reason for a dense one (else unchanged)."""
+        """``#experts`` and the experts chart for the picked pair once it is loaded: on
+        offer and shown for a mixture of experts; for a dense one the switch off with the
+        reason and the chart hidden, since it cannot apply (else both unchanged)."""
         try:
             st = self.loader.state(*self.asked(key, custom_target, custom_drafter, target_precision,
                                                drafter_precision, compiled))
         except UserError:
-            return gr.skip()
+            return gr.skip(), gr.skip()
         if st.status != "ready":
-            return gr.skip()
+            return gr.skip(), gr.skip()
         if st.pair.is_moe:
-            return gr.update(interactive=True, info=EXPERTS_ON)
-        return gr.update(value=False, interactive=False, info=charts.DENSE)
+            return gr.update(interactive=True, info=EXPERTS_ON), gr.update(visible=True)
+        return gr.update(value=False, interactive=False, info=charts.DENSE), gr.update(visible="hidden")
 
     # ------------------------------------------------------------ runs
 

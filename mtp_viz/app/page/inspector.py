@@ -78,12 +78,15 @@ STYLE = """<style>
 </style>"""
 
 
-def components() -> tuple[gr.HTML, gr.HTML]:
-    """``#inspector`` (a floating panel, empty until a token is clicked) and ``#anatomy``."""
-    panel = gr.HTML("", elem_id="inspector", js_on_load=JS, head=STYLE, padding=False)
+def floating() -> gr.HTML:
+    """``#inspector``: a floating panel, empty until a token is clicked."""
+    return gr.HTML("", elem_id="inspector", js_on_load=JS, head=STYLE, padding=False)
+
+
+def anatomy_panel() -> gr.HTML:
+    """``#anatomy`` under its title, drawn once a pair is loaded."""
     gr.Markdown("### Anatomy of the MTP drafter", elem_id="anatomy-title")
-    drawing = gr.HTML(anatomy.anatomy_html(None), elem_id="anatomy", padding=False)
-    return panel, drawing
+    return gr.HTML(anatomy.anatomy_html(None), elem_id="anatomy", padding=False)
 
 
 def inspect(sess: Any, evt: gr.EventData) -> str:
@@ -130,4 +133,4 @@ def attach(h, session: gr.State, panel: gr.HTML, drawing: gr.HTML, load_inputs: 
         ev.then(redraw, [*load_inputs, session], drawing, queue=False, show_progress="hidden", **hidden)
 
 
-__all__ = ["components", "attach", "inspect", "anatomy_for"]
+__all__ = ["floating", "anatomy_panel", "attach", "inspect", "anatomy_for"]

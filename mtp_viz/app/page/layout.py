@@ -26,15 +26,16 @@ from mtp_viz.app.handlers.vllm import VllmHandlers
 from mtp_viz.app.runtime import runs, service
 from mtp_viz.app.runtime.guard import ServerPolicy
 from mtp_viz.views import charts, explain, stats, tokens
+from mtp_viz.views.charts import EXPERTS_PLOT
 from mtp_viz.engine.drafters import DRAFTERS
 from mtp_viz.engine.schedules import SCHEDULES
 
-from . import inspector, teach, vllm, wiring
+from . import inspector, tabs, teach, vllm, wiring
 from .controls import Dropdown
 
-INTRO = ("A small <b>drafter</b> guesses the next few tokens; the <b>target</b> checks them all in one "
-         "forward pass, keeps the longest correct prefix and adds one token of its own. Same text as "
-         "plain decoding, fewer slow target forwards.")
+# One line at 1280 px, so the first tab keeps its charts on screen; the Learn tab and the
+# tour say the rest.
+INTRO = "the <b>drafter</b> guesses, the <b>target</b> checks its guesses in one pass."
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,9 @@ def _first_pair(presets: dict, allow: service.AllowList, target: str | None, dra
 def _prompt_column(first: FirstPair) -> dict[str, Any]:
     """The prompt, Run and its neighbours, the status and the step caption."""
     examples = wiring.examples_for(first.key)
-    prompt = gr.Textbox(label="Prompt", lines=3, max_lines=3, elem_id="prompt",
+    # its label said what the box and the tour say: the height goes to the panes
+    prompt = gr.Textbox(label="Prompt", show_label=False, lines=3, max_lines=3, elem_id="prompt",
+                        placeholder="Type a prompt, or pick one of the example prompts beside Run",
                         value=examples[0].text if examples else "")
     with gr.Row(elem_id="buttons"):
         c = dict(
@@ -105,7 +108,8 @@ def _model_column(first: FirstPair, choices: list, policy: ServerPolicy, cap: in
     settings every run changes."""
     custom = first.key == CUSTOM
     with gr.Row():
-        model = Dropdown(choices, value=first.key, label="Model pair", scale=4, elem_id="model")
+        # labelled inline like the example prompts (app.css): a first screen that fits its charts
+        model = Dropdown(choices, value=first.key, label="Model pair", scale=4, elem_id="model", container=False)
         load_btn = gr.Button("Load", size="sm", elem_id="load", scale=0, min_width=60)
     with gr.Row(visible=custom) as custom_row:
         custom_target = gr.Textbox(first.target if custom else "", label="Custom target",
@@ -131,17 +135,22 @@ def _pane(title: str, key: str, placeholder: str) -> tuple[gr.HTML, gr.HTML]:
     return pane, line
 
 
-def _panes() -> dict[str, Any]:
-    """The speedup, both token panes and the legend."""
+def _panes(figures: dict, beside: list[charts.Chart]) -> dict[str, Any]:
+    """The speedup, then the race: both token panes and the legend, beside the first row
+    of charts, stacked (``#live-charts``: the ones drawn while a run streams)."""
     compare = gr.HTML(stats.compare_html(stats.RunStats(), stats.RunStats(), greedy=True),
                       elem_id="compare-panel", padding=False)
-    with gr.Row(equal_height=False, elem_id="panes"):
-        spec, spec_stats = _pane("Speculative · drafter proposes, target verifies", "spec",
-                                 "Tokens appear here as they are verified.")
-        ar, ar_stats = _pane("Autoregressive · one target forward per token", "ar",
-                             "The baseline takes turns with the speculative run.")
-    gr.HTML(tokens.legend_html() + explain.explain("legend", corner=True), elem_id="legend", padding=False)
-    return dict(compare=compare, spec=spec, spec_stats=spec_stats, ar=ar, ar_stats=ar_stats)
+    with gr.Row(equal_height=False, elem_id="race"):
+        with gr.Column(scale=7, min_width=480):
+            with gr.Row(equal_height=False, elem_id="panes"):
+                spec, spec_stats = _pane("Speculative · drafter proposes, target verifies", "spec",
+                                         "Tokens appear here as they are verified.")
+                ar, ar_stats = _pane("Autoregressive · one target forward per token", "ar",
+                                     "The baseline takes turns with the speculative run.")
+            gr.HTML(tokens.legend_html() + explain.explain("legend", corner=True), elem_id="legend", padding=False)
+        with gr.Column(scale=3, min_width=300, elem_id="live-charts"):
+            plots = _plots(figures, beside)
+    return dict(compare=compare, spec=spec, spec_stats=spec_stats, ar=ar, ar_stats=ar_stats, plots=plots)
 
 
 def _traces(h: Handlers) -> dict[str, Any]:
@@ -211,15 +220,11 @@ def _settings(first: FirstPair, allow: service.AllowList) -> dict[str, Any]:
     return c
 
 
-def _charts(figures: dict) -> dict[str, gr.Plot]:
-    """Every chart of :data:`charts.CHARTS`, in its row, under one row of explanations."""
-    gr.Markdown("### What happened, step by step", elem_id="charts-title")
-    gr.HTML(explain.explanations([c.id for c in charts.CHARTS], "About the charts:"), padding=False)
-    plots = {}
-    for row in charts.rows():
-        with gr.Row():
-            plots.update({c.id: gr.Plot(figures[c.id], elem_id=c.id, show_label=False) for c in row})
-    return plots
+def _plots(figures: dict, row: list[charts.Chart]) -> dict[str, gr.Plot]:
+    """The plots of ``row``; the experts chart only once a mixture-of-experts pair is
+    loaded (``Handlers.experts_switch``): on a dense pair it cannot apply."""
+    return {c.id: gr.Plot(figures[c.id], elem_id=c.id, show_label=False,
+                          visible="hidden" if c.id == EXPERTS_PLOT else True) for c in row}
 
 
 def _theory() -> gr.HTML:
@@ -228,22 +233,45 @@ def _theory() -> gr.HTML:
     return gr.HTML(tokens.placeholder_html("Appears after a run."), elem_id="theory-panel")
 
 
-def _page(app: AppState, first: FirstPair, choices: list, policy: ServerPolicy) -> wiring.Page:
-    """The main page's components, top to bottom."""
+def _servers(app: AppState, policy: ServerPolicy) -> None:
+    vllm.dashboard_section(app.vllm)
+    vllm.traffic_section(TrafficHandlers(policy))
+
+
+def _page(app: AppState, first: FirstPair, choices: list, policy: ServerPolicy) -> tuple[wiring.Page, list]:
+    """The main page's components, tab by tab (the tabs returned, for their script)."""
     h = app.handlers
-    gr.HTML(f'<div class="mv-title"><b>mtp-viz</b> · speculative decoding, made visible. '
+    gr.HTML(f'<div class="mv-title"><b>mtp-viz</b> · speculative decoding, made visible: '
             f'<span>{INTRO}</span> {explain.header_links()}</div>', elem_id="header", padding=False)
-    with gr.Row(elem_id="top-row", equal_height=False):
-        with gr.Column(scale=6, min_width=440):
-            top = _prompt_column(first)
-        with gr.Column(scale=4, min_width=360):
-            top.update(_model_column(first, choices, policy, h.cap))
-    c = {**top, **_panes(), **_traces(h)}
-    c["hint"] = gr.HTML(wiring.hint_html(h.presets, first.key, first.note), elem_id="model-hint")
-    c.update(_settings(first, app.loader.allow), timer=gr.Timer(1.0, active=False), plots=_charts(h.empty_figures),
-             theory=_theory(), what_if=teach.sections())
-    c["inspector_panel"], c["anatomy_panel"] = inspector.components()  # #inspector floats over the page
-    return wiring.Page(**c, session=gr.State(None))
+    shown = [tabs.DECODE, tabs.INSIDE, tabs.MEASURE, *([tabs.SERVERS] if policy.offered else []), tabs.LEARN]
+    tabs.bar(shown)
+    first_row, *rows = charts.rows()  # the first beside the panes, the rest on Inside a step
+    with tabs.panel(tabs.DECODE):  # the first screen: a 1280x720 projector, its charts included
+        with gr.Row(elem_id="top-row", equal_height=False):
+            with gr.Column(scale=6, min_width=440):
+                c = _prompt_column(first)
+            with gr.Column(scale=4, min_width=360):
+                c.update(_model_column(first, choices, policy, h.cap))
+        c.update(_panes(h.empty_figures, first_row))
+        c["hint"] = gr.HTML(wiring.hint_html(h.presets, first.key, first.note), elem_id="model-hint")
+        c.update(_settings(first, app.loader.allow), timer=gr.Timer(1.0, active=False))
+    with tabs.panel(tabs.INSIDE):
+        c.update(_traces(h))
+        gr.Markdown("### What happened, step by step", elem_id="charts-title")
+        gr.HTML(explain.explanations([ch.id for ch in charts.CHARTS], "About the charts:"), padding=False)
+        for row in rows:
+            with gr.Row():
+                c["plots"].update(_plots(h.empty_figures, row))
+        c["anatomy_panel"] = inspector.anatomy_panel()
+    with tabs.panel(tabs.MEASURE):
+        c.update(theory=_theory(), what_if=teach.measure_sections())
+    if policy.offered:
+        with tabs.panel(tabs.SERVERS):
+            _servers(app, policy)
+    with tabs.panel(tabs.LEARN):
+        teach.learn_section([t.id for t in shown])
+    c["inspector_panel"] = inspector.floating()  # floats over whichever tab is open
+    return wiring.Page(**c, session=gr.State(None)), shown
 
 
 def build_demo(loader: service.PairLoader | None = None, target: str | None = None,
@@ -267,10 +295,9 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
     app = AppState(loader, h, VllmHandlers(h, policy))
     # delete_cache: uploads and downloads leave Gradio's cache after an hour (a Space runs for weeks)
     with gr.Blocks(title="mtp-viz: speculative decoding, made visible", delete_cache=(1800, 3600)) as demo:
-        wiring.wire(demo, _page(app, first, choices, policy), h, app.vllm)
-        if policy.offered:
-            vllm.dashboard_section(app.vllm)
-            vllm.traffic_section(TrafficHandlers(policy))
+        page, shown = _page(app, first, choices, policy)
+        tabs.wire(demo, shown)  # before the page script: the tour and in-page links open tabs
+        wiring.wire(demo, page, h, app.vllm, tuple(t.id for t in shown))
         gr.api(h.api_generate, api_name="generate", concurrency_id="local", concurrency_limit=service.WAITING)
     demo.mtp_app = app  # type: ignore[attr-defined]
     return demo

@@ -1,6 +1,7 @@
 """The page's teaching features, wired into gradio: the what-if estimate, the "when does
 MTP help?" panel, the glossary, the first-visit tour, presenter mode, deep links and the
-Copy link button. Layout in :func:`sections`; the rest is events, in :func:`wire`.
+Copy link button. Layout in :func:`measure_sections` and :func:`learn_section`; the rest
+is events, in :func:`wire`.
 Rendering lives in :mod:`mtp_viz.views.explain`, link parsing in
 :mod:`mtp_viz.app.handlers.links`.
 """
@@ -64,15 +65,20 @@ def when_helps() -> str:
     return explain.when_helps_html(suite["categories"], titles, measured_results(), MOE_NOTE)
 
 
-def sections() -> gr.HTML:
-    """What goes under the theory panel: the what-if (returned: runs update it), the
-    "when does MTP help?" panel and the glossary."""
+def measure_sections() -> gr.HTML:
+    """The Measure tab's teaching: the what-if (returned: runs update it) and the "when
+    does MTP help?" panel (prompt categories, measured results, the MoE caveat)."""
     what_if = gr.HTML(explain.what_if_html(None), elem_id="what-if", padding=False)
     summary = "When does MTP help? Prompt categories, measured results, the mixture-of-experts caveat"
     gr.HTML(f'<details class="mv-when-box"><summary>{summary}</summary>{when_helps()}</details>',
             elem_id="when-mtp-helps", padding=False)
-    gr.HTML(explain.glossary_html(), elem_id="glossary", padding=False)
     return what_if
+
+
+def learn_section(tab_ids: list[str]) -> None:
+    """The Learn tab: the tour, the tabs a link opens, what each panel shows, the glossary."""
+    gr.HTML(explain.learn_html(tab_ids), elem_id="learn", padding=False)
+    gr.HTML(explain.glossary_html(), elem_id="glossary", padding=False)
 
 
 def wire(demo: gr.Blocks, form: dict, status: gr.HTML, limits: links.Limits) -> Any:
@@ -103,10 +109,14 @@ def wire(demo: gr.Blocks, form: dict, status: gr.HTML, limits: links.Limits) -> 
     return demo.load(restore, None, comps + [status], **hidden)
 
 
-# The query the server built, made absolute against this page's address, copied to the
-# clipboard where the browser allows, and shown in #status as <code id="share-url">.
+# The query the server built, plus the open tab unless it is the first, made absolute
+# against this page's address, copied to the clipboard where the browser allows, and shown
+# in #status as <code id="share-url">.
 SHARE_JS = """(q) => {
-  const url = location.origin + location.pathname + (q || '');
+  q = q || '?';
+  const tab = document.body.dataset.tab, first = document.querySelector('#tabs [data-tab]');
+  if (tab && first && tab !== first.dataset.tab) q += (q.length > 1 ? '&' : '') + 'tab=' + encodeURIComponent(tab);
+  const url = location.origin + location.pathname + (q.length > 1 ? q : '');
   try { navigator.clipboard.writeText(url).catch(() => {}); } catch (e) {}
   const esc = s => s.replace(/[&<>"']/g, c => '&#' + c.charCodeAt(0) + ';');
   return '<div class="mv-msg mv-msg-info mv-share">Link to these settings (copied):'
@@ -117,26 +127,51 @@ SHARE_JS = """(q) => {
 def page_script() -> str:
     """Runs once in the browser on load: presenter mode from the address, and the tour
     (shown until finished or closed once; the header's Tour link starts it again).
-    ``body[data-tour]`` says "shown" or "dismissed" once the script has decided."""
+    ``body[data-tour]`` says "shown" or "dismissed" once the script has decided.
+
+    The card sits in the page (``position: absolute``), so it scrolls with what it
+    points at, and beside its target where it covers neither the target nor Run's row
+    (``#buttons``): below, right, above or left, the first that fits the window; the
+    page's layout changing (a run filling the panes) places it again. A target in a
+    hidden tab opens that tab first (``window.__mvShowTab``, from :mod:`.tabs`)."""
     return """() => {
   const KEY = %s, STEPS = %s;
   if (new URLSearchParams(location.search).get('presenter') === '1') document.body.classList.add(%s);
   let card = null, at = 0;
+  const openTab = el => { const p = el && el.closest('.mv-tabpanel');
+    if (p && window.__mvShowTab) window.__mvShowTab(p.id.replace(/^tab-/, '')); };
   const clear = () => document.querySelectorAll('.mv-tour-target').forEach(e => e.classList.remove('mv-tour-target'));
   const end = () => { clear(); if (card) card.remove(); card = null; document.body.dataset.tour = 'dismissed';
     try { localStorage.setItem(KEY, '1'); } catch (e) {} window.scrollTo(0, 0); };
+  const hits = (a, b) => a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
+  const place = () => {
+    if (!card) return;
+    const el = document.querySelector(STEPS[at].selector), w = card.offsetWidth, h = card.offsetHeight;
+    const W = document.documentElement.clientWidth, H = window.innerHeight, gap = 10;
+    const r = el ? el.getBoundingClientRect() : {left: 16, right: 16, top: 16, bottom: 16};
+    const keep = [r, ...[...document.querySelectorAll('#buttons')].map(e => e.getBoundingClientRect())];
+    const spots = [[r.left, r.bottom + gap], [r.right + gap, r.top], [r.left, r.top - h - gap], [r.left - w - gap, r.top],
+                   [W - w - 16, H - h - 16], [16, H - h - 16]];
+    let best = null;
+    for (const [x0, y0] of spots) {
+      const x = Math.max(8, Math.min(x0, W - w - 8)), y = Math.max(8, Math.min(y0, H - h - 8));
+      const box = {left: x, right: x + w, top: y, bottom: y + h};
+      if (!keep.some(k => hits(box, k))) { best = [x, y]; break; }
+    }
+    best = best || [Math.max(8, W - w - 16), Math.max(8, H - h - 16)];
+    card.style.left = (best[0] + window.scrollX) + 'px';
+    card.style.top = (best[1] + window.scrollY) + 'px';
+  };
   const show = () => {
     clear();
     const step = STEPS[at], el = document.querySelector(step.selector);
-    if (el) { el.scrollIntoView({block: 'center'}); el.classList.add('mv-tour-target'); }
+    openTab(el);
+    if (el) { el.scrollIntoView({block: 'nearest'}); el.classList.add('mv-tour-target'); }
     card.querySelector('.mv-tour-text').textContent = step.text;
     card.querySelector('.mv-tour-count').textContent = (at + 1) + ' / ' + STEPS.length;
     card.querySelector('[data-tour=back]').disabled = at === 0;
     card.querySelector('[data-tour=next]').textContent = at === STEPS.length - 1 ? 'Done' : 'Next';
-    const r = el ? el.getBoundingClientRect() : {left: 16, bottom: 16, top: 16};
-    const below = r.bottom + 170 < window.innerHeight;
-    card.style.left = Math.max(8, Math.min(r.left, window.innerWidth - 360)) + 'px';
-    card.style.top = (below ? r.bottom + 8 : Math.max(8, r.top - 158)) + 'px';
+    place();
   };
   const start = () => {
     if (!card) {
@@ -154,14 +189,19 @@ def page_script() -> str:
     }
     at = 0; show(); document.body.dataset.tour = 'shown';
   };
+  // a run fills the panes, a tab opens, the window changes size: the card moves with its target
+  new ResizeObserver(() => place()).observe(document.body);
+  window.addEventListener('resize', place);
   document.addEventListener('click', ev => {
     if (ev.target.closest('[data-tour-start]')) { ev.preventDefault(); start(); }
     if (ev.target.closest('#share-link')) { const b = document.querySelector('#share-build'); if (b) b.click(); }
     // in-page links scroll here: Gradio's <base href> would turn "#x" into a new page load
-    // that drops the deep link; a link to a collapsed section opens it
+    // that drops the deep link; a link to a section of another tab opens it, and a link to a
+    // collapsed section opens that
     const to = ev.target.closest('.mv-links a[href^="#"]'), el = to && document.querySelector(to.getAttribute('href'));
     if (!el) return;
     ev.preventDefault();
+    openTab(el);
     const box = el.querySelector('details');
     if (box) box.open = true;
     el.scrollIntoView({block: 'start'});

@@ -17,7 +17,7 @@ from mtp_viz.app.handlers import links
 from mtp_viz.app.handlers.local import CUSTOM, OUTPUTS, Handlers
 from mtp_viz.app.handlers.vllm import HINT, VllmHandlers, capabilities
 from mtp_viz.app.runtime import service
-from mtp_viz.views import tokens
+from mtp_viz.views import charts, tokens
 from mtp_viz.prompts import Prompt, category_suite, code_suite, load_prompts
 
 from . import inspector, teach, vllm
@@ -133,9 +133,9 @@ def hint_html(presets: dict, key: str, note: str = "") -> str:
 
 # ---------------------------------------------------------------- events
 
-def wire(demo: gr.Blocks, page: Page, h: Handlers, vh: VllmHandlers) -> None:
-    """Every event of the main page."""
-    loads = _wire_model(demo, page, h, vh)
+def wire(demo: gr.Blocks, page: Page, h: Handlers, vh: VllmHandlers, tabs: tuple[str, ...] = ()) -> None:
+    """Every event of the main page (``tabs``: the page's tab ids, which a link may name)."""
+    loads = _wire_model(demo, page, h, vh, tabs)
     started = _wire_runs(page, h, vh)
     for ev in started.values():  # download and scrub what the panes show
         ev.then(h.download_files, page.session, [page.trace_download, page.export_html, page.export_csv],
@@ -147,8 +147,10 @@ def wire(demo: gr.Blocks, page: Page, h: Handlers, vh: VllmHandlers) -> None:
                         **HIDDEN)
     inspector.attach(h, page.session, page.inspector_panel, page.anatomy_panel, page.pair(), loads,
                      [started["run"]])
-    for ev in [*loads, started["run"]]:  # Count experts follows the pair once it is loaded
-        ev.then(h.experts_switch, page.pair(), page.experts, queue=False, show_progress="hidden", **HIDDEN)
+    # Count experts and its chart follow the pair once it is loaded (a dense pair: neither)
+    for ev in [*loads, started["run"]]:
+        ev.then(h.experts_switch, page.pair(), [page.experts, page.plots[charts.EXPERTS_PLOT]], queue=False,
+                show_progress="hidden", **HIDDEN)
     # a new run, a measurement, a race replay or a trace: the old token's inspector goes
     gr.on([page.run_btn.click, page.measure_btn.click, page.replay_btn.click, page.trace_upload.upload,
            page.trace_example.change], lambda: "", None, page.inspector_panel, queue=False, **HIDDEN)
@@ -162,7 +164,7 @@ def wire(demo: gr.Blocks, page: Page, h: Handlers, vh: VllmHandlers) -> None:
     page.next_btn.click(h.next_step, page.session, page.status, queue=False, **HIDDEN)
 
 
-def _wire_model(demo: gr.Blocks, page: Page, h: Handlers, vh: VllmHandlers) -> list:
+def _wire_model(demo: gr.Blocks, page: Page, h: Handlers, vh: VllmHandlers, tabs: tuple[str, ...]) -> list:
     """The picker, Load, the deep link (which sets the controls and says where the pair it
     names stands, never loading or compiling it: the visitor presses Load or Run) and the
     loading timer. Returns the events that report a pair's loading, for what follows them."""
@@ -185,7 +187,7 @@ def _wire_model(demo: gr.Blocks, page: Page, h: Handlers, vh: VllmHandlers) -> l
     gr.on([page.target_precision.change, page.drafter_precision.change, page.compile.change], h.tick, pair,
           shown, queue=False,
           show_progress="hidden", **HIDDEN)
-    limits = links.Limits(tuple(h.presets), h.cap, 16 * h.prompt_cap)
+    limits = links.Limits(tuple(h.presets), h.cap, 16 * h.prompt_cap, tabs=tabs)
     restored = teach.wire(demo, page.form(), page.status, limits)  # deep link, Copy link, tour, presenter mode
     # Three triggers, but not one gr.on: the link's status line must follow its restore (a
     # .then is no trigger gr.on takes); the link and the timer only report, never load.
