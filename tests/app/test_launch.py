@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from browsing import new_page
+from browsing import new_page, open_settings
 from locations import ROOT
 from real_llamacpp import free_port
 import serving  # noqa: F401 - its import exempts the loopback address from any proxy
@@ -75,6 +75,7 @@ def test_launch_opens_ready_on_the_bundled_pair_by_name_with_a_code_prompt(tiny_
     bundled pair's name, not its folders; its first prompt is code, the chat template off."""
     import mtp_viz
     from mtp_viz.prompts import code_suite, load_prompts
+    from mtp_viz.sources.presets import resolve
     port = free_port()
     demo = mtp_viz.launch(tiny_in_memory, port=port)
     try:
@@ -82,7 +83,7 @@ def test_launch_opens_ready_on_the_bundled_pair_by_name_with_a_code_prompt(tiny_
         assert app.loader.state(*app.default).status == "ready" and app.default == ("tiny", None)
         page = new_page(browser)
         seen = []
-        page.expose_function("seen", seen.append)
+        page.expose_function("seen", lambda text: seen.append(text))
         page.add_init_script("""new MutationObserver(() => { const s = document.querySelector('#model-status');
             if (s) window.seen(s.innerText); }).observe(document, {subtree: true, childList: true,
             characterData: true});""")
@@ -91,8 +92,10 @@ def test_launch_opens_ready_on_the_bundled_pair_by_name_with_a_code_prompt(tiny_
         assert not [s for s in seen if "Loading" in s], seen
         assert page.locator("#model input").input_value() == "Bundled tiny pair (offline, CPU)"
         assert page.locator("#prompt textarea").input_value() == load_prompts(code_suite())[0].text
+        open_settings(page)
         assert not page.locator("#chat input").is_checked()
-        assert "/tiny/target" not in page.content() and "/tiny/drafter" not in page.content()
+        folders = resolve("tiny")
+        assert not [f for f in folders if f in page.content()]  # the machine's paths (anatomy, picker, hint)
         page.close()
     finally:
         demo.close()
@@ -118,7 +121,7 @@ def test_a_pair_no_preset_names_is_shown_by_its_folders_names(tmp_path):
         assert demo.mtp_app.default == (pair.name, pair.drafter_name)
         assert h.presets[service.IN_MEMORY]["label"] == "my-coder + my-coder-assistant (in memory)"
         assert h.model_line(*h.pick(service.IN_MEMORY)) == h.model_line(pair.name, pair.drafter_name)
-        assert "Ready: my-coder + my-coder-assistant." in h.model_line(pair.name, pair.drafter_name)
+        assert "Ready: my-coder + my-coder-assistant (target float32" in h.model_line(pair.name, pair.drafter_name)
         import urllib.request
         config = urllib.request.urlopen(f"http://127.0.0.1:{port}/config", timeout=60).read().decode()
         assert "my-coder + my-coder-assistant (in memory)" in config and str(tmp_path) not in config

@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator
 
 from mtp_viz.errors import UserError
 from mtp_viz.paths import assets_dir
-from mtp_viz.sources.presets import PRESETS, canonical, is_local, resolve
+from mtp_viz.sources.presets import PRESETS, canonical, display_name, resolve
 from mtp_viz.sources.precision import PRECISIONS, Precision, precision_name
 
 from .turns import Turns
@@ -164,13 +164,6 @@ def presets(allow: AllowList) -> dict[str, dict[str, Any]]:
 IN_MEMORY = "in-memory"   # the picker's key for mtp_viz.launch's pair when no preset names its models
 
 
-def shown_name(spec: str) -> str:
-    """A model's name for the page: a hub id as it is, a folder by its own name (a
-    server's paths are never shown)."""
-    spec = spec.strip()
-    return os.path.basename(os.path.normpath(os.path.expanduser(spec))) if is_local(spec) else spec
-
-
 def in_memory_key(presets: dict[str, dict[str, Any]], target: str, drafter: str | None) -> str:
     """The picker's key for a pair already in memory: the preset of the same models (the
     bundled pair opens as "tiny", with its code prompts), else :data:`IN_MEMORY`, added to
@@ -179,7 +172,7 @@ def in_memory_key(presets: dict[str, dict[str, Any]], target: str, drafter: str 
     found = next((k for k, p in presets.items() if pair_key(p["target"], p["drafter"]) == key), None)
     if found is not None:
         return found
-    name = shown_name(target) + (f" + {shown_name(drafter)}" if drafter else "")
+    name = display_name(target) + (f" + {display_name(drafter)}" if drafter else "")
     presets[IN_MEMORY] = dict(label=f"{name} (in memory)", target=target, drafter=drafter, name=name,
                               hint="The pair given to mtp_viz.launch, already in memory: no second load.")
     return IN_MEMORY
