@@ -38,10 +38,15 @@ _PUBLIC = {
         "Event", "Start", "Drafted", "Accepted", "Rejected", "Bonus", "Token", "Step", "Done", "Error")},
 }
 __all__ = sorted(_PUBLIC)
+# front ends a reader reaches through the package (``mtp_viz.notebook.embed_plotlyjs()``
+# right after ``import mtp_viz``), imported on first use like the names above
+_SUBMODULES = ("notebook",)
 
 
 def __getattr__(name: str):
+    import importlib
+    if name in _SUBMODULES:
+        return importlib.import_module(f"mtp_viz.{name}")
     if name not in _PUBLIC:
         raise AttributeError(f"module 'mtp_viz' has no attribute {name!r}")
-    import importlib
     return getattr(importlib.import_module(_PUBLIC[name]), name)

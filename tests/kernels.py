@@ -8,6 +8,18 @@ from locations import ROOT
 
 TIMEOUT = 600
 
+# a cell that loads the bundled pair as a reader loads theirs, as ``pair``
+TINY_PAIR = """
+import json, torch, mtp_viz
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from mtp_viz.sources.presets import resolve
+torch.set_num_threads(1)
+TARGET, ASSISTANT = resolve("tiny")
+target_model = AutoModelForCausalLM.from_pretrained(TARGET)
+assistant_model = AutoModelForCausalLM.from_pretrained(ASSISTANT)
+pair = mtp_viz.from_models(target_model, assistant_model, AutoTokenizer.from_pretrained(TARGET))
+"""
+
 
 def execute(nb, folder: Path):
     """Run every cell of ``nb`` (an nbformat notebook) in a fresh python3 kernel whose

@@ -65,7 +65,7 @@ class Experts:
 
 @dataclass(frozen=True)
 class Anatomy:
-    target: str                        # the pair's names, as the user gave them
+    target: str                        # the pair's names, as the user gave them (a folder by its own name)
     drafter: str
     kind: str                          # "mtp", "model" (independent draft model) or "none"
     target_layers: int = 0
@@ -117,7 +117,7 @@ def anatomy(pair) -> Anatomy:
     t_text = text_config(target.config)
     emb = target.get_input_embeddings().weight
     precision = getattr(pair, "precision", None) or {}
-    base = dict(target=pair.name, drafter=pair.drafter_id, target_layers=int(t_text.num_hidden_layers),
+    base = dict(target=pair.target_id, drafter=pair.drafter_id, target_layers=int(t_text.num_hidden_layers),
                 target_width=int(emb.shape[1]), vocab=int(emb.shape[0]), target_params=_params(target),
                 experts=_experts(target),
                 target_precision=precision.get("target") or "", drafter_precision=precision.get("drafter") or "")

@@ -8,12 +8,15 @@ from typing import Any
 def launch(pair: Any, **kwargs: Any):
     """The whole app on ``pair`` (from :func:`mtp_viz.from_models` or
     :func:`mtp_viz.load_pair`), with no second load: inline in a notebook, else on a
-    local port (``port=``; else Gradio's default). Returns the Gradio app;
-    ``demo.close()`` stops it. Other ``kwargs`` go to Gradio's ``launch`` (``height=``...)."""
+    local port (``port=``; else Gradio's default). The pair is warmed first (a short
+    untimed run through the app's path, so its first run is timed warm), and the page
+    opens on it ready, by its models' names. Returns the Gradio app; ``demo.close()``
+    stops it, runs in progress first. Other ``kwargs`` go to Gradio's ``launch`` (``height=``...)."""
     from mtp_viz.views.notebook import in_notebook
 
     from .page import layout
-    demo = layout.build_demo(pair=pair)
+    from .runtime import runs
+    demo = layout.build_demo(pair=runs.warm(pair))  # warmed here: the page opens on it ready, its first run timed warm
     layout.launch(demo, host=kwargs.pop("host", None), port=kwargs.pop("port", None),
                   **{"inline": in_notebook(), "prevent_thread_lock": True, "quiet": True, **kwargs})
     return demo

@@ -6,6 +6,7 @@ happens, and the whole app over a pair already in memory.
     m = mtp_viz.notebook.show_measurement(pair, "Why is the sky blue?")   # faster? the app's Measure
     mtp_viz.show(rec)                                                # a recorded generate call
     demo = mtp_viz.launch(pair)                                      # the app, inline
+    mtp_viz.notebook.embed_plotlyjs()   # once, first: charts that draw offline in any page
 
 Outside a notebook :func:`show` prints the terminal view (the one ``mtp-viz generate``
 prints) instead. A front end like the CLI: it consumes a source's events, draws with
@@ -24,7 +25,7 @@ from mtp_viz.engine.events import Event
 from mtp_viz.errors import UserError, clip
 from mtp_viz.views.notebook import in_notebook
 
-__all__ = ["in_notebook", "show", "show_anatomy", "show_events", "show_measurement", "show_side_by_side"]
+__all__ = ["embed_plotlyjs", "in_notebook", "show", "show_anatomy", "show_events", "show_measurement", "show_side_by_side"]
 
 FRAME_SECONDS = 0.25   # the inline view is redrawn at most this often while a run streams
 
@@ -147,21 +148,37 @@ def show_side_by_side(runs: dict[str, Iterable[Event]]) -> None:
 
 def _show_charts(events: list[Event]) -> None:
     """The app's charts of one run. Each output carries plotly's own MIME type (JupyterLab,
-    VS Code and Colab draw it natively) and an HTML fallback (classic Notebook, nbconvert's
-    page), the first with plotly.js inlined: no network needed, as in the app's export."""
-    import plotly.io as pio
+    Notebook 7, VS Code draw it with their own plotly.js, offline) and a small HTML
+    fallback (classic Notebook, nbconvert's page, Colab) that draws with the page's one
+    copy of plotly.js: :func:`embed_plotlyjs`'s, else plotly's CDN, loaded once per page
+    (:func:`mtp_viz.views.notebook.chart_html`). Never plotly.js itself: a notebook of many
+    runs stays small."""
+    import uuid
+
     from IPython.display import display
 
     from mtp_viz.views import charts
+    from mtp_viz.views.notebook import chart_html
     from mtp_viz.engine.events import Start
     spec = any(isinstance(e, Start) and e.mode == "speculative" for e in events)
     runs = (events, ()) if spec else ((), events)  # the charts take (speculative, autoregressive)
-    for i, chart in enumerate(charts.CHARTS):
+    for chart in charts.CHARTS:
         fig = chart.figure(*runs).to_dict()
         fig["layout"]["template"] = {}  # built unvalidated with template "none" (see views.export)
         display({"application/vnd.plotly.v1+json": fig,
-                 "text/html": pio.to_html(fig, full_html=False, include_plotlyjs=i == 0, validate=False)},
-                raw=True)
+                 "text/html": chart_html(fig, f"mv-{chart.id}-{uuid.uuid4().hex[:12]}")}, raw=True)
+
+
+def embed_plotlyjs() -> None:
+    """Put the installed plotly's plotly.js (4.8 MB) into the notebook, once, so that the
+    charts of every later :func:`show` draw on pages with no network and no plotly of
+    their own: classic Notebook offline, nbconvert's HTML page opened offline. JupyterLab,
+    Notebook 7 and VS Code need none of it (they draw plotly's MIME type themselves), and
+    pages online load it from plotly's CDN once; call it in one cell near the top."""
+    from IPython.display import HTML, display
+
+    from mtp_viz.views.notebook import plotlyjs_html
+    display(HTML(plotlyjs_html()))
 
 
 def show_measurement(pair: Any, prompt: str | list, *, repeats: int = 5, out=None, **settings: Any):

@@ -15,7 +15,7 @@ from mtp_viz.engine.drafters import DRAFTERS, drafter_class
 from mtp_viz.engine.schedules import ScheduleCache
 from mtp_viz.errors import UserError, clip
 
-from .presets import is_local
+from .presets import display_name, is_local
 from .settings import RunSettings, check_drafter
 
 ASSISTANT_TYPES = ("gemma4_assistant", "gemma4_unified_assistant")
@@ -73,6 +73,12 @@ class ModelPair:
         "" when compiled, else the one sentence saying why decoding stays eager."""
         from .compiling import compile_pair
         return compile_pair(self, mode)
+
+    @property
+    def target_id(self) -> str:
+        """The target's name for display: a preset or hub id as the user gave it, a folder
+        by its own name (:func:`.presets.display_name`: a server path is never shown)."""
+        return display_name(self.name)
 
     @property
     def drafter_id(self) -> str:

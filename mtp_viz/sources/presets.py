@@ -77,6 +77,13 @@ def is_local(spec: str) -> bool:
             or os.path.isdir(os.path.expanduser(spec)))
 
 
+def display_name(spec: str) -> str:
+    """A model's name to show: a preset or hub id as given, a folder by its own name (a
+    page never shows a machine's paths)."""
+    spec = spec.strip()
+    return os.path.basename(os.path.normpath(os.path.expanduser(spec))) if is_local(spec) else spec
+
+
 def canonical(spec: str) -> str:
     """One key per model however it is written: a preset's name in lower case, a
     folder's real path (``./a/``, ``a//b`` and ``../x/a`` are the same folder), or the

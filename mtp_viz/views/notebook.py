@@ -60,4 +60,62 @@ def side_by_side_html(runs: dict[str, Sequence[Event]], *, css: str = "") -> str
             f'<div class="mv-nb-side">{cols}</div></div>')
 
 
-__all__ = ["cell_html", "in_notebook", "side_by_side_html"]
+# plotly.js in a notebook: the id of the one script element that carries it on a page
+# (:func:`plotlyjs_html`'s, or the one :func:`chart_html` adds from plotly's CDN)
+PLOTLYJS_ID = "mtp-viz-plotlyjs"
+NO_PLOTLYJS = ("This chart needs plotly.js, which could not be loaded (offline?): run "
+               "mtp_viz.notebook.embed_plotlyjs() once near the top of the notebook to carry it inside.")
+
+# Draws one chart with the page's plotly.js: the one already there (window.Plotly), else
+# the one script element with PLOTLYJS_ID, added from plotly's CDN by the first chart that
+# finds none, so a page loads plotly.js once however many charts it holds. A page that
+# cannot load it (offline, no embed_plotlyjs) says so where the chart would be.
+_LOADER = """(function () {
+  var id = %(id)s, tag = %(tag)s, fig = %(fig)s;
+  function draw() { window.Plotly.newPlot(id, fig.data, fig.layout, {responsive: true}); }
+  function failed() { var d = document.getElementById(id); if (d) d.textContent = %(failed)s; }
+  if (window.Plotly) return draw();
+  var s = document.getElementById(tag);
+  if (s && s.getAttribute("data-state") === "failed") return failed();
+  if (!s) {
+    s = document.createElement("script");
+    s.id = tag; s.src = %(src)s; s.charset = "utf-8";
+    s.addEventListener("error", function () { s.setAttribute("data-state", "failed"); });
+    document.head.appendChild(s);
+  }
+  s.addEventListener("load", function () { window.Plotly ? draw() : failed(); });
+  s.addEventListener("error", failed);
+})();"""
+
+
+def chart_html(fig: dict, div_id: str) -> str:
+    """One chart (a figure's dict, as :meth:`plotly.graph_objects.Figure.to_dict` gives
+    it) as a small HTML fragment that draws with the page's one copy of plotly.js
+    (``_LOADER``): a notebook's text/html fallback, a few KB instead of plotly.js's 4.8 MB."""
+    import json
+
+    from plotly.io.json import to_json_plotly
+    from plotly.offline import get_plotlyjs_version
+    src = f"https://cdn.plot.ly/plotly-{get_plotlyjs_version()}.min.js"
+    script = _LOADER % {  # to_json_plotly escapes <, > and / : no text of the run can close the script
+        "id": json.dumps(div_id), "tag": json.dumps(PLOTLYJS_ID), "src": json.dumps(src),
+        "fig": to_json_plotly({"data": fig.get("data", []), "layout": fig.get("layout", {})}),
+        "failed": json.dumps(NO_PLOTLYJS)}
+    height = int(fig.get("layout", {}).get("height") or 360)
+    return (f'<div id="{html.escape(div_id)}" class="plotly-graph-div mv-nb-chart" '
+            f'style="height:{height}px; width:100%;"></div><script>{script}</script>')
+
+
+def plotlyjs_html() -> str:
+    """The installed plotly's plotly.js as one script element with ``PLOTLYJS_ID``, for a
+    page that must draw charts offline (:func:`mtp_viz.notebook.embed_plotlyjs`), with
+    one line saying what it is."""
+    from plotly.offline import get_plotlyjs, get_plotlyjs_version
+    return (f'<script id="{PLOTLYJS_ID}" data-state="embedded">window.PlotlyConfig = {{MathJaxConfig: "local"}};'
+            f'{get_plotlyjs()}</script><p class="mv-nb-head" style="font-size:0.85rem;color:#4b5563">'
+            f'plotly.js {get_plotlyjs_version()} is in this notebook: its charts draw offline, '
+            f'in classic Notebook and nbconvert pages too.</p>')
+
+
+__all__ = ["NO_PLOTLYJS", "PLOTLYJS_ID", "cell_html", "chart_html", "in_notebook", "plotlyjs_html",
+           "side_by_side_html"]

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from kernels import execute, outputs
+from kernels import code_cell, execute, outputs
 from locations import ROOT
 
 pytestmark = pytest.mark.slow  # real Jupyter kernels
@@ -31,8 +31,26 @@ def test_the_one_line_to_change_names_the_bundled_pair_and_offers_e2b():
 
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory):
+    """The notebook as a reader who wants its page to draw offline runs it: with
+    ``mtp_viz.notebook.embed_plotlyjs()`` after the import (the install section says so)."""
     import nbformat
-    return execute(nbformat.read(NOTEBOOK, as_version=4), NOTEBOOK.parent)
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    first = next(i for i, c in enumerate(nb.cells) if "import mtp_viz" in c.source)
+    nb.cells.insert(first + 1, code_cell("mtp_viz.notebook.embed_plotlyjs()"))
+    return execute(nb, NOTEBOOK.parent)
+
+
+def test_executed_the_notebook_carries_plotlyjs_once(executed, tmp_path):
+    """Its saved outputs: plotly.js once (the embed cell's), every run's charts a few KB."""
+    import nbformat
+    path = tmp_path / "executed.ipynb"
+    nbformat.write(executed, path)
+    sizes = [len(json.dumps(c.get("outputs", []), ensure_ascii=False).encode())
+             for c in json.loads(path.read_text(encoding="utf-8"))["cells"]]
+    embed = next(i for i, c in enumerate(executed.cells) if c.source == "mtp_viz.notebook.embed_plotlyjs()")
+    print(f"executed notebook: {path.stat().st_size} bytes; without the embed cell {sum(sizes) - sizes[embed]}")
+    assert sizes[embed] > 4_000_000 and sum(sizes) - sizes[embed] <= 1_000_000
+    assert "mtp_viz.notebook.embed_plotlyjs()" in NOTEBOOK.read_text(encoding="utf-8")  # its install section offers it
 
 
 def test_every_cell_runs_on_a_real_kernel_and_shows_mtp_viz_views(executed):
@@ -53,7 +71,7 @@ def test_every_cell_runs_on_a_real_kernel_and_shows_mtp_viz_views(executed):
 def test_a_browser_finds_the_inline_views_token_spans(executed, browser, tmp_path):
     """nbconvert's page of the executed notebook, in headless Chromium, offline: the
     token spans are there, styled by the app's stylesheet (an accepted token has a
-    background), and the charts drew (plotly.js came inlined with the first of each run)."""
+    background), and the charts drew (plotly.js in the page once, from embed_plotlyjs())."""
     from nbconvert import HTMLExporter
     page_html, _ = HTMLExporter().from_notebook_node(executed)
     path = tmp_path / "notebook.html"

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from kernels import code_cell, execute, outputs
+from kernels import TINY_PAIR as LOAD, code_cell, execute, outputs
 from locations import ROOT
 from mtp_viz.errors import UserError
 
@@ -17,16 +17,6 @@ pytestmark = pytest.mark.slow  # real models, kernels and a served app: a minute
 
 PROMPT = "def parse(line):\n"
 
-LOAD = """
-import json, torch, mtp_viz
-from transformers import AutoModelForCausalLM, AutoTokenizer
-from mtp_viz.sources.presets import resolve
-torch.set_num_threads(1)
-TARGET, ASSISTANT = resolve("tiny")
-target_model = AutoModelForCausalLM.from_pretrained(TARGET)
-assistant_model = AutoModelForCausalLM.from_pretrained(ASSISTANT)
-pair = mtp_viz.from_models(target_model, assistant_model, AutoTokenizer.from_pretrained(TARGET))
-"""
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from typing import Any, Iterator
 
 import gradio as gr
 
-from mtp_viz.app.runtime import runs, service, zerogpu
+from mtp_viz.app.runtime import runs, service, work, zerogpu
 from mtp_viz.measure import compare
 from mtp_viz.app.runtime.turns import Turns, ahead_words
 from mtp_viz.views import charts, export, inspector, stats, tokens
@@ -112,7 +112,10 @@ class Handlers(Recorded):
                    compile: bool = False) -> str:
         st = self.loader.state(target, drafter, precision, compile)
         # a custom name as typed, cut short: a status line is no place for 100,000 characters
-        name = "the bundled tiny pair" if target == "tiny" else clip(target) + (f" + {clip(drafter)}" if drafter else "")
+        named = next((p["name"] for p in self.presets.values()  # launch's pair in memory, by its models' names
+                      if "name" in p and (p["target"], p["drafter"]) == (target, drafter)), None)
+        name = named or ("the bundled tiny pair" if target == "tiny" else
+                         clip(target) + (f" + {clip(drafter)}" if drafter else ""))
         asked = (f" in {precision.label}" if precision and precision != Precision() else "") + \
             (", compiled" if compile else "")
         if st.status == "queued" and st.ahead:
@@ -289,7 +292,8 @@ class Handlers(Recorded):
         try:
             yield outputs(message(
                 f"Measuring: {n} repeats of both modes, alternating, nothing rendered meanwhile…"), sess)
-            m = compare.measure(pair, s, n, sess.stop)
+            with work.working(sess.stop):  # the app's close stops it first
+                m = compare.measure(pair, s, n, sess.stop)
         except UserError as e:
             yield outputs(message(str(e), level="error"), sess)
             return

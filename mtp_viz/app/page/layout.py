@@ -23,7 +23,7 @@ import gradio as gr
 from mtp_viz.app.handlers.local import CUSTOM, EXPERTS_WAITING, Handlers
 from mtp_viz.app.handlers.traffic import TrafficHandlers
 from mtp_viz.app.handlers.vllm import VllmHandlers
-from mtp_viz.app.runtime import runs, service
+from mtp_viz.app.runtime import runs, service, work
 from mtp_viz.app.runtime.guard import ServerPolicy
 from mtp_viz.views import charts, explain, stats, tokens
 from mtp_viz.views.charts import EXPERTS_PLOT
@@ -274,6 +274,23 @@ def _page(app: AppState, first: FirstPair, choices: list, policy: ServerPolicy) 
     return wiring.Page(**c, session=gr.State(None)), shown
 
 
+def _in_memory(pair: Any, loader: service.PairLoader, presets: dict) -> FirstPair:
+    """``pair``, already in memory and warmed, as the page opens on it: ready in the loader
+    at once (no load message), under its preset (the bundled pair: its code prompts) or an
+    entry named after its models (:func:`service.in_memory_key`)."""
+    key = service.in_memory_key(presets, pair.name, pair.drafter_name)
+    loader.put(presets[key]["target"], presets[key]["drafter"], pair)
+    return FirstPair(key, presets[key]["target"], presets[key]["drafter"], "Already in memory: no second load.")
+
+
+class App(gr.Blocks):
+    """The page; its ``close()`` first stops the model work in progress (:mod:`mtp_viz.app.runtime.work`)."""
+
+    def close(self, verbose: bool = True) -> None:
+        work.stop_all()
+        super().close(verbose)
+
+
 def build_demo(loader: service.PairLoader | None = None, target: str | None = None,
                drafter: str | None = None, pair: Any = None) -> gr.Blocks:
     """The whole page. Loads no model; ``demo.mtp_app`` (an :class:`AppState`) holds the
@@ -281,10 +298,10 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
     already in memory, served as it is), else ``target``/``drafter`` if given, else
     :func:`service.default_pair` (environment, cached E2B, bundled tiny pair)."""
     if pair is not None:
-        loader, target, drafter = service.PairLoader(runs.preloaded(pair)), pair.name, pair.drafter_name
+        loader = service.PairLoader(runs.preloaded(pair))
     loader = loader or service.PairLoader(runs.load_and_warm)
     presets = service.presets(loader.allow)
-    first = _first_pair(presets, loader.allow, target, drafter)
+    first = _first_pair(presets, loader.allow, target, drafter) if pair is None else _in_memory(pair, loader, presets)
     choices = [(p["label"], k) for k, p in presets.items()]
     if not loader.allow.active:
         choices.append(("Custom hub id or folder", CUSTOM))
@@ -294,7 +311,7 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
                  empty_figures=charts.all_figures([]))
     app = AppState(loader, h, VllmHandlers(h, policy))
     # delete_cache: uploads and downloads leave Gradio's cache after an hour (a Space runs for weeks)
-    with gr.Blocks(title="mtp-viz: speculative decoding, made visible", delete_cache=(1800, 3600)) as demo:
+    with App(title="mtp-viz: speculative decoding, made visible", delete_cache=(1800, 3600)) as demo:
         page, shown = _page(app, first, choices, policy)
         tabs.wire(demo, shown)  # before the page script: the tour and in-page links open tabs
         wiring.wire(demo, page, h, app.vllm, tuple(t.id for t in shown))
@@ -322,8 +339,9 @@ def launch(demo: gr.Blocks, *, host: str | None = None, port: int | None = None,
     service.env_dtype()
     app: AppState = demo.mtp_app  # type: ignore[attr-defined]
     loader, (target, drafter) = app.loader, app.default
-    loader.start(target, drafter)
-    threading.Thread(target=_report_load, args=(loader, target, drafter), daemon=True).start()
+    if loader.start(target, drafter).busy:  # a pair given in memory is ready: nothing to report
+        threading.Thread(target=_report_load, args=(loader, target, drafter), daemon=True).start()
+    work.stop_at_exit()
     demo.queue(default_concurrency_limit=service.env_int("MTP_VIZ_CONCURRENCY", 1),
                max_size=service.env_int("MTP_VIZ_QUEUE_SIZE", 32))
     kwargs.setdefault("max_file_size", Handlers.MAX_UPLOAD_BYTES)  # a larger upload is refused as it arrives

@@ -22,7 +22,7 @@ from mtp_viz.engine.schedules import ScheduleCache
 from mtp_viz.sources.base import WARM_UP_TOKENS, Source
 from mtp_viz.sources.settings import RunSettings
 
-from . import service
+from . import service, work
 from .service import FRAMES_PER_SECOND, user_message
 
 FRAME_INTERVAL = 1 / FRAMES_PER_SECOND  # see service.FRAMES_PER_SECOND
@@ -104,8 +104,9 @@ class Worker:
 
     def _run(self) -> None:
         try:
-            for e in self._source():
-                self._queue.put(e)
+            with work.working(self.stop):  # the app's close and the process's exit stop it first
+                for e in self._source():
+                    self._queue.put(e)
         except Exception as e:  # noqa: BLE001 - the app keeps serving
             self._queue.put(Error(message=user_message(e)))
         finally:
@@ -120,8 +121,8 @@ class Worker:
         slows the mode with more events per step (speculative) more."""
         last = time.monotonic()
         while True:
-            try:
-                first = self._queue.get(timeout=every)
+            try:  # every=0 (warm_up's): each event as it comes; a zero timeout would spin against the engine
+                first = self._queue.get(timeout=every if every > 0 else None)
             except queue.Empty:
                 last = time.monotonic()
                 yield []

@@ -27,10 +27,11 @@ from typing import Any, Callable, Iterator
 
 from mtp_viz.errors import UserError
 from mtp_viz.paths import assets_dir
-from mtp_viz.sources.presets import PRESETS, canonical, resolve
+from mtp_viz.sources.presets import PRESETS, canonical, display_name, resolve
 from mtp_viz.sources.precision import PRECISIONS, Precision, precision_name
 
 from .turns import Turns
+from .work import working
 
 E2B = ("google/gemma-4-E2B-it", "google/gemma-4-E2B-it-assistant")
 LOAD_SLOTS = 2  # loads running at once; more wait their turn (each is memory-hungry)
@@ -158,6 +159,23 @@ def presets(allow: AllowList) -> dict[str, dict[str, Any]]:
             out[spec] = dict(label=spec, target=spec, drafter=None,
                              hint="A model this deployment serves.")
     return out
+
+
+IN_MEMORY = "in-memory"   # the picker's key for mtp_viz.launch's pair when no preset names its models
+
+
+def in_memory_key(presets: dict[str, dict[str, Any]], target: str, drafter: str | None) -> str:
+    """The picker's key for a pair already in memory: the preset of the same models (the
+    bundled pair opens as "tiny", with its code prompts), else :data:`IN_MEMORY`, added to
+    ``presets`` under the models' names."""
+    key = pair_key(target, drafter)
+    found = next((k for k, p in presets.items() if pair_key(p["target"], p["drafter"]) == key), None)
+    if found is not None:
+        return found
+    name = display_name(target) + (f" + {display_name(drafter)}" if drafter else "")
+    presets[IN_MEMORY] = dict(label=f"{name} (in memory)", target=target, drafter=drafter, name=name,
+                              hint="The pair given to mtp_viz.launch, already in memory: no second load.")
+    return IN_MEMORY
 
 
 def e2b_cached() -> bool:
@@ -296,9 +314,23 @@ class PairLoader:
             ticket = self.compiles.join() if compile else None   # full: one sentence
             st = self._states[key] = LoadState(Load.QUEUED, "", time.monotonic(), ticket=ticket)
             self._done[key] = threading.Event()
-        threading.Thread(target=self._work, args=(key, target, drafter, precision, compile), daemon=True,
+        threading.Thread(target=self._work_until_done, args=(key, target, drafter, precision, compile), daemon=True,
                          name="mtp-viz-load").start()
         return st
+
+    def put(self, target: str, drafter: str | None, pair: Any) -> LoadState:
+        """``pair``, already loaded (and warmed), ready at once under this name: no load,
+        no thread (:func:`mtp_viz.launch`'s pair)."""
+        key = cache_key(target, drafter)
+        with self._lock:
+            st = self._states[key] = LoadState(Load.READY, "", time.monotonic(), pair)
+            self._states.move_to_end(key)
+            self._done.setdefault(key, threading.Event()).set()
+        return st
+
+    def _work_until_done(self, *args: Any) -> None:
+        with working():  # a load cannot stop: the app's close and the process's exit wait for it
+            self._work(*args)
 
     def _work(self, key: tuple, target: str, drafter: str | None, precision: Precision | None,
               compile: bool = False) -> None:
