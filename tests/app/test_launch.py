@@ -70,15 +70,22 @@ def tiny_in_memory():
                                AutoModelForCausalLM.from_pretrained(assistant), AutoTokenizer.from_pretrained(target))
 
 
-def test_launch_opens_ready_on_the_bundled_pair_by_name_with_a_code_prompt(tiny_in_memory, browser):
+def test_launch_opens_ready_on_the_bundled_pair_by_name_with_a_code_prompt(tiny_in_memory, browser, monkeypatch):
     """No "Loading …": the pair is ready before the page opens; the picker shows the
-    bundled pair's name, not its folders; its first prompt is code, the chat template off."""
+    bundled pair's name, not its folders; its first prompt is code, the chat template off.
+    torch's threads are the app's (a notebook's torch has every core), as every surface times."""
+    import torch
+
     import mtp_viz
     from mtp_viz.prompts import code_suite, load_prompts
     from mtp_viz.sources.presets import resolve
     port = free_port()
+    monkeypatch.setenv("MTP_VIZ_THREADS", "1")
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
     demo = mtp_viz.launch(tiny_in_memory, port=port)
     try:
+        assert torch.get_num_threads() == 1
         app = demo.mtp_app
         assert app.loader.state(*app.default).status == "ready" and app.default == ("tiny", None)
         page = new_page(browser)
@@ -99,6 +106,7 @@ def test_launch_opens_ready_on_the_bundled_pair_by_name_with_a_code_prompt(tiny_
         page.close()
     finally:
         demo.close()
+        torch.set_num_threads(before)
 
 
 def test_a_pair_no_preset_names_is_shown_by_its_folders_names(tmp_path):

@@ -268,8 +268,8 @@ def warm(pair: Any) -> Any:
 def preloaded(pair: Any) -> Callable[..., Any]:
     """The app's loading work when it is given a pair already in memory (a notebook's,
     :func:`mtp_viz.launch`): that pair for its own name in the default precision on its
-    own engine, warmed but not loaded again (and torch's threads left as its owner set
-    them); any other pair, these models in another precision, or asked compiled, loads
+    own engine, warmed but not loaded again (:func:`mtp_viz.launch` set torch's threads as
+    the app sets them); any other pair, these models in another precision, or asked compiled, loads
     as usual."""
     key = service.pair_key(pair.name, pair.drafter_name)
     return lambda target, drafter, precision=None, compile=False: warm(pair) \
