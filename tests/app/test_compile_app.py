@@ -102,6 +102,7 @@ def test_the_engine_is_part_of_the_pair_cache_key():
     calls = []
 
     def load(target, drafter, **asked):
+        assert callable(asked.pop("progress", None)) == bool(asked.get("compile"))  # a compile reports its graphs
         calls.append(asked)
         return object()
     loader = service.PairLoader(load)
@@ -127,7 +128,7 @@ def test_load_and_warm_asks_load_pair_for_the_compiled_engine(monkeypatch):
     mine = SimpleNamespace(name="tiny", drafter_name=None)  # a notebook's pair serves its own engine only
     monkeypatch.setattr(runs, "load_and_warm", lambda *a: ("loaded", a))
     assert runs.preloaded(mine)("tiny", None) is mine
-    assert runs.preloaded(mine)("tiny", None, None, True) == ("loaded", ("tiny", None, None, True))
+    assert runs.preloaded(mine)("tiny", None, None, True) == ("loaded", ("tiny", None, None, True, None))
 
 
 def _fake_pair(note="", graphs=(0.5, 0.5, 0.5), step_graphs=(0.25, 0.25)):
@@ -154,7 +155,8 @@ def handlers():
 
 def test_the_status_says_what_compiling_took(handlers):
     line, _, _ = handlers.load("tiny", "", "", "default", "default", True)
-    assert ", compiled (compiling its graphs once: a minute or more)" in line and "Loading" in line
+    assert ", compiled (then compiling its graphs once, before its first run: a minute or more)" in line
+    assert "Loading" in line
     handlers.go.set()
     handlers.loader.wait("tiny", None, timeout=5, compile=True)
     ready = handlers.status_line("tiny", "", "", "default", "default", True)
@@ -163,6 +165,30 @@ def test_the_status_says_what_compiling_took(handlers):
     assert "Compiled in" not in handlers.model_line("tiny", None)  # the eager pair: another pair, not loaded
     with pytest.raises(UserError, match="Compiled engine must be true or false"):
         handlers.compiled("yes")
+
+
+def test_the_status_says_which_graph_compiles_and_how_long_is_left():
+    """While a pair compiles (the loader's ``progress``), ``#model-status`` names the graph,
+    k of n, and the time left the loader's work estimated."""
+    from mtp_viz.engine.graphs import Graph, Progress
+    go = threading.Event()
+
+    def load(target, drafter, progress=None, **asked):
+        progress(Progress(2, 5, Graph("verify", 256, 3), 30.0, 61.0))
+        go.wait(5)
+        return _fake_pair()
+    loader = service.PairLoader(load)
+    h = local.Handlers(loader, service.presets(loader.allow), ("tiny", None), cap=16, prompt_cap=256)
+    loader.start("tiny", None, compile=True)
+    for _ in range(100):
+        line = html.unescape(h.model_line("tiny", None, compile=True))
+        if "graph 2 of 5" in line:
+            break
+        threading.Event().wait(0.05)
+    assert ("Compiling the bundled tiny pair, compiled before its first run, graph 2 of 5: the target over 3 "
+            "tokens, with the drafter's state (256-position cache); about 61 s left…") in line
+    go.set()
+    assert loader.wait("tiny", None, timeout=5, compile=True).progress is None   # a ready pair: its summary
 
 
 def test_a_compile_that_fell_back_is_a_visible_warning():
