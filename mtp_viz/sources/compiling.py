@@ -58,8 +58,9 @@ def compiled_twin(pair: Any, mode: str | None = None, settings: Iterable[RunSett
 
 def needed(pair: Any, s: RunSettings, schedule: Any = None) -> list:
     """The graphs the runs of ``s`` on ``pair`` can meet and it has not compiled yet
-    (:mod:`mtp_viz.engine.graphs`), target graphs first, each kind by capacity and width;
-    [] for a pair on the eager engine. ``schedule``: the speculative run's own (else the
+    (:mod:`mtp_viz.engine.graphs`), in the order they compile: a target graph, the
+    drafter's steps, the other target graphs (by kind, capacity, width); [] for a pair on
+    the eager engine. ``schedule``: the speculative run's own (else the
     one its settings name)."""
     if getattr(pair, "fast", None) is None:  # eager (or a stand-in pair without an engine)
         return []
@@ -75,8 +76,10 @@ def needed(pair: Any, s: RunSettings, schedule: Any = None) -> list:
                                      cap=MAX_DRAFT_TOKENS)
         drafts = pair.draft_step is not None and getattr(d, "step", None) is pair.draft_step  # MTP, compiled
         out |= graphs.speculative_graphs(prompt, new, schedule.longest, state=d.needs_target_state, draft=drafts)
-    done = graphs.compiled_graphs(pair.fast, pair.draft_step)
-    return sorted(out - done, key=lambda g: (g.kind == "draft", g))
+    todo = sorted(out - graphs.compiled_graphs(pair.fast, pair.draft_step), key=lambda g: (g.kind == "draft", g))
+    # the drafter's step (much smaller) second: once one graph of each side is timed, the estimate holds
+    drafts = [g for g in todo if g.kind == "draft"]
+    return todo[:1] + drafts + todo[1:len(todo) - len(drafts)] if drafts and len(todo) > len(drafts) else todo
 
 
 def prepare(pair: Any, settings: Iterable[RunSettings], progress: Callable[[Any], None] | None = None,

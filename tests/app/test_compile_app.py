@@ -116,15 +116,30 @@ def test_the_engine_is_part_of_the_pair_cache_key():
     assert service.cache_key("tiny", None, compile=True) != service.cache_key("tiny", None)
 
 
-def test_load_and_warm_asks_load_pair_for_the_compiled_engine(monkeypatch):
+def test_load_and_warm_compiles_the_pages_first_run_and_warms_within_it(monkeypatch):
+    """A pair asked compiled compiles the graphs of a first run as the page starts, telling
+    the loader's ``progress``; the warm-up after it needs none of its own (a shorter run of
+    the same settings), and the page's draft-length default is the one compiled for."""
+    from mtp_viz.app.page import layout
+    from mtp_viz.engine import graphs
     from mtp_viz.sources import models
-    asked = []
+    compiled = []
     monkeypatch.setattr(models, "set_threads", lambda n: None)
-    monkeypatch.setattr(models, "load_pair", lambda *a, **kw: asked.append(kw) or SimpleNamespace())
+    monkeypatch.setattr(models, "load_pair", lambda *a, **kw: SimpleNamespace(
+        compile=lambda **how: compiled.append(how)))
     monkeypatch.setattr(runs, "warm", lambda pair: pair)
-    runs.load_and_warm("tiny", None, compile=True)
+    report = print
+    runs.load_and_warm("tiny", None, compile=True, progress=report)
     runs.load_and_warm("tiny", None)
-    assert asked[0]["compile"] is True and "compile" not in asked[1]
+    assert compiled == [{"settings": [runs.FIRST_RUN], "progress": report}]   # the eager load compiles nothing
+    first, warm = runs.FIRST_RUN, dataclasses.replace(runs.FIRST_RUN, max_new_tokens=8)
+    for p in (3, 40):   # the warm-up's graphs are among the first run's, whatever the prompt's length
+        assert graphs.speculative_graphs(p, warm.max_new_tokens, warm.draft_tokens) <= graphs.speculative_graphs(
+            p, first.max_new_tokens, first.draft_tokens)
+    demo = layout.build_demo(loader=service.PairLoader(lambda *a, **kw: None), target="tiny")
+    sliders = {b.elem_id: b.value for b in demo.blocks.values() if getattr(b, "elem_id", None) in
+               ("draft-tokens", "max-new")}
+    assert sliders == {"draft-tokens": first.draft_tokens, "max-new": first.max_new_tokens}
     mine = SimpleNamespace(name="tiny", drafter_name=None)  # a notebook's pair serves its own engine only
     monkeypatch.setattr(runs, "load_and_warm", lambda *a: ("loaded", a))
     assert runs.preloaded(mine)("tiny", None) is mine

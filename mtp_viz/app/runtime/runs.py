@@ -10,6 +10,7 @@ switch, which the engine checks after every step.
 """
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 import time
@@ -233,6 +234,10 @@ def compare_frames(source: Source, s: RunSettings, sess: Session, *, frame_inter
 
 
 COMPILE_POLL = 0.5   # seconds between status lines while a run's graphs compile
+# A first run as the page starts (#max-new 64, #draft-tokens 4, the constant schedule,
+# both modes) on a short prompt: what a pair asked compiled compiles when it loads, and
+# (shorter) the warm-up, so a first run with the page's settings finds every graph there.
+FIRST_RUN = RunSettings("def main():\n    return", max_new_tokens=64, draft_tokens=4, chat=False)
 
 
 def compile_lines(pair: Any, s: RunSettings, stop: threading.Event) -> Iterator[str]:
@@ -275,7 +280,7 @@ def warm_up(source: Source, new_tokens: int = 8, top: int = 0) -> None:
     recording, panes, stats and every chart. The first call of each pays for lazy
     initialisation (torch's kernels, plotly's validators), which would otherwise land
     inside the first run a user times, on the same CPU."""
-    s = RunSettings(prompt="def main():\n    return", max_new_tokens=new_tokens, chat=False, top=top)
+    s = dataclasses.replace(FIRST_RUN, max_new_tokens=new_tokens, top=top)
     for _ in compare_frames(source, s, Session(), frame_interval=0, chart_interval=0):
         pass
 
@@ -284,15 +289,18 @@ def load_and_warm(target: str, drafter: str | None, precision: Any = None, compi
                   progress: Callable[[Any], None] | None = None) -> Any:
     """The app's :class:`.service.PairLoader` work: set torch's threads on purpose, load
     the pair (each model in the precision the page asked, else ``MTP_VIZ_DTYPE`` if set,
-    else the device's default; ``compile``: on the compiled engine, the graphs of a
-    default run compiled now, ``progress`` told of each, ``pair.compile_seconds``, or eager
-    with ``pair.compile_note`` saying why), and warm it through the app's path (:func:`warm_up`)."""
+    else the device's default; ``compile``: on the compiled engine, the graphs of
+    :data:`FIRST_RUN` compiled now, ``progress`` told of each, ``pair.compile_seconds``, or
+    eager with ``pair.compile_note`` saying why), and warm it through the app's path
+    (:func:`warm_up`)."""
     from mtp_viz.sources import models  # imports torch: only here, on first use
     models.set_threads(service.threads())
-    return warm(models.load_pair(target, drafter, dtype=service.env_dtype(),
-                                 target_precision=precision.target if precision else None,
-                                 drafter_precision=precision.drafter if precision else None,
-                                 **({"compile": True, "progress": progress} if compile else {})))
+    pair = models.load_pair(target, drafter, dtype=service.env_dtype(),
+                            target_precision=precision.target if precision else None,
+                            drafter_precision=precision.drafter if precision else None)
+    if compile:
+        pair.compile(settings=[FIRST_RUN], progress=progress)
+    return warm(pair)
 
 
 def warm(pair: Any) -> Any:
