@@ -229,3 +229,40 @@ def test_the_page_has_the_compile_switch_in_the_pair():
     box = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "compile")
     assert box.value is False and box.label == "Compiled engine"
     assert "compile time is reported apart" in html.unescape(box.info)
+
+
+# ---------------------------------------------------------------- a run that needs new graphs (compiles)
+
+def _slot(frames, name):
+    i = local.OUTPUTS.index(name)
+    return [f[i] for f in frames if isinstance(f[i], str)]
+
+
+@pytest.mark.slow
+def test_a_run_that_needs_new_graphs_compiles_them_first_with_progress_in_both_status_lines():
+    """A compiled pair asked for more drafts than it compiled for: Run compiles the missing
+    graphs before the first token, saying "graph k of n" in ``#status`` and
+    ``#model-status``; the runs then compile nothing (no "compile … s, not in the timings"
+    under the badge) and the badge has its speedup."""
+    from factories import gemma_assistant, gemma_target, word_tokenizer
+    from mtp_viz.sources import compiling
+    from mtp_viz.sources.models import from_models
+    from mtp_viz.sources.settings import RunSettings
+    pair = from_models(gemma_target(layers=2), gemma_assistant(k=2), word_tokenizer())
+    pair.compile(settings=[RunSettings("w10 w11 w12", max_new_tokens=8, draft_tokens=2, chat=False)])
+    loader = service.PairLoader(lambda target, drafter, **asked: pair)
+    h = local.Handlers(loader, service.presets(loader.allow), ("tiny", None), cap=16, prompt_cap=64)
+    missing = compiling.needed(pair, RunSettings("w10 w11 w12", max_new_tokens=16, draft_tokens=8, chat=False))
+    assert [g.width for g in missing] == [5, 9]
+    values = dict(prompt="w10 w11 w12", model="tiny", custom_target="", custom_drafter="", max_new_tokens=16,
+                  draft_tokens=8, schedule="constant", drafter_kind="mtp", decoding="greedy", temperature=0.8,
+                  top_p=0.95, top_k=0, seed=0, chat=False, baseline=True, compile=True)
+    frames = list(h.run(values, None))
+    status, model = _slot(frames, "status"), _slot(frames, "model_status")
+    for lines in (status, model):
+        assert any("Compiling this run&#x27;s graphs before its first token, graph 1 of 2: the target over 5 tokens"
+                   in line for line in lines), lines
+    assert "Done." in status[-1] and "Compiled in" in model[-1]
+    compare = _slot(frames, "compare")[-1]
+    assert "data-speedup=" in compare and "not in the timings" not in compare
+    assert compiling.needed(pair, RunSettings("w10 w11 w12", max_new_tokens=16, draft_tokens=8, chat=False)) == []
