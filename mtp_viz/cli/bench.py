@@ -27,6 +27,7 @@ import argparse
 import os
 import sys
 import time
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -243,8 +244,10 @@ def busy() -> None:
               "within this run still compare runs that shared the same load.", file=sys.stderr)
 
 
-def _arms(args, precisions, n, sampling) -> list:
-    """Each precision pair loaded (every model once per precision) with its runner."""
+def _arms(args, precisions, n, sampling, prompts=(), settings=()) -> list:
+    """Each precision pair loaded (every model once per precision) with its runner; with
+    ``--compile``, each again on the compiled engine, compiled for every run of
+    ``prompts`` x ``settings`` (and the untimed warm-up) before the first."""
     from mtp_viz.measure.arms import Arm
     from mtp_viz.measure.runner import Runner
     from mtp_viz.sources.models import load_pairs
@@ -256,15 +259,25 @@ def _arms(args, precisions, n, sampling) -> list:
         raise UserError("--precisions lists a pair twice (a default is this device's float32 or bfloat16).")
     print(f"mtp-viz bench: loaded {args.target} in {time.perf_counter() - t_load:.1f} s", file=sys.stderr)
     baselines = len(pairs)   # the pairs as loaded, on the eager engine: what the compiled arms are held against
-    if args.compile:
-        pairs = pairs + bench_precision.compiled(pairs)
     # what every run shares; each run sets its prompt, mode and setting
     base = RunSettings("", drafter="mtp", max_new_tokens=n, sampling=sampling, chat=not args.no_chat,
                        stale_kv=args.stale_kv)
+    if args.compile:
+        pairs = pairs + bench_precision.compiled(pairs, compile_plan(base, prompts, settings))
     arms = [Arm(Precision(**p.precision), p, Runner(p, base, args.max_draft_tokens), engine=p.engine,
                 several_engines=args.compile, baseline=i < baselines) for i, p in enumerate(pairs)]
     print(f"mtp-viz bench: arms {', '.join(a.label for a in arms)}", file=sys.stderr)
     return arms
+
+
+def compile_plan(base: RunSettings, prompts, settings) -> list[RunSettings]:
+    """The runs a bench makes, as the compiled engine plans its graphs: every prompt in
+    both modes at every setting, and the untimed warm-up on the first prompt
+    (:func:`mtp_viz.measure.session.interleaved`)."""
+    from mtp_viz.measure.session import WARM_UP_TOKENS
+    warm = dataclasses.replace(base, max_new_tokens=min(base.max_new_tokens, WARM_UP_TOKENS))
+    return [dataclasses.replace(b, prompt=p.text, schedule=s.schedule, draft_tokens=s.gamma)
+            for b, ps in ((base, prompts), (warm, prompts[:1])) for p in ps for s in settings]
 
 
 def _run(args, sampling, prompts, settings, precisions, n, repeats, quick, greedy, peer_urls=()) -> int:
@@ -275,7 +288,7 @@ def _run(args, sampling, prompts, settings, precisions, n, repeats, quick, greed
     from mtp_viz.measure.session import interleaved, tasks
     # the peers first: a server that is not there is one sentence before a model loads
     peers = open_peers(peer_urls, RunSettings("", max_new_tokens=n, sampling=sampling, chat=not args.no_chat))
-    arms = _arms(args, precisions, n, sampling)
+    arms = _arms(args, precisions, n, sampling, prompts, settings)
     busy()  # after everything that can refuse: a bench that stops says one sentence
     print(f"mtp-viz bench: {len(prompts)} prompts x {len(settings)} settings x {len(arms)} arm(s)"
           + (f" and {', '.join(p.label for p in peers)}" if peers else "")

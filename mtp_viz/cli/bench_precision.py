@@ -29,13 +29,16 @@ def parse(args) -> list[Precision]:
     return pairs
 
 
-def compiled(pairs) -> list:
+def compiled(pairs, runs=()) -> list:
     """``bench --compile``: each pair again on the compiled engine, sharing its models
-    (:meth:`mtp_viz.sources.pair.ModelPair.compile`, compiled now, timed). A pair that
-    cannot compile is left out with its one sentence on stderr."""
+    (:meth:`mtp_viz.sources.pair.ModelPair.compiled`), every graph the bench's ``runs``
+    (RunSettings) can meet compiled now, before any timed run, each graph reported on
+    stderr as it starts, and timed. A pair that cannot compile is left out with its one
+    sentence on stderr."""
+    from .generate import compile_progress
     out = []
     for p in pairs:
-        twin = p.compiled()
+        twin = p.compiled(settings=runs, progress=compile_progress("mtp-viz bench"))
         note = twin.compile_note
         if note:
             print(f"mtp-viz bench: {note}", file=sys.stderr)

@@ -60,7 +60,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "each layer's router sent that forward's tokens to (experts_per_layer)")
     p.add_argument("--compile", action="store_true",
                    help="the compiled engine: a static KV cache and torch.compile'd target and drafter steps "
-                        "(compiled once at load, timed apart; where it cannot compile, one sentence and eager)")
+                        "(every graph this run can meet compiled before its first token, each one reported on "
+                        "stderr, timed apart; where it cannot compile, one sentence and eager)")
     p.add_argument("--stale-kv", action="store_true", help=argparse.SUPPRESS)
 
 
@@ -77,7 +78,7 @@ def add_precision_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     s = settings(args).validate(MAX_NEW_TOKENS)  # a bad setting is refused before a model loads
-    source = open_source(args)
+    source = open_source(args, s)
     events = source.events(s)
     first = next(events, None)  # the run's own checks (prompt, context) fail before any output
     events = itertools.chain([first] if first else [], events)
@@ -105,9 +106,10 @@ def settings(args: argparse.Namespace) -> RunSettings:
         chat=not args.no_chat_template, stale_kv=args.stale_kv, experts=args.experts)
 
 
-def open_source(args: argparse.Namespace):
-    """The local engine on ``--target``, or the vLLM server at ``--server`` (whose
-    drafter and draft length were fixed when it started)."""
+def open_source(args: argparse.Namespace, s: RunSettings | None = None):
+    """The local engine on ``--target`` (``--compile``: compiled for the run of ``s``,
+    every graph it can meet, before its first token), or the vLLM server at ``--server``
+    (whose drafter and draft length were fixed when it started)."""
     from mtp_viz import sources
     if args.server:
         if args.experts:
@@ -136,10 +138,16 @@ def open_source(args: argparse.Namespace):
         hf_logging.disable_progress_bar()
     source = sources.open_source(args.target, args.drafter, device=args.device, dtype=args.dtype,
                                  target_precision=args.target_precision, drafter_precision=args.drafter_precision,
-                                 drafter_kind="lookup" if args.prompt_lookup or args.autoregressive else "auto",
-                                 compile=args.compile)
+                                 drafter_kind="lookup" if args.prompt_lookup or args.autoregressive else "auto")
     if args.compile:
         pair = source.pair
+        pair.compile(settings=[s] if s is not None else (), progress=compile_progress("mtp-viz"))
         print(f"mtp-viz: {pair.compile_note}" if pair.compile_note else
               f"mtp-viz: compiled in {pair.compile_seconds:.1f} s (not in the run's timing)", file=sys.stderr)
     return source
+
+
+def compile_progress(prefix: str):
+    """What ``--compile`` prints on stderr before each graph: "mtp-viz: compiling graph 3
+    of 7: the target over 5 tokens, ... (256-position cache); about 40 s left"."""
+    return lambda p: print(f"{prefix}: compiling {p.line()}", file=sys.stderr, flush=True)

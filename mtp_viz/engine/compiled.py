@@ -308,7 +308,7 @@ class FastDraftStep:
     def __call__(self, x, position, inputs) -> tuple[torch.Tensor, torch.Tensor, float]:
         """(logits [V], the next state [1, 1, H], compile seconds) for one draft."""
         shape = tuple(inputs[0][0].shape)
-        if self.note:
+        if self.note or shape[2] not in CAPACITIES:  # past the largest capacity: one shape per step, eager
             return (*self._step(x, position, *inputs), 0.0)
         first = shape not in self.shapes.seconds
         with turn() as compile_s:  # as FastTarget.forward: waiting for another build is off the clock

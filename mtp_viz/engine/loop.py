@@ -37,6 +37,9 @@ from .stopwatch import Stopwatch
 from .topk import TopK, no_fields
 
 
+MAX_DRAFT = 16   # speculative()'s cap on a draft's length, and the room its cache keeps for one
+
+
 @dataclass
 class Tally:
     """A run's counts, summed step by step into its ``done`` event."""
@@ -92,7 +95,7 @@ class _Text:
 
 def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_tokens: int = 64,
                 sampling: Sampling = Sampling(), schedule: Schedule | str = "constant",
-                draft_tokens: int | None = None, max_draft_tokens: int = 16,
+                draft_tokens: int | None = None, max_draft_tokens: int = MAX_DRAFT,
                 eos_token_ids: Sequence[int] = (), detok: Any = None, stale_kv: bool = False,
                 stop=None, pause=None, top: int = 0, experts: bool = False,
                 clock: Callable[[], float] = time.perf_counter) -> Iterator[Event]:
@@ -117,8 +120,19 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
                                  cap=max_draft_tokens)
     g = Generation(max_new_tokens, sampling, frozenset(eos_token_ids), detok, stop, pause, top, experts,
                    stale_kv, clock)
-    with _open(target, len(prompt_ids) + max_new_tokens + max_draft_tokens + 1, experts) as kv:
+    with _open(target, speculative_need(len(prompt_ids), max_new_tokens, max_draft_tokens), experts) as kv:
         yield from _speculative(kv, drafter, list(prompt_ids), schedule, g)
+
+
+def speculative_need(prompt: int, new: int, max_draft_tokens: int = MAX_DRAFT) -> int:
+    """The cache positions a speculative run asks of its decoder: the prompt, the new
+    tokens, and room for one verification's drafts and its newest token beyond them."""
+    return prompt + new + max_draft_tokens + 1
+
+
+def autoregressive_need(prompt: int, new: int) -> int:
+    """The cache positions a plain run asks of its decoder."""
+    return prompt + new + 1
 
 
 def _speculative(kv: Session, drafter: Drafter, prompt_ids: list[int], schedule: Schedule,
@@ -333,7 +347,7 @@ def autoregressive(target, prompt_ids: Sequence[int], *, max_new_tokens: int = 6
     experts=True: each step its distinct experts per layer, as :func:`speculative`)."""
     g = Generation(max_new_tokens, sampling, frozenset(eos_token_ids), detok, stop, None, top, experts,
                    clock=clock)
-    with _open(target, len(prompt_ids) + max_new_tokens + 1, experts) as kv:
+    with _open(target, autoregressive_need(len(prompt_ids), max_new_tokens), experts) as kv:
         yield from _autoregressive(kv, list(prompt_ids), g)
 
 

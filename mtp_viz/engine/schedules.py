@@ -37,6 +37,13 @@ class Schedule:
         return self.current
 
     restarts = True
+    adapts = False   # whether update() may change the length (then any length up to ``cap``)
+
+    @property
+    def longest(self) -> int:
+        """The longest draft this schedule can ask for: its first length unless it adapts,
+        else ``cap`` (what the compiled engine compiles for before a run)."""
+        return self.cap if self.adapts else self._clamp(self.initial)
 
     def update(self, *, drafted: int, accepted: int, draft_seconds: float = 0.0,
                verify_seconds: float = 0.0) -> tuple[int, str]:
@@ -55,6 +62,7 @@ class Schedule:
 class HeuristicSchedule(Schedule):
     name: str = "heuristic"
     restarts = False
+    adapts = True
 
     def update(self, *, drafted, accepted, draft_seconds=0.0, verify_seconds=0.0):
         if drafted == 0:
@@ -115,6 +123,7 @@ class OptimalSchedule(Schedule):
     benchmarks/schedule_sim.py (benchmarks/results/schedule_sim.md).
     """
     name: str = "optimal"
+    adapts = True
     prior_accept: float = 1.0
     prior_reject: float = 1.0
     shrink: float = 4.0

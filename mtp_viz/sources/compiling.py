@@ -1,54 +1,124 @@
-"""A loaded pair put on the compiled engine (:mod:`mtp_viz.engine.compiled`): its target
-and MTP draft step compiled and warmed by a short run of each mode, timed into
-``pair.compile_seconds``; or, where it cannot compile, the one sentence saying why it
-decodes eagerly (``pair.compile_note``). :meth:`ModelPair.compile` and
-``load_pair(compile=True)`` come here; the pair only holds what it produced."""
+"""A loaded pair put on the compiled engine (:mod:`mtp_viz.engine.compiled`), and every
+graph a run can meet compiled before its first token.
+
+:func:`compile_pair` makes the pair's compiled target and MTP draft step and compiles the
+graphs of the runs it is told of (by default a :data:`DEFAULT_RUN`), timed into
+``pair.compile_seconds``; where it cannot compile, ``pair.compile_note`` holds the one
+sentence saying why it decodes eagerly. :func:`prepare` compiles what a run's settings
+need and the pair has not compiled yet (:mod:`mtp_viz.engine.graphs` works it out), one
+graph at a time, telling ``progress`` of each: every run on a compiled pair goes through
+it before it starts (:func:`mtp_viz.sources.local.run_mode`), so no graph is compiled
+mid-run. :meth:`ModelPair.compile` and ``load_pair(compile=True)`` come here; the pair
+only holds what it produced.
+"""
 from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any
+from typing import Any, Callable, Iterable
+
+from .settings import MAX_DRAFT_TOKENS, RunSettings
+
+# What a pair compiles for when no run is named: a short prompt, both modes, 64 new
+# tokens (the app's and the CLI's default), the drafter's own draft length.
+DEFAULT_RUN = RunSettings("def main():\n    return", max_new_tokens=64, chat=False)
 
 
-def compile_pair(pair: Any, mode: str | None = None) -> str:
-    """Switch ``pair`` to the compiled engine; later shapes compile on first use, off the
-    run's clock. ``mode``: torch.compile's (``"reduce-overhead"``: CUDA graphs, on a GPU)."""
+def compile_pair(pair: Any, mode: str | None = None, settings: Iterable[RunSettings] = (),
+                 progress: Callable[[Any], None] | None = None) -> str:
+    """Switch ``pair`` to the compiled engine and compile every graph the runs of
+    ``settings`` (default: :data:`DEFAULT_RUN`) can meet; ``progress`` hears of each
+    graph before it compiles (:class:`mtp_viz.engine.graphs.Progress`). ``mode``:
+    torch.compile's (``"reduce-overhead"``: CUDA graphs, on a GPU). Returns "" or the
+    sentence saying why it decodes eagerly."""
+    from mtp_viz.engine import compiled
     from mtp_viz.engine.build import building
     with building():  # never beside a load: tracing reads the default dtype a load sets
-        return _compile(pair, mode)
+        pair.compile_note = compiled.compile_support(pair.target)
+        if pair.compile_note:
+            return pair.compile_note
+        t = time.perf_counter()
+        pair.fast = compiled.FastTarget(pair.target, mode=mode)
+        if pair.has_mtp:
+            pair.draft_step = compiled.FastDraftStep(pair.drafter_model, pair.fast.window, mode=mode)
+        _compile(pair, list(settings) or [DEFAULT_RUN], progress)
+        pair.compile_seconds = time.perf_counter() - t
+    return pair.compile_note
 
 
-def compiled_twin(pair: Any, mode: str | None = None) -> Any:
+def compiled_twin(pair: Any, mode: str | None = None, settings: Iterable[RunSettings] = (),
+                  progress: Callable[[Any], None] | None = None) -> Any:
     """The same models as a pair of their own on the compiled engine (``pair`` stays
-    eager; nothing is copied), compiled now: what the bench compares against it."""
+    eager; nothing is copied), compiled now for ``settings``: what the bench compares against it."""
     from mtp_viz.engine.schedules import ScheduleCache
     other = dataclasses.replace(pair, schedules=ScheduleCache(), fast=None, draft_step=None)
-    compile_pair(other, mode)
+    compile_pair(other, mode, settings, progress)
     return other
 
 
-def _compile(pair: Any, mode: str | None) -> str:
-    from mtp_viz.engine import compiled, loop
-    pair.compile_note = compiled.compile_support(pair.target)
-    if pair.compile_note:
-        return pair.compile_note
-    t = time.perf_counter()
-    pair.fast = compiled.FastTarget(pair.target, mode=mode)
-    if pair.has_mtp:
-        pair.draft_step = compiled.FastDraftStep(pair.drafter_model, pair.fast.window, mode=mode)
-    ids = [int(pair.eos_token_ids[0]) + 1 if pair.eos_token_ids else 2] * 8  # any tokens: shapes matter
-    for _ in loop.autoregressive(pair.fast, ids, max_new_tokens=3):
-        pass
-    d = pair.make_drafter("auto")
-    for _ in loop.speculative(pair.fast, d, ids, max_new_tokens=2 * d.default_draft_tokens + 2):
-        pass
-    pair.compile_seconds = time.perf_counter() - t
+def needed(pair: Any, s: RunSettings, schedule: Any = None) -> list:
+    """The graphs the runs of ``s`` on ``pair`` can meet and it has not compiled yet
+    (:mod:`mtp_viz.engine.graphs`), in the order they compile: a target graph, the
+    drafter's steps, the other target graphs (by kind, capacity, width); [] for a pair on
+    the eager engine. ``schedule``: the speculative run's own (else the
+    one its settings name)."""
+    if getattr(pair, "fast", None) is None:  # eager (or a stand-in pair without an engine)
+        return []
+    from mtp_viz.engine import graphs
+    from mtp_viz.engine.schedules import make_schedule
+    prompt, new, out = len(pair.encode(s.prompt, s.chat)), s.max_new_tokens, set()
+    if "autoregressive" in s.modes:
+        out |= graphs.autoregressive_graphs(prompt, new)
+    if "speculative" in s.modes:
+        d = pair.make_drafter(s.drafter)
+        if schedule is None:
+            schedule = make_schedule(s.schedule, initial=s.draft_tokens or d.default_draft_tokens,
+                                     cap=MAX_DRAFT_TOKENS)
+        drafts = pair.draft_step is not None and getattr(d, "step", None) is pair.draft_step  # MTP, compiled
+        out |= graphs.speculative_graphs(prompt, new, schedule.longest, state=d.needs_target_state, draft=drafts)
+    todo = sorted(out - graphs.compiled_graphs(pair.fast, pair.draft_step), key=lambda g: (g.kind == "draft", g))
+    # the drafter's step (much smaller) second: once one graph of each side is timed, the estimate holds
+    drafts = [g for g in todo if g.kind == "draft"]
+    return todo[:1] + drafts + todo[1:len(todo) - len(drafts)] if drafts and len(todo) > len(drafts) else todo
+
+
+def prepare(pair: Any, settings: Iterable[RunSettings], progress: Callable[[Any], None] | None = None,
+            schedule: Any = None) -> float:
+    """Compile, one at a time, every graph the runs of ``settings`` can meet on
+    ``pair`` that it has not compiled yet (none on the eager engine); ``progress`` hears
+    of each before it compiles. Returns the seconds it took (0.0 when nothing was missing)."""
+    if getattr(pair, "fast", None) is None:  # eager (or a stand-in pair without an engine)
+        return 0.0
+    from mtp_viz.engine.build import building
+    todo = _todo(pair, settings, schedule)
+    if not todo:
+        return 0.0
+    with building():
+        t = time.perf_counter()
+        _compile(pair, list(settings), progress, schedule)
+        seconds = time.perf_counter() - t
+    pair.compile_seconds += seconds
+    return seconds
+
+
+def _todo(pair: Any, settings: Iterable[RunSettings], schedule: Any = None) -> list:
+    out: list = []
+    for s in settings:
+        out += [g for g in needed(pair, s, schedule) if g not in out]
+    return out
+
+
+def _compile(pair: Any, settings: list[RunSettings], progress, schedule: Any = None) -> None:
+    """Compile what ``settings`` need; then keep the pair on the compiled engine, or drop
+    to eager with the sentence saying why (``pair.compile_note``)."""
+    from mtp_viz.engine import graphs
+    todo = _todo(pair, settings, schedule)
+    graphs.compile_graphs(pair.fast, pair.draft_step, todo, pair.target.get_input_embeddings(), progress)
     pair.compile_note = pair.fast.note or (pair.draft_step.note if pair.draft_step is not None else "")
     if pair.fast.note:
         pair.fast = pair.draft_step = None
     elif pair.draft_step is not None and pair.draft_step.note:
         pair.draft_step = None
-    return pair.compile_note
 
 
-__all__ = ["compile_pair", "compiled_twin"]
+__all__ = ["DEFAULT_RUN", "compile_pair", "compiled_twin", "needed", "prepare"]

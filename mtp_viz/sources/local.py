@@ -17,6 +17,7 @@ from mtp_viz.engine.text import Detokenizer
 from mtp_viz.errors import UserError
 
 from .base import Capabilities, Pause, Source
+from .compiling import prepare
 from .interleave import interleave, own_clock
 from .settings import MAX_DRAFT_TOKENS, RunSettings
 
@@ -65,6 +66,7 @@ def run_mode(pair: Any, s: RunSettings, mode: str, *, clock: Callable[[], float]
     leaves the events' text empty: what a timed run measures (:mod:`mtp_viz.measure`),
     as transformers' reference decodes no text either."""
     from mtp_viz.engine import loop  # imports torch: only once a run starts
+    # (a compiled pair compiles what this run needs before it starts: sources.compiling)
     if s.experts and not pair.is_moe:
         raise UserError(DENSE)
     ids = pair.encode(s.prompt, s.chat)
@@ -78,11 +80,14 @@ def run_mode(pair: Any, s: RunSettings, mode: str, *, clock: Callable[[], float]
                   detok=Detokenizer(pair.tokenizer) if detokenize else None, stop=stop, top=s.top, experts=s.experts,
                   **({"clock": clock} if clock else {}))
     if mode == "autoregressive":
+        prepare(pair, [s.only(mode)])
         return guarded(stamped(loop.autoregressive(pair.decoder, ids, **common), {"target": pair.precision["target"]}))
     d = pair.make_drafter(s.drafter)
     if schedule is None:
         schedule = (schedules or pair.schedules).get(s.schedule, d.kind, s.draft_tokens or d.default_draft_tokens,
                                                      MAX_DRAFT_TOKENS)
+    if prepare(pair, [s.only(mode)], schedule=schedule):
+        d = pair.make_drafter(s.drafter)  # on the draft step the pair has now (eager, had compiling failed)
     precision = pair.precision if DRAFTERS[d.kind].needs else {"target": pair.precision["target"]}  # lookup: no model
     return guarded(stamped(loop.speculative(pair.decoder, d, ids, schedule=schedule, stale_kv=s.stale_kv,
                                             pause=pause, **common), precision))

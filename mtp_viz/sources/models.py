@@ -140,7 +140,7 @@ def drafter_spec(drafter: str) -> str:
 
 def load_pair(target: str, drafter: str | None = None, *, drafter_kind: str = "auto",
               device: str | None = None, dtype: str | None = None, target_precision: str | None = None,
-              drafter_precision: str | None = None, compile: bool = False) -> "ModelPair":
+              drafter_precision: str | None = None, compile: bool = False, progress=None) -> "ModelPair":
     """Load a target and its drafter (or none, for prompt lookup).
 
     target: a preset name (``tiny``, ``e2b``, ...), a hub id or a local folder.
@@ -151,12 +151,13 @@ def load_pair(target: str, drafter: str | None = None, *, drafter_kind: str = "a
     (:mod:`.precision`); ``dtype`` sets both, and each model's own setting wins over it;
     unset, float32 on a CPU and bfloat16 on a GPU. ``compile=True``: the compiled engine
     (:meth:`ModelPair.compile`; its graphs compiled now, ``pair.compile_seconds``), or eager
-    decoding with the one sentence of ``pair.compile_note`` saying why not.
+    decoding with the one sentence of ``pair.compile_note`` saying why not; ``progress``
+    hears of each graph before it compiles (:class:`mtp_viz.engine.graphs.Progress`).
     """
     precision = Precision.of(dtype, target_precision, drafter_precision)  # names checked before any load
     pair = load_pairs(target, drafter, [precision], drafter_kind=drafter_kind, device=device)[0]
     if compile:
-        pair.compile()
+        pair.compile(progress=progress)
     return pair
 
 

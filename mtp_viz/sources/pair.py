@@ -62,17 +62,20 @@ class ModelPair:
         from mtp_viz.engine.decoder import EagerDecoder
         return self.fast if self.fast is not None else EagerDecoder(self.target)
 
-    def compiled(self, mode: str | None = None) -> "ModelPair":
+    def compiled(self, mode: str | None = None, settings=(), progress=None) -> "ModelPair":
         """The same models as a pair of its own on the compiled engine, compiled now
         (:func:`mtp_viz.sources.compiling.compiled_twin`); this one stays eager."""
         from .compiling import compiled_twin
-        return compiled_twin(self, mode)
+        return compiled_twin(self, mode, settings, progress)
 
-    def compile(self, mode: str | None = None) -> str:
-        """Switch this pair to the compiled engine (:func:`mtp_viz.sources.compiling.compile_pair`):
-        "" when compiled, else the one sentence saying why decoding stays eager."""
+    def compile(self, mode: str | None = None, settings=(), progress=None) -> str:
+        """Switch this pair to the compiled engine (:func:`mtp_viz.sources.compiling.compile_pair`),
+        compiling every graph the runs of ``settings`` (RunSettings; default a short
+        prompt, 64 tokens) can meet, ``progress`` told of each: "" when compiled, else the
+        one sentence saying why decoding stays eager. A later run compiles what it still
+        needs before its first token."""
         from .compiling import compile_pair
-        return compile_pair(self, mode)
+        return compile_pair(self, mode, settings, progress)
 
     @property
     def target_id(self) -> str:

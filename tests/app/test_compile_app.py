@@ -104,6 +104,7 @@ def test_the_engine_is_part_of_the_pair_cache_key():
     calls = []
 
     def load(target, drafter, **asked):
+        assert callable(asked.pop("progress", None)) == bool(asked.get("compile"))  # a compile reports its graphs
         calls.append(asked)
         return object()
     loader = service.PairLoader(load)
@@ -117,19 +118,34 @@ def test_the_engine_is_part_of_the_pair_cache_key():
     assert service.cache_key("tiny", None, compile=True) != service.cache_key("tiny", None)
 
 
-def test_load_and_warm_asks_load_pair_for_the_compiled_engine(monkeypatch):
+def test_load_and_warm_compiles_the_pages_first_run_and_warms_within_it(monkeypatch):
+    """A pair asked compiled compiles the graphs of a first run as the page starts, telling
+    the loader's ``progress``; the warm-up after it needs none of its own (a shorter run of
+    the same settings), and the page's draft-length default is the one compiled for."""
+    from mtp_viz.app.page import layout
+    from mtp_viz.engine import graphs
     from mtp_viz.sources import models
-    asked = []
+    compiled = []
     monkeypatch.setattr(models, "set_threads", lambda n: None)
-    monkeypatch.setattr(models, "load_pair", lambda *a, **kw: asked.append(kw) or SimpleNamespace())
+    monkeypatch.setattr(models, "load_pair", lambda *a, **kw: SimpleNamespace(
+        compile=lambda **how: compiled.append(how)))
     monkeypatch.setattr(runs, "warm", lambda pair: pair)
-    runs.load_and_warm("tiny", None, compile=True)
+    report = print
+    runs.load_and_warm("tiny", None, compile=True, progress=report)
     runs.load_and_warm("tiny", None)
-    assert asked[0]["compile"] is True and "compile" not in asked[1]
+    assert compiled == [{"settings": [runs.FIRST_RUN], "progress": report}]   # the eager load compiles nothing
+    first, warm = runs.FIRST_RUN, dataclasses.replace(runs.FIRST_RUN, max_new_tokens=8)
+    for p in (3, 40):   # the warm-up's graphs are among the first run's, whatever the prompt's length
+        assert graphs.speculative_graphs(p, warm.max_new_tokens, warm.draft_tokens) <= graphs.speculative_graphs(
+            p, first.max_new_tokens, first.draft_tokens)
+    demo = layout.build_demo(loader=service.PairLoader(lambda *a, **kw: None), target="tiny")
+    sliders = {b.elem_id: b.value for b in demo.blocks.values() if getattr(b, "elem_id", None) in
+               ("draft-tokens", "max-new")}
+    assert sliders == {"draft-tokens": first.draft_tokens, "max-new": first.max_new_tokens}
     mine = SimpleNamespace(name="tiny", drafter_name=None)  # a notebook's pair serves its own engine only
     monkeypatch.setattr(runs, "load_and_warm", lambda *a: ("loaded", a))
     assert runs.preloaded(mine)("tiny", None) is mine
-    assert runs.preloaded(mine)("tiny", None, None, True) == ("loaded", ("tiny", None, None, True))
+    assert runs.preloaded(mine)("tiny", None, None, True) == ("loaded", ("tiny", None, None, True, None))
 
 
 def _fake_pair(note="", graphs=(0.5, 0.5, 0.5), step_graphs=(0.25, 0.25)):
@@ -156,7 +172,8 @@ def handlers():
 
 def test_the_status_says_what_compiling_took(handlers):
     line, _, _ = handlers.load("tiny", "", "", "default", "default", True)
-    assert ", compiled (compiling its graphs once: a minute or more)" in line and "Loading" in line
+    assert ", compiled (then compiling its graphs once, before its first run: a minute or more)" in line
+    assert "Loading" in line
     handlers.go.set()
     handlers.loader.wait("tiny", None, timeout=5, compile=True)
     ready = handlers.status_line("tiny", "", "", "default", "default", True)
@@ -165,6 +182,30 @@ def test_the_status_says_what_compiling_took(handlers):
     assert "Compiled in" not in handlers.model_line("tiny", None)  # the eager pair: another pair, not loaded
     with pytest.raises(UserError, match="Compiled engine must be true or false"):
         handlers.compiled("yes")
+
+
+def test_the_status_says_which_graph_compiles_and_how_long_is_left():
+    """While a pair compiles (the loader's ``progress``), ``#model-status`` names the graph,
+    k of n, and the time left the loader's work estimated."""
+    from mtp_viz.engine.graphs import Graph, Progress
+    go = threading.Event()
+
+    def load(target, drafter, progress=None, **asked):
+        progress(Progress(2, 5, Graph("verify", 256, 3), 30.0, 61.0))
+        go.wait(5)
+        return _fake_pair()
+    loader = service.PairLoader(load)
+    h = local.Handlers(loader, service.presets(loader.allow), ("tiny", None), cap=16, prompt_cap=256)
+    loader.start("tiny", None, compile=True)
+    for _ in range(100):
+        line = html.unescape(h.model_line("tiny", None, compile=True))
+        if "graph 2 of 5" in line:
+            break
+        threading.Event().wait(0.05)
+    assert ("Compiling the bundled tiny pair, compiled before its first run, graph 2 of 5: the target over 3 "
+            "tokens, with the drafter's state (256-position cache); about 61 s left…") in line
+    go.set()
+    assert loader.wait("tiny", None, timeout=5, compile=True).progress is None   # a ready pair: its summary
 
 
 def test_a_compile_that_fell_back_is_a_visible_warning():
@@ -190,3 +231,40 @@ def test_the_page_has_the_compile_switch_in_the_pair():
     box = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "compile")
     assert box.value is False and box.label == "Compiled engine"
     assert "compile time is reported apart" in html.unescape(box.info)
+
+
+# ---------------------------------------------------------------- a run that needs new graphs (compiles)
+
+def _slot(frames, name):
+    i = local.OUTPUTS.index(name)
+    return [f[i] for f in frames if isinstance(f[i], str)]
+
+
+@pytest.mark.slow
+def test_a_run_that_needs_new_graphs_compiles_them_first_with_progress_in_both_status_lines():
+    """A compiled pair asked for more drafts than it compiled for: Run compiles the missing
+    graphs before the first token, saying "graph k of n" in ``#status`` and
+    ``#model-status``; the runs then compile nothing (no "compile … s, not in the timings"
+    under the badge) and the badge has its speedup."""
+    from factories import gemma_assistant, gemma_target, word_tokenizer
+    from mtp_viz.sources import compiling
+    from mtp_viz.sources.models import from_models
+    from mtp_viz.sources.settings import RunSettings
+    pair = from_models(gemma_target(layers=2), gemma_assistant(k=2), word_tokenizer())
+    pair.compile(settings=[RunSettings("w10 w11 w12", max_new_tokens=8, draft_tokens=2, chat=False)])
+    loader = service.PairLoader(lambda target, drafter, **asked: pair)
+    h = local.Handlers(loader, service.presets(loader.allow), ("tiny", None), cap=16, prompt_cap=64)
+    missing = compiling.needed(pair, RunSettings("w10 w11 w12", max_new_tokens=16, draft_tokens=8, chat=False))
+    assert [g.width for g in missing] == [5, 9]
+    values = dict(prompt="w10 w11 w12", model="tiny", custom_target="", custom_drafter="", max_new_tokens=16,
+                  draft_tokens=8, schedule="constant", drafter_kind="mtp", decoding="greedy", temperature=0.8,
+                  top_p=0.95, top_k=0, seed=0, chat=False, baseline=True, compile=True)
+    frames = list(h.run(values, None))
+    status, model = _slot(frames, "status"), _slot(frames, "model_status")
+    for lines in (status, model):
+        assert any("Compiling this run&#x27;s graphs before its first token, graph 1 of 2: the target over 5 tokens"
+                   in line for line in lines), lines
+    assert "Done." in status[-1] and "Compiled in" in model[-1]
+    compare = _slot(frames, "compare")[-1]
+    assert "data-speedup=" in compare and "not in the timings" not in compare
+    assert compiling.needed(pair, RunSettings("w10 w11 w12", max_new_tokens=16, draft_tokens=8, chat=False)) == []

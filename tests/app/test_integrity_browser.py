@@ -193,7 +193,7 @@ def test_a_plain_generate_finishes_while_another_visitor_waits_for_a_cold_compil
             page.locator("#compile input").check()
             page.fill("#prompt textarea", PROMPT)
             page.click("#run")
-            page.wait_for_selector("#status:has-text('compiling its graphs')", timeout=120_000)
+            page.wait_for_selector("#status:has-text('before its first run')", timeout=120_000)
             deadline = time.monotonic() + 120
             while loader.state("tiny", None, None, True).status != "loading" and time.monotonic() < deadline:
                 time.sleep(0.1)

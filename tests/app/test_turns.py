@@ -55,7 +55,7 @@ def test_one_compile_at_a_time_its_place_shown_and_a_full_line_refused(monkeypat
     monkeypatch.setenv("MTP_VIZ_COMPILE_QUEUE", "1")
     gates, entered = {}, {}
 
-    def load(target, drafter, precision=None, compile=False):
+    def load(target, drafter, precision=None, compile=False, progress=None):
         key = (target, compile)
         entered[key].set()
         gates[key].wait(30)

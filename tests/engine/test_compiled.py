@@ -126,17 +126,18 @@ def test_compiled_sampling_preserves_the_distribution():
 
 
 @pytest.mark.slow
-def test_no_compiler_is_one_sentence_and_eager_decoding(monkeypatch):
+def test_no_compiler_is_one_sentence_and_eager_decoding():
     """With no C++ compiler the pair says so in one sentence and decodes eagerly, with
-    the same tokens (a model of its own shape, so no graph can come from the disk cache)."""
+    the same tokens (a model of its own shape, so no graph can come from the disk cache).
+    The compiler is taken away through inductor's own ``config.patch``, which puts every
+    setting back (undoing a monkeypatch of its config module deleted ``fx_graph_cache``,
+    and every later compile in the process failed)."""
     import torch._inductor.config as inductor
-    monkeypatch.setattr(inductor.cpp, "cxx", ("/nonexistent/c++",))
-    monkeypatch.setattr(inductor, "fx_graph_cache", False)
-    monkeypatch.setattr(inductor, "autotune_local_cache", False)
     torch._dynamo.reset()
     target, assistant = gemma_target(384, window=16, seed=5, layers=3), gemma_assistant(384, 16, seed=6)
     pair = from_models(target, assistant, word_tokenizer(384))
-    note = pair.compile()
+    with inductor.patch({"cpp.cxx": ("/nonexistent/c++",), "fx_graph_cache": False, "autotune_local_cache": False}):
+        note = pair.compile()
     assert note == "Compiling the target failed: no working C++ compiler was found, so it decodes eagerly."
     assert pair.engine == "eager" and pair.compile_note == note and note.count(".") == 1
     start, d = done_of(pair.generate("w5 w6 w7", max_new_tokens=12, chat=False))

@@ -122,8 +122,11 @@ class Handlers(Recorded):
             return tokens.message_html(f"Waiting to compile {name}{asked}: {ahead_words(st.ahead, 'compile')} "
                                        f"(one at a time)… {time.monotonic() - st.started:.0f} s")
         if st.status in ("queued", "loading"):
-            doing = " (compiling its graphs once: a minute or more)" if compile else ""
-            return tokens.message_html(f"Loading {name}{asked}{doing}… {time.monotonic() - st.started:.0f} s")
+            waited = f"… {time.monotonic() - st.started:.0f} s"
+            if st.progress is not None:   # compiling the graphs of a default run (sources.compiling)
+                return tokens.message_html(f"Compiling {name}{asked} before its first run, {st.progress.line()}{waited}")
+            doing = " (then compiling its graphs once, before its first run: a minute or more)" if compile else ""
+            return tokens.message_html(f"Loading {name}{asked}{doing}{waited}")
         if st.status == "ready":
             line, level = compiled_line(st.pair) if compile else ("", "info")
             return tokens.message_html(f"Ready: {name}{ran_in(st.pair)}.{line}", level=level)
@@ -187,14 +190,15 @@ class Handlers(Recorded):
     def _waits(self, target: str, drafter: str | None, sess: runs.Session, precision: Precision | None = None,
                compile: bool = False) -> Iterator[Any]:
         """Wait for the pair (loading or compiling holds no turn on the engine), then for
-        the engine's turn, yielding status lines; the last item is (pair, held ticket)."""
+        the engine's turn, yielding frames (the pair's line also in ``#model-status``); the
+        last item is (pair, held ticket)."""
         for item in self._ready_pair(target, drafter, sess, precision, compile):
             if isinstance(item, str):
-                yield item
+                yield Frame(status=item, model_status=item)
             else:
                 pair = item
         for item in self._turn(sess):
-            yield item if isinstance(item, str) else (pair, item)
+            yield Frame(status=item) if isinstance(item, str) else (pair, item)
 
     def _turn(self, sess: runs.Session) -> Iterator[Any]:
         """Join the engine's line (the pair is ready by now); yield status lines while
@@ -254,20 +258,35 @@ class Handlers(Recorded):
             yield outputs(reset | Frame(status=self.model_line(target, drafter, precision, compile)), sess,
                           gr.update(interactive=False))
             for item in self._waits(target, drafter, sess, precision, compile):
-                if isinstance(item, str):
-                    yield outputs(Frame(status=item))
+                if isinstance(item, Frame):
+                    yield outputs(item)
                 else:
                     pair, ticket = item
         except UserError as e:
             yield outputs(refused(e), sess, gr.update(interactive=False))
             return
         try:
+            for f in self._compiled(pair, s, sess, (target, drafter, precision, compile)):
+                yield outputs(f)
             for f in runs.compare_frames(self.source(pair, sess), s, sess,
                                          frame_interval=service.env_frame_interval()):
                 yield outputs(f)
+        except UserError as e:
+            yield outputs(refused(e))
         finally:
             ticket.leave()
         yield outputs(Frame(), replay=gr.update(interactive=bool(sess.spec and sess.ar)))
+
+    def _compiled(self, pair: Any, s: RunSettings, sess: runs.Session, asked: tuple) -> Iterator[Frame]:
+        """A compiled pair's missing graphs for ``s``, compiled before the run's first token,
+        with progress in ``#status`` and ``#model-status`` (no frame when none is missing);
+        then the pair's line again (what compiling took, now)."""
+        compiled = False
+        for line in runs.compile_lines(pair, s, sess.stop):
+            compiled = True
+            yield Frame(status=line, model_status=line)
+        if compiled:
+            yield Frame(model_status=self.model_line(*asked))
 
     def measure(self, values: dict[str, Any], repeats: Any, sess: runs.Session | None):
         """N interleaved repeats of both modes, off-screen; the median and its spread."""
@@ -282,14 +301,17 @@ class Handlers(Recorded):
             if not 2 <= n <= 15:
                 raise UserError("Measure takes between 2 and 15 repeats.")
             for item in self._waits(target, drafter, sess, precision, compile):
-                if isinstance(item, str):
-                    yield outputs(Frame(status=item), sess)
+                if isinstance(item, Frame):
+                    yield outputs(item, sess)
                 else:
                     pair, ticket = item
         except UserError as e:
             yield outputs(message(str(e), level="error"), sess)
             return
         try:
+            for f in self._compiled(pair, s.only("speculative", "autoregressive"), sess,
+                                    (target, drafter, precision, compile)):
+                yield outputs(f, sess)
             yield outputs(message(
                 f"Measuring: {n} repeats of both modes, alternating, nothing rendered meanwhile…"), sess)
             with work.working(sess.stop):  # the app's close stops it first
@@ -356,7 +378,7 @@ class Handlers(Recorded):
             s = form.api_settings(prompt, mode, drafter, max_new_tokens, draft_tokens, schedule, temperature,
                                   top_p, top_k, seed, chat, self.cap, self.prompt_cap)
             for item in self._waits(target, drafter_spec, sess):
-                if isinstance(item, str):
+                if isinstance(item, Frame):
                     yield []   # still waiting: lets the server notice a client that left
                 else:
                     pair, ticket = item

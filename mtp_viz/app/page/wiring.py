@@ -109,7 +109,7 @@ class Page:
         """What a frame fills, in :data:`OUTPUTS` order, then the session and Race replay."""
         slots = {"status": self.status, "caption": self.caption, "spec": self.spec, "spec_stats": self.spec_stats,
                  "ar": self.ar, "ar_stats": self.ar_stats, "compare": self.compare, "theory": self.theory,
-                 **self.plots}
+                 "model_status": self.model_status, **self.plots}
         return [slots[s] for s in OUTPUTS] + [self.session, self.replay_btn]
 
 

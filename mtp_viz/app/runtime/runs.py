@@ -10,6 +10,7 @@ switch, which the engine checks after every step.
 """
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 import time
@@ -233,28 +234,75 @@ def compare_frames(source: Source, s: RunSettings, sess: Session, *, frame_inter
         level="warn" if stopped else "info"))
 
 
+COMPILE_POLL = 0.5   # seconds between status lines while a run's graphs compile
+# A first run as the page starts (#max-new 64, #draft-tokens 4, the constant schedule,
+# both modes) on a short prompt: what a pair asked compiled compiles when it loads, and
+# (shorter) the warm-up, so a first run with the page's settings finds every graph there.
+FIRST_RUN = RunSettings("def main():\n    return", max_new_tokens=64, draft_tokens=4, chat=False)
+
+
+def compile_lines(pair: Any, s: RunSettings, stop: threading.Event) -> Iterator[str]:
+    """Compile, before a run's first token, every graph the runs of ``s`` can meet that
+    ``pair`` (on the compiled engine) has not compiled yet
+    (:func:`mtp_viz.sources.compiling.prepare`), on a thread of its own; yields a status
+    line every :data:`COMPILE_POLL` seconds meanwhile (nothing for an eager pair, or when
+    every graph is there). Stop ends the wait in one sentence; the graphs go on compiling
+    for the next run. A failure is one sentence (UserError)."""
+    from mtp_viz.errors import UserError
+    from mtp_viz.sources import compiling
+    if getattr(pair, "fast", None) is None or not compiling.needed(pair, s):
+        return
+    latest: list[Any] = [None]
+    failed: list[BaseException] = []
+    done = threading.Event()
+
+    def work() -> None:
+        try:
+            with work.working():  # a compile cannot stop: the app's close waits for it (mtp_viz.app.runtime.work)
+                compiling.prepare(pair, [s], progress=lambda p: latest.__setitem__(0, p))
+        except BaseException as e:  # noqa: BLE001 - told below, as one sentence
+            failed.append(e)
+        finally:
+            done.set()
+    threading.Thread(target=work, daemon=True, name="mtp-viz-compile").start()
+    t = time.monotonic()
+    while not done.wait(COMPILE_POLL):
+        if stop.is_set():
+            raise UserError("Stopped while compiling; the graphs go on compiling for the next run.")
+        p = latest[0]
+        yield tokens.message_html("Compiling this run's graphs before its first token, "
+                                  + (p.line() if p is not None else "waiting for the compiler (one compile at a time)")
+                                  + f"… {time.monotonic() - t:.0f} s")
+    if failed:
+        raise UserError(user_message(failed[0])) from failed[0]
+
+
 def warm_up(source: Source, new_tokens: int = WARM_UP_TOKENS, top: int = 0) -> None:
     """An untimed comparison through the app's whole path: both modes in turns, top-k
     recording, panes, stats and every chart. The first call of each pays for lazy
     initialisation (torch's kernels, plotly's validators), which would otherwise land
     inside the first run a user times, on the same CPU."""
-    s = RunSettings(prompt="def main():\n    return", max_new_tokens=new_tokens, chat=False, top=top)
+    s = dataclasses.replace(FIRST_RUN, max_new_tokens=new_tokens, top=top)
     for _ in compare_frames(source, s, Session(), frame_interval=0, chart_interval=0):
         pass
 
 
-def load_and_warm(target: str, drafter: str | None, precision: Any = None, compile: bool = False) -> Any:
+def load_and_warm(target: str, drafter: str | None, precision: Any = None, compile: bool = False,
+                  progress: Callable[[Any], None] | None = None) -> Any:
     """The app's :class:`.service.PairLoader` work: set torch's threads on purpose, load
     the pair (each model in the precision the page asked, else ``MTP_VIZ_DTYPE`` if set,
-    else the device's default; ``compile``: on the compiled engine, its graphs compiled
-    now, ``pair.compile_seconds``, or eager with ``pair.compile_note`` saying why), and warm
-    it through the app's path (:func:`warm_up`)."""
+    else the device's default; ``compile``: on the compiled engine, the graphs of
+    :data:`FIRST_RUN` compiled now, ``progress`` told of each, ``pair.compile_seconds``, or
+    eager with ``pair.compile_note`` saying why), and warm it through the app's path
+    (:func:`warm_up`)."""
     from mtp_viz.sources import models  # imports torch: only here, on first use
     models.set_threads(service.threads())
-    return warm(models.load_pair(target, drafter, dtype=service.env_dtype(),
-                                 target_precision=precision.target if precision else None,
-                                 drafter_precision=precision.drafter if precision else None,
-                                 **({"compile": True} if compile else {})))
+    pair = models.load_pair(target, drafter, dtype=service.env_dtype(),
+                            target_precision=precision.target if precision else None,
+                            drafter_precision=precision.drafter if precision else None)
+    if compile:
+        pair.compile(settings=[FIRST_RUN], progress=progress)
+    return warm(pair)
 
 
 def warm(pair: Any) -> Any:
@@ -272,9 +320,9 @@ def preloaded(pair: Any) -> Callable[..., Any]:
     the app sets them); any other pair, these models in another precision, or asked compiled, loads
     as usual."""
     key = service.pair_key(pair.name, pair.drafter_name)
-    return lambda target, drafter, precision=None, compile=False: warm(pair) \
+    return lambda target, drafter, precision=None, compile=False, progress=None: warm(pair) \
         if service.pair_key(target, drafter) == key and precision is None and not compile \
-        else load_and_warm(target, drafter, precision, compile)
+        else load_and_warm(target, drafter, precision, compile, progress)
 
 
 def final_frame(sess: Session) -> Frame:
@@ -287,4 +335,4 @@ def final_frame(sess: Session) -> Frame:
                  theory=theory.theory_panel_html(theory_check(sess.spec, sess.ar or None)), last=True)
 
 
-__all__ = ["Session", "StepGate", "Worker", "compare_frames", "final_frame", "load_and_warm", "warm_up"]
+__all__ = ["Session", "StepGate", "Worker", "compare_frames", "compile_lines", "final_frame", "load_and_warm", "warm_up"]

@@ -233,6 +233,7 @@ class LoadState:
     started: float = 0.0
     pair: Any = None
     ticket: Any = None     # a compile's place in the compiler's line (turns.Ticket), while queued
+    progress: Any = None   # while compiling: the graph being compiled (engine.graphs.Progress)
 
     @property
     def ahead(self) -> int:
@@ -275,7 +276,8 @@ class PairLoader:
 
     ``load(target, drafter)`` does the work, ``load(target, drafter, precision=...)`` for a
     pair asked in other precisions than the default, ``compile=True`` for one asked on the
-    compiled engine (each keyword passed only when asked): the app's is
+    compiled engine, with ``progress``, which hears of each graph it compiles (each keyword
+    passed only when asked): the app's is
     :func:`.runs.load_and_warm` (load, then an untimed comparison through the app's path,
     so the first run is timed warm); tests pass their own."""
 
@@ -337,6 +339,7 @@ class PairLoader:
         asked = {"precision": precision} if precision and precision != Precision() else {}
         if compile:
             asked["compile"] = True
+            asked["progress"] = self._reporter(key)
         ticket = self._states[key].ticket
         try:
             if ticket is not None:
@@ -357,6 +360,15 @@ class PairLoader:
             self._states.move_to_end(key)
             self._evict()
             self._done[key].set()
+
+    def _reporter(self, key: tuple) -> Callable[[Any], None]:
+        """What a compiling load tells of each graph: kept in its state for the status line."""
+        def report(progress: Any) -> None:
+            with self._lock:
+                st = self._states.get(key)
+                if st is not None and st.busy:
+                    st.progress = progress
+        return report
 
     def _evict(self) -> None:
         """Unload least recently used pairs beyond ``max_pairs`` (a run still using one
