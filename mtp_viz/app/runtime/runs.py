@@ -256,7 +256,7 @@ def compile_lines(pair: Any, s: RunSettings, stop: threading.Event) -> Iterator[
     failed: list[BaseException] = []
     done = threading.Event()
 
-    def work() -> None:
+    def compile_all() -> None:
         try:
             with work.working():  # a compile cannot stop: the app's close waits for it (mtp_viz.app.runtime.work)
                 compiling.prepare(pair, [s], progress=lambda p: latest.__setitem__(0, p))
@@ -264,7 +264,7 @@ def compile_lines(pair: Any, s: RunSettings, stop: threading.Event) -> Iterator[
             failed.append(e)
         finally:
             done.set()
-    threading.Thread(target=work, daemon=True, name="mtp-viz-compile").start()
+    threading.Thread(target=compile_all, daemon=True, name="mtp-viz-compile").start()
     t = time.monotonic()
     while not done.wait(COMPILE_POLL):
         if stop.is_set():
