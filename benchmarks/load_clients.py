@@ -219,11 +219,12 @@ class Compiler:
     def start(self) -> None:
         """Press Run; return once the page says the pair is compiling."""
         self.page.click("#run")
-        self.page.wait_for_selector("#status:has-text('compiling its graphs')", timeout=120_000)
+        # "Loading … (then compiling its graphs …)", then "Compiling … graph k of n …"
+        self.page.wait_for_selector("#status:has-text('compiling')", timeout=120_000)  # either case
 
     def compiling(self) -> bool:
         """Is the visitor's pair still loading or compiling (its run not started)?"""
-        return "compiling its graphs" in self.page.inner_text("#status")
+        return "compiling" in self.page.inner_text("#status").lower()
 
     def finish(self, timeout: float) -> str:
         """Wait for the visitor's run to end; its #compare engine ("compiled" or not)."""
