@@ -24,10 +24,10 @@ decoding (:mod:`mtp_viz.measure.arms`). ``--server URL`` benches a vLLM server i
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 

@@ -235,6 +235,7 @@ def compare_frames(source: Source, s: RunSettings, sess: Session, *, frame_inter
 
 
 COMPILE_POLL = 0.5   # seconds between status lines while a run's graphs compile
+WARM_FRAMES = 0.05   # seconds between the warm-up's frames (see warm_up)
 # A first run as the page starts (#max-new 64, #draft-tokens 4, the constant schedule,
 # both modes) on a short prompt: what a pair asked compiled compiles when it loads, and
 # (shorter) the warm-up, so a first run with the page's settings finds every graph there.
@@ -283,7 +284,10 @@ def warm_up(source: Source, new_tokens: int = WARM_UP_TOKENS, top: int = 0) -> N
     initialisation (torch's kernels, plotly's validators), which would otherwise land
     inside the first run a user times, on the same CPU."""
     s = dataclasses.replace(FIRST_RUN, max_new_tokens=new_tokens, top=top)
-    for _ in compare_frames(source, s, Session(), frame_interval=0, chart_interval=0):
+    # a frame every WARM_FRAMES s, not 0: at 0 the consumer never waits for the worker's
+    # queue and spins, holding the interpreter's lock the engine's thread needs at every
+    # torch op (a warm-up of 8 tokens took up to a minute on 2 cores)
+    for _ in compare_frames(source, s, Session(), frame_interval=WARM_FRAMES, chart_interval=0):
         pass
 
 
