@@ -91,8 +91,7 @@ def browser(cmd: list[str], port: int, prompt: str, runs: int, tokens: int, draf
                                ("#draft-tokens input[type='number']", draft)):
                 page.locator(inp).fill(str(value))
                 page.locator(inp).press("Enter")
-            if page.locator("#chat input").is_checked():
-                page.locator("#chat input").uncheck()
+            # the bundled pair opens with the chat template off (it was trained on plain code)
             for _ in range(runs):
                 page.click("#run")
                 page.wait_for_selector("#compare:not([data-speedup])", timeout=60_000)
