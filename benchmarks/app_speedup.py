@@ -83,6 +83,27 @@ def run_trace(page, spec_tps: float) -> list:
     raise RuntimeError("the trace download never showed this run")
 
 
+def ready_page(browser, port: int, prompt: str, tokens: int, draft: int, wait: float):
+    """A 1280×720 page on the app at ``port`` once its pair is ready (``wait`` seconds at
+    most), with ``prompt``, ``tokens`` new tokens and ``draft`` drafts set."""
+    page = browser.new_page(viewport={"width": 1280, "height": 720})
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            page.goto(f"http://127.0.0.1:{port}/")
+            break
+        except Exception:  # noqa: BLE001 - not up yet
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+    page.wait_for_selector("#model-status:has-text('Ready')", timeout=wait * 1000)
+    page.fill("#prompt textarea", prompt)
+    for inp, value in (("#max-new input[type='number']", tokens), ("#draft-tokens input[type='number']", draft)):
+        page.locator(inp).fill(str(value))
+        page.locator(inp).press("Enter")
+    return page
+
+
 def app_runs(prompt: str, runs: int, tokens: int, draft: int, threads: int,
              fps: int = 0, windows: list | None = None, pause: float = 0.0
              ) -> tuple[list[float], list[tuple[float, float]]]:
@@ -97,22 +118,7 @@ def app_runs(prompt: str, runs: int, tokens: int, draft: int, threads: int,
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
-            page = browser.new_page(viewport={"width": 1280, "height": 720})
-            deadline = time.monotonic() + 180
-            while True:
-                try:
-                    page.goto(f"http://127.0.0.1:{port}/")
-                    break
-                except Exception:  # noqa: BLE001 - not up yet
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.5)
-            page.wait_for_selector("#model-status:has-text('Ready')", timeout=180_000)
-            page.fill("#prompt textarea", prompt)
-            for inp, value in (("#max-new input[type='number']", tokens),
-                               ("#draft-tokens input[type='number']", draft)):
-                page.locator(inp).fill(str(value))
-                page.locator(inp).press("Enter")
+            page = ready_page(browser, port, prompt, tokens, draft, 180)
             browser_cpu = lambda: cpu_seconds(lambda pid, comm: "chrom" in comm)  # noqa: E731
             app_cpu = lambda: cpu_seconds(lambda pid, comm: pid == proc.pid)  # noqa: E731
             for i in range(runs):

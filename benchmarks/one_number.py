@@ -27,13 +27,12 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from app_speedup import ARGS, ROOT, bench, free_port  # noqa: E402
+from app_speedup import ARGS, ROOT, bench, free_port, ready_page  # noqa: E402
 
 from mtp_viz.prompts import code_suite, load_prompts  # noqa: E402
 
@@ -75,23 +74,7 @@ def browser(cmd: list[str], port: int, prompt: str, runs: int, tokens: int, draf
     try:
         with sync_playwright() as p:
             b = p.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
-            page = b.new_page(viewport={"width": 1280, "height": 720})
-            deadline = time.monotonic() + 300
-            while True:
-                try:
-                    page.goto(f"http://127.0.0.1:{port}/")
-                    break
-                except Exception:  # noqa: BLE001 - not up yet
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.5)
-            page.wait_for_selector("#model-status:has-text('Ready')", timeout=300_000)
-            page.fill("#prompt textarea", prompt)
-            for inp, value in (("#max-new input[type='number']", tokens),
-                               ("#draft-tokens input[type='number']", draft)):
-                page.locator(inp).fill(str(value))
-                page.locator(inp).press("Enter")
-            # the bundled pair opens with the chat template off (it was trained on plain code)
+            page = ready_page(b, port, prompt, tokens, draft, 300)  # the bundled pair opens with chat off
             for _ in range(runs):
                 page.click("#run")
                 page.wait_for_selector("#compare:not([data-speedup])", timeout=60_000)
