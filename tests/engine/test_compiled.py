@@ -74,6 +74,32 @@ def test_compile_time_is_kept_off_the_clock(pair):
 
 
 @pytest.mark.slow
+def test_equal_shapes_never_share_a_graph():
+    """Graphs are kept per engine instance and checked only against what a call is
+    given (compiled.own_graph). Targets of the same shapes with other weights, another
+    sliding window or another activation (a constant traced into the graph, which a
+    shared graph with only argument guards would keep) each decode their own greedy
+    text, the MTP drafter too, in turns and in one process."""
+    prompt = PROMPTS[0]
+    targets = [gemma_target(seed=3), gemma_target(seed=4), gemma_target(seed=3, window=8), gemma_target(seed=3)]
+    targets[3].config.hidden_activation = "silu"
+    for m in targets[3].modules():
+        if hasattr(m, "act_fn"):
+            m.act_fn = torch.nn.SiLU()
+    steps = [gemma_assistant(seed=5), gemma_assistant(seed=6), gemma_assistant(seed=5, window=8), gemma_assistant(seed=5)]
+    fasts = [compiled.FastTarget(t) for t in targets]
+    drafters = [MTPDrafter(a, t, compiled.FastDraftStep(a, f.window)) for a, t, f in zip(steps, targets, fasts)]
+    wants = [greedy_reference(t, prompt, N) for t in targets]
+    assert len({tuple(w) for w in wants}) == len(targets)  # each change changes the text
+    for _ in range(2):
+        for fast, drafter, want in zip(fasts, drafters, wants):
+            _, plain = done_of(engine.autoregressive(fast, prompt, max_new_tokens=N))
+            _, spec = done_of(engine.speculative(fast, drafter, prompt, max_new_tokens=N))
+            assert list(plain.generated_ids) == want and list(spec.generated_ids) == want
+            assert spec.drafted > 0
+
+
+@pytest.mark.slow
 def test_the_multimodal_wrapper_and_mixture_of_experts_compile_losslessly():
     """What E2B/E4B/31B and 26B-A4B load as (Gemma4ForConditionalGeneration, dense and MoE)."""
     prompt = PROMPTS[0]
