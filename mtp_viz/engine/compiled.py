@@ -14,8 +14,10 @@ graph per forward shape (``torch.compile``, inductor), with speculative decoding
   no query ever sees a key beyond its own position.
 - **Shapes.** A verification of k drafts sends k + 1 tokens; it is padded to the next
   width of :data:`WIDTHS` (1, 2, 3, 5, 9, 17), so a run compiles a handful of graphs,
-  not one per draft length. Padding sits after the real tokens, so causality keeps it
-  out of their attention; its cache entries are cropped straight away. The cache length
+  not one per draft length. The prompt goes through the same graphs, in chunks of its
+  width up to the largest (:func:`prefill_width`), so no forward runs eagerly. Padding
+  sits after the real tokens, so causality keeps it out of their attention; its cache
+  entries are cropped straight away. The cache length
   is a capacity of :data:`CAPACITIES`, the smallest holding prompt + new tokens + 17.
 - **Attention.** The twin (below) runs scaled-dot-product attention with grouped-query
   heads left to the kernel (``enable_gqa``) instead of copying every KV head out to its
@@ -71,6 +73,12 @@ _registered = threading.Lock()
 def width_for(n: int) -> int:
     """The compiled width a forward of n tokens is padded to (n itself past the largest)."""
     return next((w for w in WIDTHS if w >= n), n)
+
+
+def prefill_width(n: int) -> int:
+    """The width a prompt of n tokens goes through the graphs at: its own width up to
+    the largest, then chunks of the largest."""
+    return width_for(min(n, WIDTHS[-1]))
 
 
 def capacity_for(need: int) -> int | None:
@@ -230,7 +238,10 @@ class FastTarget:
             return None
         with self._lock:
             free = self._free.setdefault(capacity, [])
-            cache = free.pop() if free else StaticKV(self.twin.config, capacity)
+            cache = free.pop() if free else None
+        if cache is None:  # an eager forward sets a new one's layers up (transformers' lazy init)
+            cache = StaticKV(self.twin.config, capacity)  # and the hooks that capture the state (on first use)
+            self.eager(cache, [self.pad], True, 1)
         cache.reset()
         return cache
 
@@ -247,19 +258,37 @@ class FastTarget:
         return out.logits, out.hidden_states[-1], dict(out.shared_kv_states)
 
     @torch.inference_mode()
-    def forward(self, kv: StaticKV, tokens: list[int], want_state: bool, keep: int, compiled: bool = True) -> Forward:
+    def forward(self, kv: StaticKV, tokens: list[int], want_state: bool, keep: int, prefill: bool = False) -> Forward:
         """The loop's target forward over ``tokens`` appended to ``kv`` (see
-        :class:`~.decoder.Forward`). ``compiled=False`` runs the twin eagerly (the
-        prefill: one shape per prompt)."""
+        :class:`~.decoder.Forward`), through the graph of its width. ``prefill``: the
+        prompt, in chunks of :func:`prefill_width` tokens, each through the same graph
+        (a prompt's own width would be a graph per prompt length)."""
+        width = prefill_width(len(tokens)) if prefill else width_for(len(tokens))
+        start, compile_s = kv.length, 0.0
+        for i in range(0, len(tokens), width):
+            chunk = tokens[i:i + width]
+            logits, hidden, shared, seconds = self._run(kv, chunk, want_state, width, graph=True)
+            compile_s += seconds
+        return self._reduce(kv, start, len(chunk), logits, hidden, shared, keep, compile_s)
+
+    @torch.inference_mode()
+    def eager(self, kv: StaticKV, tokens: list[int], want_state: bool, keep: int) -> Forward:
+        """The same forward without a graph (what sets a new cache's layers up)."""
+        start = kv.length
+        logits, hidden, shared, _ = self._run(kv, tokens, want_state, len(tokens), graph=False)
+        return self._reduce(kv, start, len(tokens), logits, hidden, shared, keep, 0.0)
+
+    def _run(self, kv: StaticKV, tokens: list[int], want_state: bool, width: int, graph: bool):
+        """One forward of ``tokens`` padded to ``width``; the padding's cache entries
+        dropped at once. Returns the padded outputs and the seconds spent compiling."""
         n, start = len(tokens), kv.length
-        width = width_for(n) if compiled else n
         ids = torch.tensor([tokens + [self.pad] * (width - n)], device=self.device)
         positions = torch.arange(start, start + width, device=self.device)
         args = (ids, positions[None], visible(positions, kv.capacity, None),
                 visible(positions, kv.capacity, self.window), kv.cache, want_state)
         shape = (kv.capacity, width, want_state)
         compile_s = 0.0
-        if compiled and not self.note:
+        if graph and not self.note:
             first = shape not in self.shapes.seconds
             with turn() as compile_s:  # its guards read the default dtype a load changes (engine.build)
                 t = time.perf_counter()
@@ -276,9 +305,14 @@ class FastTarget:
         if width > n:  # the padding's entries go at once
             kv.cache.crop(-(width - n))
         kv.length = start + n
-        logits = logits[0, :n][-keep:].float()
-        hidden = hidden[:, :n][:, -keep:] if hidden is not None else None
-        return Forward(logits, hidden, self._verified_kv(shared, start + n, n), compile_s)
+        return logits, hidden, shared, compile_s
+
+    def _reduce(self, kv, start, last, logits, hidden, shared, keep, compile_s) -> Forward:
+        """The Forward of tokens from ``start`` to the cache's end, the last chunk's
+        ``last`` real positions in ``logits`` and ``hidden``."""
+        logits = logits[0, :last][-keep:].float()
+        hidden = hidden[:, :last][:, -keep:] if hidden is not None else None
+        return Forward(logits, hidden, self._verified_kv(shared, kv.length, kv.length - start), compile_s)
 
     def _fallback(self, error: Exception, args):
         # a graph that fails fails while it is traced or built, on fake tensors: the
@@ -378,5 +412,5 @@ def compile_support(model) -> str:
     return ""
 
 
-__all__ = ["CAPACITIES", "FastDraftStep", "FastTarget", "StaticKV", "WIDTHS", "capacity_for", "compile_support",
+__all__ = ["CAPACITIES", "FastDraftStep", "FastTarget", "StaticKV", "WIDTHS", "capacity_for", "compile_support", "prefill_width",
            "fallback_sentence", "own_graph", "static_attention", "twin", "visible", "width_for"]

@@ -39,7 +39,7 @@ class Decoder(Protocol):
 
     def open(self, need: int) -> "Session": ...
     def forward(self, cache: Any, tokens: list[int], want_state: bool, keep: int,
-                compiled: bool = True) -> Forward: ...
+                prefill: bool = False) -> Forward: ...
     def release(self, cache: Any) -> None: ...
 
 
@@ -53,10 +53,10 @@ class Session:
     def engine(self) -> str:
         return self.decoder.ran.engine
 
-    def forward(self, tokens: list[int], want_state: bool, keep: int, compiled: bool = True) -> Forward:
+    def forward(self, tokens: list[int], want_state: bool, keep: int, prefill: bool = False) -> Forward:
         """The target over ``tokens`` appended to the cache; the last ``keep`` logits.
-        ``compiled=False``: a shape of its own (the prefill) runs without a graph."""
-        return self.decoder.forward(self.cache, tokens, want_state, keep, compiled)
+        ``prefill``: the prompt (the compiled engine sends it in chunks)."""
+        return self.decoder.forward(self.cache, tokens, want_state, keep, prefill)
 
     def crop(self, drop: int) -> None:
         """Drop the last ``drop`` entries (the rejected drafts' KV). ``crop(0)`` is no
@@ -88,7 +88,7 @@ class EagerDecoder:
         return Session(self, cache)
 
     @torch.inference_mode()
-    def forward(self, cache, tokens: list[int], want_state: bool, keep: int, compiled: bool = True) -> Forward:
+    def forward(self, cache, tokens: list[int], want_state: bool, keep: int, prefill: bool = False) -> Forward:
         ids = torch.tensor([tokens], device=self.device)
         extra = {"output_hidden_states": True, "return_shared_kv_states": True} if want_state else {}
         out = self.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=keep, **extra)

@@ -14,8 +14,9 @@ whose longest draft is L, as :mod:`.loop` runs them):
 - the target's capacity holds :func:`~.loop.speculative_need` (P + N + 17) for speculative
   decoding, :func:`~.loop.autoregressive_need` (P + N + 1) for the baseline; past the
   largest capacity the run decodes eagerly and needs no target graph;
-- the prefill is eager (one shape per prompt); every later forward is a graph, so a run
-  of N >= 2 tokens needs them;
+- the prefill goes through the graph of :func:`~.compiled.prefill_width` (P tokens, or
+  chunks of the largest width), with the state a verification has or the baseline's
+  without; every later forward is a graph too, once a run makes N >= 2 tokens;
 - a verification of k drafts sends k + 1 tokens: k from 0 (the last token of a run has
   no room for drafts) to min(L, N - 2) (a step leaves room for its own token);
   the baseline sends one;
@@ -36,7 +37,7 @@ from typing import Callable, Iterable
 
 import torch
 
-from .compiled import CAPACITIES, capacity_for, width_for
+from .compiled import CAPACITIES, capacity_for, prefill_width, width_for
 from .loop import autoregressive_need, speculative_need
 
 KINDS = ("verify", "step", "draft")
@@ -61,11 +62,13 @@ def speculative_graphs(prompt: int, new: int, longest: int, *, state: bool = Tru
     schedule drafting at most ``longest`` tokens at a time; ``state``: the drafter reads
     the target's state (verify graphs, else step graphs); ``draft``: its step is compiled."""
     out: set[Graph] = set()
+    capacity = capacity_for(speculative_need(prompt, new))
+    kind = "verify" if state else "step"
+    if capacity is not None:
+        out.add(Graph(kind, capacity, prefill_width(prompt)))
     if new < 2:
         return out
-    capacity = capacity_for(speculative_need(prompt, new))
     if capacity is not None:
-        kind = "verify" if state else "step"
         out |= {Graph(kind, capacity, width_for(k + 1)) for k in range(min(longest, new - 2) + 1)}
     if draft and new >= 3:
         out |= {Graph("draft", c) for c in {capacity_for(s) for s in range(prompt, prompt + new - 1)} if c in CAPACITIES}
@@ -75,7 +78,9 @@ def speculative_graphs(prompt: int, new: int, longest: int, *, state: bool = Tru
 def autoregressive_graphs(prompt: int, new: int) -> set[Graph]:
     """The graphs a plain run of ``new`` tokens after ``prompt`` can meet."""
     capacity = capacity_for(autoregressive_need(prompt, new))
-    return {Graph("step", capacity)} if new >= 2 and capacity is not None else set()
+    if capacity is None:
+        return set()
+    return {Graph("step", capacity, prefill_width(prompt))} | ({Graph("step", capacity)} if new >= 2 else set())
 
 
 def compiled_graphs(fast, step=None) -> set[Graph]:
@@ -147,15 +152,15 @@ def compile_graphs(fast, step, graphs: list[Graph], embed: torch.nn.Module,
 
 def _build(fast, step, g: Graph, embed: torch.nn.Module) -> None:
     """One graph, compiled by the call a run makes: a cache at its capacity (made, as a
-    run's, outside inference mode: it is cropped outside it), its first token eager (as
-    a run's prefill, which sets the cache's layers up), then a forward of ``g.width``
-    tokens; a draft step on zero K/V of its shapes."""
+    run's, outside inference mode: it is cropped outside it), then a forward of
+    ``g.width`` tokens; a draft step on zero K/V of its shapes, taken from an eager
+    forward of one token."""
     kv = fast.new_cache(g.capacity if g.kind != "draft" else 1)
     try:
-        first = fast.forward(kv, [fast.pad], g.kind != "step", keep=1, compiled=False)
         if g.kind != "draft":
             fast.forward(kv, [fast.pad] * g.width, g.kind == "verify", keep=1)
             return
+        first = fast.eager(kv, [fast.pad], True, keep=1)
     finally:
         fast.release(kv)
     with torch.inference_mode():  # as the drafter's propose() runs it

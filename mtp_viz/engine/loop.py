@@ -228,10 +228,10 @@ def _verify(kv: Session, newest: list[int], drafts: list[int], want_state: bool,
             prefill: bool = False) -> tuple[Forward, float, tuple[int, ...]]:
     """One target forward over ``newest`` and the drafts, its seconds on the engine's
     clock, and the distinct experts per layer ``tap`` counted in it (() unless counting;
-    counted after the lap). The prefill runs without a graph (one shape per prompt)."""
+    counted after the lap)."""
     with watch.lap() as lap:
         tap.arm()
-        fwd = kv.forward(newest + drafts, want_state, keep=1 if prefill else len(drafts) + 1, compiled=not prefill)
+        fwd = kv.forward(newest + drafts, want_state, keep=1 if prefill else len(drafts) + 1, prefill=prefill)
         watch.compiled(fwd.compile_seconds)  # a graph compiled now is not verifying
         if prefill:
             kv.crop(0)  # trims the sliding layers to what the next forward needs
@@ -363,7 +363,7 @@ def _autoregressive(kv: Session, prompt_ids: list[int], g: Generation) -> Iterat
         step += 1
         with watch.lap() as lap:  # the plain step: its forward and its pick
             tap.arm()
-            fwd = kv.forward(feed, False, keep=1, compiled=step > 1)  # step 1: the prefill
+            fwd = kv.forward(feed, False, keep=1, prefill=step == 1)
             watch.compiled(fwd.compile_seconds)
             p = None if sampler.greedy else sampler.probs(fwd.logits)
             tok = int(fwd.logits[0].argmax()) if sampler.greedy else sampler.pick(p[0])

@@ -14,19 +14,20 @@ from factories import gemma_assistant, gemma_target
 from mtp_viz.engine import compiled, graphs
 from mtp_viz.engine import loop
 from mtp_viz.engine.drafters.mtp import MTPDrafter
-from mtp_viz.engine.compiled import width_for
 from mtp_viz.engine.graphs import Graph, Progress
 from mtp_viz.engine.schedules import SCHEDULES, make_schedule
 
 
 def test_a_default_run_needs_its_widths_one_capacity_and_one_draft_step():
-    # 20 + 64 + 17 positions: the 256 capacity; drafts of 0..4 tokens: widths 1, 2, 3, 5
-    assert graphs.speculative_graphs(20, 64, 4) == {Graph("verify", 256, w) for w in (1, 2, 3, 5)} | {
+    # 20 + 64 + 17 positions: the 256 capacity; drafts of 0..4 tokens: widths 1, 2, 3, 5;
+    # the 20-token prompt: two chunks of 17
+    assert graphs.speculative_graphs(20, 64, 4) == {Graph("verify", 256, w) for w in (1, 2, 3, 5, 17)} | {
         Graph("draft", 256)}
-    assert graphs.autoregressive_graphs(20, 64) == {Graph("step", 256)}
+    assert graphs.autoregressive_graphs(20, 64) == {Graph("step", 256), Graph("step", 256, 17)}
+    assert graphs.autoregressive_graphs(7, 64) == {Graph("step", 256), Graph("step", 256, 9)}
     # a drafter that reads only tokens: the target's forwards without the state, no draft step
     assert graphs.speculative_graphs(20, 64, 8, state=False, draft=False) == {
-        Graph("step", 256, w) for w in (1, 2, 3, 5, 9)}
+        Graph("step", 256, w) for w in (1, 2, 3, 5, 9, 17)}
 
 
 def test_a_run_across_a_capacity_needs_the_draft_step_at_both():
@@ -36,10 +37,12 @@ def test_a_run_across_a_capacity_needs_the_draft_step_at_both():
 
 
 def test_short_runs_and_runs_past_the_largest_capacity():
-    assert graphs.speculative_graphs(10, 1, 4) == set() and graphs.autoregressive_graphs(10, 1) == set()
-    assert graphs.speculative_graphs(10, 2, 4) == {Graph("verify", 256, 1)}      # no room for a draft
-    assert graphs.speculative_graphs(10, 3, 4) == {Graph("verify", 256, 1), Graph("verify", 256, 2),
-                                                   Graph("draft", 256)}
+    # one token: the prefill alone, through the graph of the prompt's width (9 for 8..9 tokens)
+    assert graphs.speculative_graphs(9, 1, 4) == {Graph("verify", 256, 9)}
+    assert graphs.autoregressive_graphs(9, 1) == {Graph("step", 256, 9)}
+    assert graphs.speculative_graphs(9, 2, 4) == {Graph("verify", 256, 1), Graph("verify", 256, 9)}  # no room to draft
+    assert graphs.speculative_graphs(9, 3, 4) == {Graph("verify", 256, 1), Graph("verify", 256, 2),
+                                                  Graph("verify", 256, 9), Graph("draft", 256)}
     assert graphs.speculative_graphs(9000, 64, 4) == set()   # eager past 8192 positions, drafter too
     assert graphs.autoregressive_graphs(9000, 64) == set()
 
@@ -83,10 +86,10 @@ class Recording(compiled.FastTarget):
         super().__init__(model)
         self.note, self.used = "recording", set()
 
-    def forward(self, kv, tokens, want_state, keep, compiled=True):
-        if compiled and kv.capacity is not None:
-            self.used.add(Graph("verify" if want_state else "step", kv.capacity, width_for(len(tokens))))
-        return super().forward(kv, tokens, want_state, keep, compiled)
+    def _run(self, kv, tokens, want_state, width, graph):
+        if graph:
+            self.used.add(Graph("verify" if want_state else "step", kv.capacity, width))
+        return super()._run(kv, tokens, want_state, width, graph)
 
 
 class RecordingStep(compiled.FastDraftStep):
@@ -119,7 +122,7 @@ def test_the_plan_holds_every_graph_a_run_asks_for(models, prompt, new, k, sched
     for _ in loop.speculative(fast, MTPDrafter(assistant, target, step), ids, max_new_tokens=new, schedule=sched):
         pass
     assert fast.used | step.used <= graphs.speculative_graphs(prompt, new, sched.longest)
-    assert bool(fast.used) == (new >= 2)   # every forward after the prefill is a graph
+    assert fast.used   # every forward is a graph, the prefill's too
     fast.used = set()
     for _ in loop.autoregressive(fast, ids, max_new_tokens=new):
         pass
