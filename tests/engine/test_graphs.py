@@ -20,14 +20,15 @@ from mtp_viz.engine.schedules import SCHEDULES, make_schedule
 
 def test_a_default_run_needs_its_widths_one_capacity_and_one_draft_step():
     # 20 + 64 + 17 positions: the 256 capacity; drafts of 0..4 tokens: widths 1, 2, 3, 5;
-    # the 20-token prompt: two chunks of 17
-    assert graphs.speculative_graphs(20, 64, 4) == {Graph("verify", 256, w) for w in (1, 2, 3, 5, 17)} | {
+    # the 20-token prompt runs eagerly, a 7-token one through the graph of width 9
+    assert graphs.speculative_graphs(20, 64, 4) == {Graph("verify", 256, w) for w in (1, 2, 3, 5)} | {
         Graph("draft", 256)}
-    assert graphs.autoregressive_graphs(20, 64) == {Graph("step", 256), Graph("step", 256, 17)}
+    assert graphs.autoregressive_graphs(20, 64) == {Graph("step", 256)}
     assert graphs.autoregressive_graphs(7, 64) == {Graph("step", 256), Graph("step", 256, 9)}
+    assert graphs.speculative_graphs(7, 64, 4) == graphs.speculative_graphs(20, 64, 4) | {Graph("verify", 256, 9)}
     # a drafter that reads only tokens: the target's forwards without the state, no draft step
     assert graphs.speculative_graphs(20, 64, 8, state=False, draft=False) == {
-        Graph("step", 256, w) for w in (1, 2, 3, 5, 9, 17)}
+        Graph("step", 256, w) for w in (1, 2, 3, 5, 9)}
 
 
 def test_a_run_across_a_capacity_needs_the_draft_step_at_both():
@@ -122,7 +123,7 @@ def test_the_plan_holds_every_graph_a_run_asks_for(models, prompt, new, k, sched
     for _ in loop.speculative(fast, MTPDrafter(assistant, target, step), ids, max_new_tokens=new, schedule=sched):
         pass
     assert fast.used | step.used <= graphs.speculative_graphs(prompt, new, sched.longest)
-    assert fast.used   # every forward is a graph, the prefill's too
+    assert bool(fast.used) == (new >= 2 or prompt <= 17)   # every forward after a long prompt's is a graph
     fast.used = set()
     for _ in loop.autoregressive(fast, ids, max_new_tokens=new):
         pass

@@ -57,15 +57,14 @@ def test_after_compiling_for_a_run_the_run_compiles_nothing(pair):
 
 def test_a_run_with_new_shapes_compiles_them_before_its_first_token(pair):
     """An adaptive schedule can draft 16 tokens: its widths 9 and 17 are compiled by the
-    run's own preparation, before the loop starts, and never inside it (17 is there
-    already: the 35-word prompt's prefill went through it in chunks)."""
+    run's own preparation, before the loop starts, and never inside it."""
     s = RunSettings(PROMPT, max_new_tokens=40, chat=False, schedule="heuristic", modes=("speculative",))
     missing = compiling.needed(pair, s)
-    assert missing == [graphs.Graph("verify", 256, 9)]
+    assert missing == [graphs.Graph("verify", 256, 9), graphs.Graph("verify", 256, 17)]
     told = []
     assert compiling.prepare(pair, [s], progress=told.append) > 0
-    assert [(p.index, p.total, p.graph) for p in told] == [(1, 1, missing[0])]
-    assert told[0].left is not None          # estimated from the graphs compiled before
+    assert [(p.index, p.total, p.graph) for p in told] == [(1, 2, missing[0]), (2, 2, missing[1])]
+    assert told[1].left is not None          # estimated from what the first one took
     before = built()
     done = [e for _, e in LocalSource(pair).runs(s) if isinstance(e, Done)]
     assert built() == before and done[0].compile_seconds == 0.0 and done[0].seconds > 0
