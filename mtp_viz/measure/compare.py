@@ -16,7 +16,7 @@ import dataclasses
 import statistics
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from mtp_viz.errors import UserError
 from mtp_viz.sources.base import WARM_UP_TOKENS
@@ -110,13 +110,15 @@ def peer_base(pair: Any, s: RunSettings) -> RunSettings:
 
 
 def measure(pair: Any, s: RunSettings, repeats: int, stop: threading.Event | None = None,
-            compiled: Any = None, peers: Sequence[PeerArm] = ()) -> Measurement:
+            compiled: Any = None, peers: Sequence[PeerArm] = (), told: Callable[[UserError], str] = str
+            ) -> Measurement:
     """Both modes of ``s`` on ``pair``, ``repeats`` times, rotating which goes first,
     off-screen: the bench's own runner, clock and reduction, after the untimed warm-up
     every surface makes. Beside them, in the same rotation: ``compiled``'s plain decoding
     (the same models on the compiled engine, every graph of these runs compiled already)
-    and each of ``peers`` (:func:`peer_base` gives them these runs' settings). Setting
-    ``stop`` ends it with one sentence."""
+    and each of ``peers`` (:func:`peer_base` gives them these runs' settings); a peer
+    whose warm-up fails is left out, its failure told by ``told``. Setting ``stop`` ends
+    it with one sentence."""
     import torch
     base = dataclasses.replace(s, top=0, experts=False, stale_kv=False)  # timed as the bench times: no extras
     runner = Runner(pair, base)
@@ -131,7 +133,15 @@ def measure(pair: Any, s: RunSettings, repeats: int, stop: threading.Event | Non
         plain_ids = runner.run(AUTOREGRESSIVE, s.prompt, None, WARM_UP_TOKENS)[0].ids
         runner.run(SPECULATIVE, s.prompt, setting, WARM_UP_TOKENS)
         for task in todo[2:]:
-            ids = task[1].run(task[0], s.prompt, None, WARM_UP_TOKENS)[0].ids
+            try:
+                ids = task[1].run(task[0], s.prompt, None, WARM_UP_TOKENS)[0].ids
+            except UserError as e:   # a peer that fails before any timing is left out, not the Measure
+                if not isinstance(task[1], PeerArm):
+                    raise
+                said = told(e)
+                notes.append(f"Measure left out {peer_name(task[1])}, whose warm-up failed: {said[:1].lower()}{said[1:]}")
+                todo.remove(task)
+                continue
             if s.greedy and isinstance(task[1], PeerArm) and ids != plain_ids:
                 notes.append(f"Left out {peer_name(task[1])}: under greedy decoding it wrote other tokens than "
                              "this pair's plain decoding, so it does not serve this model.")

@@ -71,7 +71,8 @@ def name(urls: Sequence[str], url: str) -> str:
 def failure(urls: Sequence[str], e: ServerError) -> str:
     """A peer's failure as a visitor's sentence: no address, no HTTP status, no path."""
     who = name(urls, e.url)
-    return e.visitor(who, f"{who}'s address")
+    said = e.visitor(who, f"{who}'s address")
+    return said[:1].upper() + said[1:]
 
 
 def open_peers(urls: Sequence[str], base: RunSettings) -> tuple[list[PeerArm], list[str]]:
@@ -145,7 +146,8 @@ class Measuring:
                 f" and of {more} decoder{'s' if more > 1 else ''} beside them" if more else "")
                 + ", in turns, nothing rendered meanwhile…"), sess)
             with work.working(sess.stop):  # the app's close stops it first
-                m = compare.measure(pair, s, n, sess.stop, compiled=twin, peers=arms)
+                m = compare.measure(pair, s, n, sess.stop, compiled=twin, peers=arms,
+                                    told=lambda e: failure(urls, e) if isinstance(e, ServerError) else str(e))
         except ServerError as e:   # a peer that failed mid-way: named by its place, never its address
             yield outputs(message(failure(urls, e), level="error"), sess)
             return
