@@ -113,11 +113,7 @@ def fastest(plain: dict[str, PlainRow], peers: Sequence[PeerRow]) -> dict[str, A
     Every row's ``speedup_over_fastest_plain`` is its tokens per second over this one's."""
     rates = {f"mtp-viz {name}": row.tokens_per_second for name, row in plain.items()}
     rates.update({p.peer: p.tokens_per_second for p in peers if p.setting == "plain"})
-    rates = {k: v for k, v in rates.items() if v}
-    if not rates:
-        return None
-    best = max(rates, key=rates.get)
-    return {"decoder": best, "tokens_per_second": rates[best]}
+    return reduction.fastest(rates)
 
 
 def reduce(meta: dict[str, Any], records: Sequence[Record], events: dict[RunKey, list],

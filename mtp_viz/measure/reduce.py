@@ -58,6 +58,17 @@ def speedup_ratios(records: Sequence[Record], mode: str, setting: str, category:
     return [this[k] / base[k] for k in sorted(this) if base.get(k)]
 
 
+def fastest(rates: dict[str, float | None]) -> dict[str, Any] | None:
+    """The fastest of the plain decoders measured in one run (name -> tokens per second):
+    ``{"decoder", "tokens_per_second"}``, None when none has a rate. What every surface
+    holds a speedup against besides its own plain decoding (the bench's rows, Measure's)."""
+    rates = {k: v for k, v in rates.items() if v}
+    if not rates:
+        return None
+    best = max(rates, key=rates.get)
+    return {"decoder": best, "tokens_per_second": rates[best]}
+
+
 def verdict(ratios: Sequence[float]) -> str:
     """What repeated speedups let a reader call, the one rule every surface uses (Measure,
     the bench, a notebook): "faster" or "slower" only when every repeat agrees; else "too
@@ -279,5 +290,5 @@ def verify_slope(rows: Sequence[SettingRow]) -> float | None:
     return max(0.0, sum((x - mx) * (y - my) for x, y in pts) / sxx)
 
 
-__all__ = ["ArmOf", "CategoryCell", "CategoryRow", "Events", "PlainRow", "Reduced", "SettingRow", "median",
+__all__ = ["ArmOf", "CategoryCell", "CategoryRow", "Events", "PlainRow", "Reduced", "SettingRow", "fastest", "median",
            "overhead", "ratio", "reduce", "speedup", "speedup_ratios", "tps_by_repeat", "verify_slope"]

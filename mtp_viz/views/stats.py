@@ -171,10 +171,12 @@ def measured_over(spec_tps: float, ar_tps: float, clock: str, threads: int, how:
     return f"{spec_tps:.1f} vs {ar_tps:.1f} tokens/s{of} · {how}{_threads(threads)}"
 
 
-def compare_html(spec: RunStats, ar: RunStats, *, greedy: bool) -> str:
+def compare_html(spec: RunStats, ar: RunStats, *, greedy: bool, faster: Iterable = ()) -> str:
     """The speedup of one run of each mode and, under greedy decoding, whether both
     outputs are token-identical. One run each cannot name a winner: the figure says
-    what it is and points to Measure."""
+    what it is and points to Measure. ``faster``: plain decoders of the same model a
+    Measure timed in this session (:class:`mtp_viz.measure.compare.Decoder`); the fastest
+    that beats this run's plain decoding is named in one sentence (:func:`faster_plain_html`)."""
     engine, compiling = engine_both(spec, ar), spec.compile_seconds + ar.compile_seconds
     threads = spec.threads   # as the run recorded them: what torch had, not what was asked
     if not (spec.done and ar.done) or not spec.tokens or not ar.tokens \
@@ -189,6 +191,9 @@ def compare_html(spec: RunStats, ar: RunStats, *, greedy: bool) -> str:
              f'<b>×{x:.2f}</b> the speed {_over(spec, ar)}<small>('
              f'{measured_over(spec.tokens_per_second, ar.tokens_per_second, clock, threads, "one run each, in turns")})'
              f'</small></span>']
+    best = faster_plain(faster, ar.engine, ar.tokens_per_second)
+    if best is not None:
+        parts.append(faster_plain_html(best, "measured in Measure"))
     if greedy:
         parts.append(identity_badge(spec, ar))
     return _compare_div(x, spec.tokens_per_second, ar.tokens_per_second, "single run", threads,
@@ -213,10 +218,31 @@ def _over(spec: RunStats, ar: RunStats) -> str:
     return f"of the plain decoding of the {html.escape(ar.engine_label)} " if ar.engine_label else ""
 
 
+def faster_plain(decoders: Iterable, engine: str, plain_tps: float):
+    """The fastest plain decoder of ``decoders`` (:class:`mtp_viz.measure.compare.Decoder`)
+    other than ``engine`` and faster than its plain decoding's ``plain_tps``; None if none is."""
+    fast = [d for d in decoders if d.setting == "plain" and d.engine != engine
+            and (d.tokens_per_second or 0) > plain_tps > 0]
+    return max(fast, key=lambda d: d.tokens_per_second, default=None)
+
+
+def faster_plain_html(d, where: str) -> str:
+    """The one sentence naming a faster plain decoder of the same model and its rate
+    (``#fastest-plain``, with ``data-fastest-plain``: its name, ``data-fastest-plain-tps``
+    and ``data-fastest-plain-engine``); ``where``: where it was measured."""
+    name, engine = html.escape(d.name), html.escape(d.engine)
+    clock = " of engine CPU time" if d.clock == "cpu" else " of wall time" if d.clock == "wall" else ""
+    return (f'<span id="fastest-plain" class="mv-badge mv-neutral mv-fastest-plain" data-fastest-plain="{name}" '
+            f'data-fastest-plain-tps="{d.tokens_per_second:.3f}" data-fastest-plain-engine="{engine}">'
+            f'{name} decodes this pair plain at <b>{d.tokens_per_second:.0f}</b> tokens/s{clock} here '
+            f'({html.escape(where)})</span>')
+
+
 def measurement_html(m, engine: Ran = Ran()) -> str:
     """Measure's result (:class:`mtp_viz.measure.compare.Measurement`): the median of the
     repeats, their range, and a winner only when every repeat agrees; ``engine``: what
-    decoded them."""
+    decoded them. With decoders timed beside it: the faster plain one's sentence and a
+    table of every decoder against the fastest plain one (:func:`decoders_html`)."""
     cls = {"faster": "mv-ok", "slower": "mv-warn"}.get(m.verdict, "mv-neutral")
     lo, hi = min(m.ratios), max(m.ratios)
     if m.verdict == "too close to call":
@@ -228,8 +254,43 @@ def measurement_html(m, engine: Ran = Ran()) -> str:
     body = (f'<span class="mv-badge {cls} mv-speedup">{head}<small> · '
             f'{measured_over(m.spec_tps, m.ar_tps, m.clock, m.threads, f"medians of {m.repeats} repeats, alternating")}'
             f'</small></span>')
+    best = faster_plain(m.beside, engine.engine, m.ar_tps)
+    if best is not None:
+        body += faster_plain_html(best, f"medians of the same {m.repeats} repeats")
+    body += decoders_html(m, engine)
     return _compare_div(m.median, m.spec_tps, m.ar_tps, f"median of {m.repeats}", m.threads, body,
                         m.clock, engine=(engine.engine, engine.label))
+
+
+def decoders_html(m, engine: Ran = Ran()) -> str:
+    """Every decoder a Measure timed, against the fastest plain one, as the bench's table
+    "Against the fastest plain decoder measured here" (``#measure-decoders``; each row
+    ``data-decoder``, ``data-setting``, ``data-tps``, ``data-over-fastest``, and
+    ``data-fastest`` on the fastest plain one); "" when only the pair's two modes ran."""
+    if not m.beside:
+        return ""
+    best = (m.fastest_plain or {}).get("decoder")
+    own = f"this {engine.label}"
+    rows = [(own, engine.engine, "mtp", m.spec_tps, m.clock, None, False),
+            (own, engine.engine, "plain", m.ar_tps, m.clock, None, best == m.engine)]
+    rows += [(d.name, d.engine, d.setting, d.tokens_per_second, d.clock, d.same_tokens_as_plain,
+              d.setting == "plain" and best == d.name) for d in m.beside]
+    cells = []
+    for name, eng, setting, tps, clock, same, fastest in rows:
+        over = m.over_fastest_plain(tps)
+        same_text = "–" if same is None else "yes" if same else "no"
+        cells.append(f'<tr data-decoder="{html.escape(name)}" data-engine="{html.escape(eng)}" '
+                     f'data-setting="{html.escape(setting)}" data-tps="{(tps or 0):.3f}" '
+                     f'data-over-fastest="{(over or 0):.4f}"{" data-fastest" if fastest else ""}>'
+                     f'<td>{html.escape(name)}</td><td>{html.escape(setting)}</td>'
+                     f'<td>{"–" if tps is None else f"{tps:.1f}"}</td><td>{html.escape(clock)}</td>'
+                     f'<td>{"–" if over is None else f"×{over:.2f}"}</td><td>{same_text}</td></tr>')
+    head = "".join(f"<th>{h}</th>" for h in ("decoder", "setting", "tokens/s", "clock", "vs fastest plain",
+                                              "same tokens as plain"))
+    return (f'<details id="measure-decoders" class="mv-decoders"><summary>Every decoder measured '
+            f'({len(rows)} rows), against the fastest plain one</summary><table><tr>{head}</tr>{"".join(cells)}'
+            f'</table><small>medians of {m.repeats} repeats in one rotation; a local engine on its thread\'s CPU '
+            'clock (cpu), a server on wall time through HTTP (wall)</small></details>')
 
 
 def identity_badge(spec: RunStats, ar: RunStats) -> str:

@@ -13,7 +13,7 @@ from typing import Any, Iterator
 import gradio as gr
 
 from mtp_viz.app.runtime import runs, service, work, zerogpu
-from mtp_viz.measure import compare
+from mtp_viz.app.runtime.guard import ServerPolicy
 from mtp_viz.app.runtime.turns import Turns, ahead_words
 from mtp_viz.views import charts, export, inspector, stats, tokens
 from mtp_viz.views.frame import Frame, cleared
@@ -23,7 +23,7 @@ from mtp_viz.sources.local import LocalSource
 from mtp_viz.sources.precision import Precision
 from mtp_viz.sources.settings import RunSettings
 
-from . import form
+from . import beside, form
 from .recorded import OUTPUTS, Recorded, message, outputs
 
 CUSTOM = "custom"
@@ -63,13 +63,14 @@ def refused(e: UserError) -> Frame:
     return message(str(e), level="error") | Frame(spec=tokens.placeholder_html("No run: " + str(e)))
 
 
-class Handlers(Recorded):
+class Handlers(Recorded, beside.Measuring):
     """One instance per demo, shared by all sessions (per-session state travels in
     ``gr.State`` as a :class:`runs.Session`)."""
 
     def __init__(self, loader: service.PairLoader, presets: dict, default: tuple[str, str | None],
-                 cap: int, prompt_cap: int, empty_figures: dict | None = None):
+                 cap: int, prompt_cap: int, empty_figures: dict | None = None, peers: beside.Peers | None = None):
         self.loader, self.presets, self.default = loader, presets, default
+        self.peers = peers or beside.Peers(ServerPolicy(loader.allow))   # what Measure may time beside
         self.cap, self.prompt_cap = cap, prompt_cap
         self.runs = zerogpu.on_gpu()  # model work; under spaces.GPU on ZeroGPU hardware
         # the engine's line: runs at once (one by default, so timings never share the CPU);
@@ -188,15 +189,22 @@ class Handlers(Recorded):
         yield st.pair
 
     def _waits(self, target: str, drafter: str | None, sess: runs.Session, precision: Precision | None = None,
-               compile: bool = False) -> Iterator[Any]:
+               compile: bool = False, twin: bool = False) -> Iterator[Any]:
         """Wait for the pair (loading or compiling holds no turn on the engine), then for
         the engine's turn, yielding frames (the pair's line also in ``#model-status``); the
-        last item is (pair, held ticket)."""
+        last item is (pair, held ticket). ``twin``: also wait for the same models on the
+        compiled engine (its line in ``#status`` only); the last item is then
+        ((pair, compiled pair), ticket)."""
         for item in self._ready_pair(target, drafter, sess, precision, compile):
             if isinstance(item, str):
                 yield Frame(status=item, model_status=item)
             else:
                 pair = item
+        for item in self._ready_pair(target, drafter, sess, precision, True) if twin else ():
+            if isinstance(item, str):
+                yield Frame(status=item)
+            else:
+                pair = (pair, item)
         for item in self._turn(sess):
             yield Frame(status=item) if isinstance(item, str) else (pair, item)
 
@@ -255,6 +263,7 @@ class Handlers(Recorded):
             target, drafter, precision, compile = self.asked(
                 values["model"], values["custom_target"], values["custom_drafter"], values.get("target_precision"),
                 values.get("drafter_precision"), values.get("compile"))
+            sess.faster = sess.beside((target, drafter, precision))   # what a Measure timed beside this pair
             yield outputs(reset | Frame(status=self.model_line(target, drafter, precision, compile)), sess,
                           gr.update(interactive=False))
             for item in self._waits(target, drafter, sess, precision, compile):
@@ -287,43 +296,6 @@ class Handlers(Recorded):
             yield Frame(status=line, model_status=line)
         if compiled:
             yield Frame(model_status=self.model_line(*asked))
-
-    def measure(self, values: dict[str, Any], repeats: Any, sess: runs.Session | None):
-        """N interleaved repeats of both modes, off-screen; the median and its spread."""
-        sess = sess or runs.Session()
-        sess.stop.clear()
-        try:
-            s = self.settings(values)
-            target, drafter, precision, compile = self.asked(
-                values["model"], values["custom_target"], values["custom_drafter"], values.get("target_precision"),
-                values.get("drafter_precision"), values.get("compile"))
-            n = form.whole(repeats, "Repeats")
-            if not 2 <= n <= 15:
-                raise UserError("Measure takes between 2 and 15 repeats.")
-            for item in self._waits(target, drafter, sess, precision, compile):
-                if isinstance(item, Frame):
-                    yield outputs(item, sess)
-                else:
-                    pair, ticket = item
-        except UserError as e:
-            yield outputs(message(str(e), level="error"), sess)
-            return
-        try:
-            for f in self._compiled(pair, s.only("speculative", "autoregressive"), sess,
-                                    (target, drafter, precision, compile)):
-                yield outputs(f, sess)
-            yield outputs(message(
-                f"Measuring: {n} repeats of both modes, alternating, nothing rendered meanwhile…"), sess)
-            with work.working(sess.stop):  # the app's close stops it first
-                m = compare.measure(pair, s, n, sess.stop)
-        except UserError as e:
-            yield outputs(message(str(e), level="error"), sess)
-            return
-        finally:
-            ticket.leave()
-        yield outputs(Frame(compare=stats.measurement_html(m, engine=pair.decoder.ran)) | message(
-            f"Measured {n} repeats of each mode (spread ×{m.spread:.2f} between the fastest and slowest "
-            "repeat's speedup)."))
 
     @staticmethod
     def stop(sess: runs.Session | None) -> None:

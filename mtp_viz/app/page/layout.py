@@ -20,6 +20,7 @@ from typing import Any
 
 import gradio as gr
 
+from mtp_viz.app.handlers.beside import Peers
 from mtp_viz.app.handlers.local import CUSTOM, EXPERTS_WAITING, Handlers
 from mtp_viz.app.handlers.traffic import TrafficHandlers
 from mtp_viz.app.handlers.vllm import VllmHandlers
@@ -174,7 +175,7 @@ def _traces(h: Handlers) -> dict[str, Any]:
     return dict(trace_example=trace_example, trace_upload=trace_upload, **downloads, scrub=scrub)
 
 
-def _settings(first: FirstPair, allow: service.AllowList) -> dict[str, Any]:
+def _settings(first: FirstPair, allow: service.AllowList, peers: str = "") -> dict[str, Any]:
     """More settings, collapsed: what a first-time user does not need."""
     with gr.Accordion("More settings", open=False, elem_id="settings"):
         with gr.Row():
@@ -215,6 +216,15 @@ def _settings(first: FirstPair, allow: service.AllowList) -> dict[str, Any]:
             c.update(
                 repeats=gr.Slider(2, 15, value=5, step=1, label="Measure: repeats of each mode",
                                   elem_id="repeats"),
+                # what Measure times beside the pair, each against the fastest plain decoder (handlers.beside)
+                measure_compiled=gr.Checkbox(False, label="Measure beside: the compiled engine", elem_id="measure-compiled",
+                                             interactive=allow.compile,
+                                             info="its plain decoding of the same models, compiled before any timing"
+                                             if allow.compile else "not offered on this deployment"),
+                measure_peers=gr.Textbox(peers, label="Measure beside: servers of this model",
+                                         placeholder="http://127.0.0.1:8080, http://127.0.0.1:8081",
+                                         elem_id="measure-peers",
+                                         info="llama.cpp or vLLM servers, comma-separated (MTP_VIZ_PEERS fills it)"),
                 speed=Dropdown([("real time", 1.0), ("½× speed", 0.5), ("¼× speed", 0.25), ("⅒× speed", 0.1)],
                                   value=0.25, label="Race replay speed", elem_id="replay-speed"))
     return c
@@ -254,7 +264,7 @@ def _page(app: AppState, first: FirstPair, choices: list, policy: ServerPolicy) 
                 c.update(_model_column(first, choices, policy, h.cap))
         c.update(_panes(h.empty_figures, first_row))
         c["hint"] = gr.HTML(wiring.hint_html(h.presets, first.key, first.note), elem_id="model-hint")
-        c.update(_settings(first, app.loader.allow), timer=gr.Timer(1.0, active=False))
+        c.update(_settings(first, app.loader.allow, h.peers.default), timer=gr.Timer(1.0, active=False))
     with tabs.panel(tabs.INSIDE):
         c.update(_traces(h))
         gr.Markdown("### What happened, step by step", elem_id="charts-title")
@@ -308,7 +318,7 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
     policy = ServerPolicy(loader.allow)
     choices += vllm.choices(policy)
     h = Handlers(loader, presets, (first.target, first.drafter), service.env_cap(), service.env_prompt_cap(),
-                 empty_figures=charts.all_figures([]))
+                 empty_figures=charts.all_figures([]), peers=Peers(policy))
     app = AppState(loader, h, VllmHandlers(h, policy))
     # delete_cache: uploads and downloads leave Gradio's cache after an hour (a Space runs for weeks)
     with App(title="mtp-viz: speculative decoding, made visible", delete_cache=(1800, 3600)) as demo:

@@ -73,6 +73,8 @@ class Page:
     drafter_precision: gr.Dropdown
     compile: gr.Checkbox            # the compiled engine: another pair too
     repeats: gr.Slider
+    measure_compiled: gr.Checkbox   # what Measure times beside the pair
+    measure_peers: gr.Textbox
     speed: gr.Dropdown
     # what a run shows
     compare: gr.HTML
@@ -225,8 +227,11 @@ def _wire_runs(page: Page, h: Handlers, vh: VllmHandlers) -> dict[str, Any]:
 
     def measure(data: dict):
         v = values(data)
-        repeats = h if capabilities(v["model"]).repeatable else vh  # vh: says how to measure a server
-        yield from repeats.measure(v, data[page.repeats], data[page.session])
+        if capabilities(v["model"]).repeatable:
+            yield from h.measure(v, data[page.repeats], data[page.session], data[page.measure_compiled],
+                                 data[page.measure_peers])
+        else:  # says how to measure a server
+            yield from vh.measure(v, data[page.repeats], data[page.session])
 
     shown = dict(show_progress="minimal", show_progress_on=page.status, **HIDDEN)
     model_slot = dict(concurrency_id="local", concurrency_limit=service.WAITING, **shown)
@@ -234,7 +239,8 @@ def _wire_runs(page: Page, h: Handlers, vh: VllmHandlers) -> dict[str, Any]:
     run_ev = local_go.change(run, set(form) | {page.session}, outputs, **model_slot)
     remote_ev = remote_go.change(run_remote, set(form) | {page.session}, outputs, concurrency_id="vllm",
                                  concurrency_limit=service.env_int("MTP_VIZ_VLLM_CONCURRENCY", 4), **shown)
-    page.measure_btn.click(measure, set(form) | {page.session, page.repeats}, outputs, **model_slot)
+    page.measure_btn.click(measure, set(form) | {page.session, page.repeats, page.measure_compiled, page.measure_peers},
+                           outputs, **model_slot)
     recorded = dict(concurrency_limit=8, show_progress="hidden", **HIDDEN)  # no model: many at once
     trace = [page.session, page.speed]
     replay_ev = page.replay_btn.click(h.replay, trace, outputs, **recorded)

@@ -81,11 +81,25 @@ class Session:
         self.ar: list[Event] = []
         self.greedy = True
         self.schedules = ScheduleCache()
+        # the plain decoders of each pair (target, drafter, precision) a Measure timed
+        # beside it in this session, by name (the newest reading of each), and those of
+        # the run shown: its speedup names the fastest that beats its own plain decoding
+        self.measured: dict[tuple, dict[str, Any]] = {}
+        self.faster: tuple = ()
 
     def new_run(self, step_mode: bool = False) -> None:
         self.stop = threading.Event()
         self.gate = StepGate(self.stop, on=step_mode)
         self.spec, self.ar = [], []
+        self.faster = ()
+
+    def remember(self, pair: tuple, decoders) -> None:
+        """A Measure's decoders beside ``pair`` (target, drafter, precision), kept for its runs."""
+        self.measured.setdefault(pair, {}).update({d.name: d for d in decoders})
+
+    def beside(self, pair: tuple) -> tuple:
+        """The decoders a Measure timed beside ``pair`` in this session."""
+        return tuple(self.measured.get(pair, {}).values())
 
 
 class Worker:
@@ -335,7 +349,7 @@ def final_frame(sess: Session) -> Frame:
     from mtp_viz.analysis.metrics import theory_check
     return Frame(figures=charts.all_figures(sess.spec, sess.ar),
                  compare=stats.compare_html(stats.run_stats(sess.spec), stats.run_stats(sess.ar),
-                                            greedy=sess.greedy),
+                                            greedy=sess.greedy, faster=sess.faster),
                  theory=theory.theory_panel_html(theory_check(sess.spec, sess.ar or None)), last=True)
 
 

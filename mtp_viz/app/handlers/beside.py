@@ -1,0 +1,170 @@
+"""What Measure times beside the picked pair's two modes: the compiled engine's plain
+decoding (``#measure-compiled``) and peer servers of the same model (``#measure-peers``,
+prefilled from ``MTP_VIZ_PEERS``), as ``mtp-viz bench --compile --peer`` does
+(:mod:`mtp_viz.measure.compare`). No torch here.
+
+Every peer URL goes through the server guard (:class:`mtp_viz.app.runtime.guard.ServerPolicy`);
+the operator's own ``MTP_VIZ_PEERS`` are allowed as listed. A peer is named by its place
+in the field ("peer 2"), never by its address or what it answered: a peer that cannot be
+reached or is no vLLM or llama.cpp server is left out with one sentence, and the Measure
+goes on with the rest.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+from mtp_viz.app.runtime import runs, work
+from mtp_viz.app.runtime.guard import ServerPolicy, canonical
+from mtp_viz.errors import UserError
+from mtp_viz.measure import compare
+from mtp_viz.measure.peers import PeerArm
+from mtp_viz.views import stats
+from mtp_viz.views.frame import Frame
+from mtp_viz.sources.http import ServerError
+from mtp_viz.sources.settings import RunSettings
+
+from . import form
+from .recorded import message, outputs
+
+MAX_PEERS = 4   # peers one Measure may time: each adds a run to every repeat
+
+
+class Peers:
+    """The peer servers this deployment's Measure may time."""
+
+    def __init__(self, policy: ServerPolicy, spec: str | None = None):
+        spec = os.environ.get("MTP_VIZ_PEERS", "") if spec is None else spec
+        self.policy = policy
+        self.configured: list[str] = []
+        for entry in (e.strip() for e in spec.split(",")):
+            try:
+                self.configured.append(canonical(entry))
+            except UserError:   # not a server URL: matches nothing (as MTP_VIZ_VLLM_URLS' entries)
+                continue
+
+    @property
+    def default(self) -> str:
+        """``#measure-peers``' first value: the configured peers."""
+        return ", ".join(self.configured)
+
+    def check(self, value: Any) -> list[str]:
+        """The field's URLs, canonical and allowed, or one sentence."""
+        urls = [u.strip() for u in form.text(value if value is not None else "", "The peer servers").split(",")]
+        urls = [u for u in urls if u]
+        if len(urls) > MAX_PEERS:
+            raise UserError(f"Measure times at most {MAX_PEERS} peer servers beside the pair.")
+        out: list[str] = []
+        for url in urls:
+            base = canonical(url)
+            base = base if base in self.configured else self.policy.check(url)
+            if base not in out:
+                out.append(base)
+        return out
+
+
+def name(urls: Sequence[str], url: str) -> str:
+    """A peer as a visitor's sentence names it: by its place in the field."""
+    return f"peer {urls.index(url) + 1}" if url in urls else "a peer"
+
+
+def failure(urls: Sequence[str], e: ServerError) -> str:
+    """A peer's failure as a visitor's sentence: no address, no HTTP status, no path."""
+    who = name(urls, e.url)
+    said = e.visitor(who, f"{who}'s address")
+    return said[:1].upper() + said[1:]
+
+
+def open_peers(urls: Sequence[str], base: RunSettings) -> tuple[list[PeerArm], list[str]]:
+    """Each peer asked what it is and whether it speculates; one that does not answer as a
+    vLLM or llama.cpp server is left out with its sentence."""
+    peers: list[PeerArm] = []
+    notes: list[str] = []
+    for url in urls:
+        try:
+            p = PeerArm(url, base)
+        except ServerError as e:
+            notes.append(f"Measure left out {name(urls, url)}: {_lower(failure(urls, e))}")
+            continue
+        except Exception:  # noqa: BLE001 - whatever it answered, it is no server of ours: one sentence
+            notes.append(f"Measure left out {name(urls, url)}: it does not answer as a vLLM or llama.cpp server.")
+            continue
+        p.index = sum(q.software == p.software for q in peers)   # "llama.cpp #1" for a second one
+        peers.append(p)
+    return peers, notes
+
+
+class Measuring:
+    """Measure's handler, mixed into :class:`mtp_viz.app.handlers.local.Handlers` (it uses
+    its form checks, its waits for a pair and the engine's turn, and ``peers``)."""
+
+    def measure(self, values: dict[str, Any], repeats: Any, sess: runs.Session | None, compiled: Any = None,
+                peers: Any = None):
+        """N interleaved repeats of both modes, off-screen; the median and its spread.
+        Beside them, in the same rotation, the compiled engine's plain decoding
+        (``compiled``: ``#measure-compiled``) and the peer servers (``peers``:
+        ``#measure-peers``), each against the fastest plain decoder measured (:mod:`.beside`)."""
+        sess = sess or runs.Session()
+        sess.stop.clear()
+        try:
+            s = self.settings(values)
+            target, drafter, precision, compile = asked = self.asked(
+                values["model"], values["custom_target"], values["custom_drafter"], values.get("target_precision"),
+                values.get("drafter_precision"), values.get("compile"))
+            n = form.whole(repeats, "Repeats")
+            if not 2 <= n <= 15:
+                raise UserError("Measure takes between 2 and 15 repeats.")
+            twin = form.flag(compiled, "Measure beside the compiled engine") if compiled is not None else False
+            twin = twin and not compile   # a compiled pair is its own compiled engine
+            if twin:
+                self.loader.allow.check_build(precision, True)
+            urls = self.peers.check(peers)
+            for item in self._waits(target, drafter, sess, precision, compile, twin=twin):
+                if isinstance(item, Frame):
+                    yield outputs(item, sess)
+                else:
+                    pair, ticket = item
+            pair, twin = pair if twin else (pair, None)
+        except UserError as e:
+            yield outputs(message(str(e), level="error"), sess)
+            return
+        notes = [f"Measure left out the compiled engine: {_lower(twin.compile_note)}"] \
+            if twin is not None and getattr(twin, "fast", None) is None else []
+        twin = None if notes else twin
+        arms: list = []
+        try:
+            for f in self._compiled(pair, s.only("speculative", "autoregressive"), sess, asked):
+                yield outputs(f, sess)
+            for line in runs.compile_lines(twin, s.only("autoregressive"), sess.stop) if twin else ():
+                yield outputs(Frame(status=line), sess)
+            if urls:
+                yield outputs(message("Asking the peer servers what they are…"), sess)
+                arms, left = open_peers(urls, compare.peer_base(pair, s))
+                notes += left
+            more = len(arms) + (twin is not None)
+            yield outputs(message(f"Measuring: {n} repeats of both modes" + (
+                f" and of {more} decoder{'s' if more > 1 else ''} beside them" if more else "")
+                + ", in turns, nothing rendered meanwhile…"), sess)
+            with work.working(sess.stop):  # the app's close stops it first
+                m = compare.measure(pair, s, n, sess.stop, compiled=twin, peers=arms,
+                                    told=lambda e: failure(urls, e) if isinstance(e, ServerError) else str(e))
+        except ServerError as e:   # a peer that failed mid-way: named by its place, never its address
+            yield outputs(message(failure(urls, e), level="error"), sess)
+            return
+        except UserError as e:
+            yield outputs(message(str(e), level="error"), sess)
+            return
+        finally:
+            ticket.leave()
+        sess.remember((target, drafter, precision), m.beside)
+        notes += m.notes
+        yield outputs(Frame(compare=stats.measurement_html(m, engine=pair.decoder.ran)) | message(
+            f"Measured {n} repeats of each mode (spread ×{m.spread:.2f} between the fastest and slowest "
+            "repeat's speedup)." + "".join(" " + x for x in notes), level="warn" if notes else "info"))
+
+
+def _lower(sentence: str) -> str:
+    return sentence[:1].lower() + sentence[1:]
+
+
+__all__ = ["MAX_PEERS", "Measuring", "Peers", "failure", "name", "open_peers"]
