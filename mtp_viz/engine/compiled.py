@@ -38,7 +38,9 @@ graph per forward shape (``torch.compile``, inductor), with speculative decoding
 - **Guards.** Each instance compiles a code object of its own (:func:`own_graph`), so its
   graphs serve it alone, and dynamo checks before a call only what the call is given
   (token ids, positions, masks, the cache), not the ~3,000 attributes and parameters of
-  a model that never changes after its twin is made: a tenth of a plain step.
+  a model that never changes after its twin is made: a tenth of a plain step. On a CPU
+  the graph's wrapper is C++, not Python (the tensor views and library calls of a step
+  are a quarter of it at these widths).
 - **Fallback.** If a graph cannot be compiled (no C++ compiler, a model the graph
   cannot be captured for, a graph break: ``fullgraph=True`` refuses one rather than run
   a slower, broken-up graph), the engine says so in one sentence (:attr:`FastTarget.note`)
@@ -118,20 +120,26 @@ def _given(entries) -> list[bool]:
     return [not (re.search(r"\bself\b", e.name) or "G[" in e.name) for e in entries]
 
 
-def own_graph(method, mode: str | None = None):
+def own_graph(method, mode: str | None = None, cpu: bool = False):
     """``torch.compile`` of a bound method, for its instance alone. Dynamo keeps graphs
     per code object, so every instance of a class would share them, and before each call
     it would check every attribute and parameter the trace read (about 3,000 guards on
     the bundled pair, 0.3-0.65 ms a call) to tell the instances apart. Here the method
     runs a copy of its code made for this instance, so none of those checks is needed
     (:func:`_given` drops them). ``size_asserts`` off: inductor's per-call check of each
-    input's size and stride repeats the argument guards (417 checks a plain step)."""
+    input's size and stride repeats the argument guards (417 checks a plain step).
+    ``cpu``: the graph's wrapper is C++ (``cpp_wrapper``), not Python, so its ~840
+    tensor views and ~170 library calls a step are made without the interpreter (on the
+    bundled pair, one thread: 271 -> 310-332 tokens/s plain); its wrapper is built apart
+    from the kernels at -O1 (``cpp_wrapper_build_separate``), which halves the first
+    compile (416 -> 212 s for the pair's 7 graphs; 38 s from inductor's disk cache)."""
     from torch._inductor import list_mode_options
     f = method.__func__
     code = f.__code__.replace(co_name=f"{f.__name__}_{id(method.__self__):x}")  # a code object of its own
     own = types.MethodType(types.FunctionType(code, f.__globals__, code.co_name, f.__defaults__, f.__closure__),
                            method.__self__)
-    options = {**list_mode_options(mode or "default"), "guard_filter_fn": _given, "size_asserts": False}
+    options = {**list_mode_options(mode or "default"), "guard_filter_fn": _given, "size_asserts": False,
+               **({"cpp_wrapper": True, "cpp_wrapper_build_separate": True} if cpu else {})}
     return torch.compile(own, dynamic=False, fullgraph=True, options=options)
 
 
@@ -223,7 +231,7 @@ class FastTarget:
         self.pad = int(getattr(text_config(model.config), "pad_token_id", None) or 0)
         self.shapes = Shapes()
         self.note = ""
-        self._graph = own_graph(self._step, mode)
+        self._graph = own_graph(self._step, mode, cpu=self.device.type == "cpu")
         self._lock = threading.Lock()
         self._free: dict[int, list[StaticKV]] = {}
 
@@ -346,7 +354,7 @@ class FastDraftStep:
         self.window = window
         self.note = ""
         self.shapes = Shapes()
-        self._graph = own_graph(self._step, mode)
+        self._graph = own_graph(self._step, mode, cpu=assistant.device.type == "cpu")
 
     def _step(self, x, position, full_kv, sliding_kv, full_mask, sliding_mask):
         a = self.twin
