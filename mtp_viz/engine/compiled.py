@@ -67,7 +67,7 @@ from .events import Ran
 
 WIDTHS = (1, 2, 3, 5, 9, 17)          # compiled forward widths: k + 1 tokens round up to one
 CAPACITIES = (256, 512, 1024, 2048, 4096, 8192)
-GRAPH_LIMIT = 128                     # compiled graphs per function (dynamo's default: 8)
+GRAPH_LIMIT = 128                     # graphs per compiled method (dynamo's default, 8, is per thread)
 ATTENTION = "mtp_viz_static"          # the twin's attention function, registered once
 GEMMA4_CLASSES = ("Gemma4ForCausalLM", "Gemma4ForConditionalGeneration",               # E2B ... 31B, 26B-A4B
                   "Gemma4UnifiedForCausalLM", "Gemma4UnifiedForConditionalGeneration")  # the 12B family
@@ -140,16 +140,10 @@ def own_graph(method, mode: str | None = None, cpu: bool = False):
                            method.__self__)
     options = {**list_mode_options(mode or "default"), "guard_filter_fn": _given, "size_asserts": False,
                **({"cpp_wrapper": True, "cpp_wrapper_build_separate": True} if cpu else {})}
-    return torch.compile(own, dynamic=False, fullgraph=True, options=options)
-
-
-def _allow_graphs() -> None:
-    """One compiled function serves widths x capacities x (with or without the target's
-    state): more than dynamo's default of 8 graphs per function, past which it would run
-    eagerly."""
-    import torch._dynamo.config as dynamo
-    dynamo.recompile_limit = max(dynamo.recompile_limit, GRAPH_LIMIT)
-    dynamo.accumulated_recompile_limit = max(dynamo.accumulated_recompile_limit, 4 * GRAPH_LIMIT)
+    # widths x capacities x (with or without the target's state) exceed dynamo's default
+    # of 8 graphs, past which it would fail (fullgraph); its config is per thread, so the
+    # limit goes with the function, for whichever thread compiles
+    return torch.compile(own, dynamic=False, fullgraph=True, options=options, recompile_limit=GRAPH_LIMIT)
 
 
 def _register_attention() -> None:
@@ -162,7 +156,6 @@ def twin(model):
     """A copy of ``model`` sharing every parameter (nothing of size is copied) with a
     config of its own, set to :data:`ATTENTION`."""
     _register_attention()
-    _allow_graphs()
     other = copy.deepcopy(model, memo={id(p): p for p in model.parameters()})
     for config in {id(c): c for c in (other.config, getattr(other.config, "get_text_config", lambda: None)())
                    if c is not None}.values():

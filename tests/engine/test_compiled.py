@@ -100,6 +100,27 @@ def test_equal_shapes_never_share_a_graph():
 
 
 @pytest.mark.slow
+def test_more_than_eight_graphs_compile_on_another_thread():
+    """Dynamo's config is per thread and its default allows 8 graphs a function, past
+    which fullgraph fails: the app compiles on worker threads, so the engine's limit
+    goes with each compiled function, not with the thread that made it."""
+    import threading
+
+    fast = compiled.FastTarget(gemma_target(layers=1))
+    shapes = [(w, state) for w in compiled.WIDTHS for state in (False, True)][:9]
+
+    def work():
+        for w, state in shapes:
+            kv = fast.new_cache(100)
+            fast.forward(kv, [5] * w, state, keep=1)
+            fast.release(kv)
+    worker = threading.Thread(target=work)
+    worker.start()
+    worker.join()
+    assert len(fast.shapes.seconds) == 9 and not fast.note
+
+
+@pytest.mark.slow
 def test_the_multimodal_wrapper_and_mixture_of_experts_compile_losslessly():
     """What E2B/E4B/31B and 26B-A4B load as (Gemma4ForConditionalGeneration, dense and MoE)."""
     prompt = PROMPTS[0]
