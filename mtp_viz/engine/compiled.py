@@ -132,7 +132,7 @@ def own_graph(method, mode: str | None = None, cpu: bool = False):
     tensor views and ~170 library calls a step are made without the interpreter (on the
     bundled pair, one thread: 271 -> 310-332 tokens/s plain); its wrapper is built apart
     from the kernels at -O1 (``cpp_wrapper_build_separate``), which halves the first
-    compile (416 -> 212 s for the pair's 7 graphs; 38 s from inductor's disk cache)."""
+    compile (416 -> 212 s for the default run's 8 graphs; 38 s from inductor's disk cache)."""
     from torch._inductor import list_mode_options
     f = method.__func__
     code = f.__code__.replace(co_name=f"{f.__name__}_{id(method.__self__):x}")  # a code object of its own
