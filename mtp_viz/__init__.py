@@ -26,7 +26,7 @@ _PUBLIC = {
     "Source": "mtp_viz.sources.base",
     "LocalSource": "mtp_viz.sources.local",
     "VllmSource": "mtp_viz.sources.vllm.source",
-    "Servers": "mtp_viz.sources.vllm.source",
+    "Servers": "mtp_viz.sources.servers",
     "TraceSource": "mtp_viz.sources.recorded",
     "record": "mtp_viz.sources.hf_generate",
     "open_source": "mtp_viz.sources",

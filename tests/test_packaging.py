@@ -125,3 +125,36 @@ def test_spaces_installed_changes_nothing_off_zerogpu():
     assert zerogpu.duration(64) < zerogpu.duration(512) <= zerogpu.MAX_SECONDS
     demo = ui.build_demo(target="tiny")
     assert demo.mtp_app.handlers.runs is local.runs
+
+
+def test_every_public_name_imports():
+    """Each name in ``mtp_viz.__all__`` resolves (``mtp_viz.Servers`` once raised
+    AttributeError: its module had moved)."""
+    import mtp_viz
+    for name in mtp_viz.__all__:
+        assert getattr(mtp_viz, name) is not None, name
+
+
+def _imported_top_levels(package: str) -> set[str]:
+    """Every top-level module name ``package``'s source imports, installed or not (an
+    optional dependency such as transformers' ``kernels`` is imported only if present)."""
+    spec = importlib.util.find_spec(package)
+    names: set[str] = set()
+    for path in Path(spec.origin).parent.rglob("*.py"):
+        text = path.read_text(encoding="utf-8", errors="ignore")
+        names.update(re.findall(r"^\s*from\s+([A-Za-z_]\w*)[\w.]*\s+import\s", text, re.M))
+        names.update(re.findall(r"^\s*import\s+([A-Za-z_]\w*)[\w.]*\s*(?:$|,|as\s|#)", text, re.M))
+        names.update(re.findall(r"""find_spec\(\s*["']([A-Za-z_]\w*)""", text))
+    return names
+
+
+def test_no_test_helper_shadows_an_importable_module():
+    """``tests/`` is on sys.path, so a helper named like a module a dependency imports
+    hides it: ``tests/kernels.py`` once shadowed the ``kernels`` package transformers
+    imports when installed, and CI failed at collection."""
+    import importlib.metadata
+    taken = set(sys.stdlib_module_names) | set(importlib.metadata.packages_distributions())
+    for package in ("transformers", "gradio", "torch", "huggingface_hub"):
+        taken |= _imported_top_levels(package)
+    helpers = {p.stem for p in (ROOT / "tests").glob("*.py")} - {"conftest"}
+    assert helpers and not helpers & taken, sorted(helpers & taken)

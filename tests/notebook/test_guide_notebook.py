@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from kernels import code_cell, execute, outputs
+from notebook_kernel import code_cell, execute, outputs
 from locations import ROOT
 
 pytestmark = pytest.mark.slow  # real Jupyter kernels

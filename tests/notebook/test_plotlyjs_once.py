@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from kernels import TINY_PAIR, code_cell, execute
+from notebook_kernel import TINY_PAIR, code_cell, execute
 
 pytestmark = pytest.mark.slow  # real kernels and a browser
 

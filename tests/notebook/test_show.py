@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from kernels import TINY_PAIR as LOAD, code_cell, execute, outputs
+from notebook_kernel import TINY_PAIR as LOAD, code_cell, execute, outputs
 from locations import ROOT
 from mtp_viz.errors import UserError
 
@@ -190,7 +190,7 @@ def test_show_measurement_is_the_apps_measure_on_a_pair_in_memory(tiny_in_memory
     m = show_measurement(tiny_in_memory, PROMPT, repeats=2, max_new_tokens=12, chat=False)
     assert m.repeats == 2 and all(r > 0 for r in m.ratios)
     line = capsys.readouterr().out.strip()
-    assert line.startswith("speculative ×") and m.verdict in line and len(line.splitlines()) == 1
+    assert line.startswith("speculative ran at ×") and m.verdict in line and len(line.splitlines()) == 1
     with pytest.raises(UserError, match="between 2 and 100 repeats"):
         show_measurement(tiny_in_memory, PROMPT, repeats=1)
     with pytest.raises(UserError, match="Unknown schedule"):
