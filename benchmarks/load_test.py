@@ -262,7 +262,7 @@ def trickle_check(url: str, refs: dict, clients: int, repeats: int, timeout: flo
             "problems": problems, "held_nothing": finished and all(waiting) and not problems}
 
 
-def compile_check(url: str, refs: dict, clients: int, waves: int, timeout: float) -> dict:
+def compile_check(url: str, refs: dict, clients: int, waves: int, timeout: float, compile_timeout: float) -> dict:
     """Does a visitor's compile hold the plain visitors? Waves of ``clients`` greedy
     /generate clients alone, then while a visitor in headless Chromium waits for a pair
     in other precisions to load and compile on a cold inductor cache (``Compiler``): up to
@@ -289,7 +289,7 @@ def compile_check(url: str, refs: dict, clients: int, waves: int, timeout: float
             compiling.append(visitor.compiling())
             latencies["beside"] += [o.latency for o in outcomes if o.latency is not None]
             problems += [asdict(o) for o in outcomes if not o.ok]
-        engine = visitor.finish(timeout)
+        engine = visitor.finish(compile_timeout)
         compile_wait = time.monotonic() - t0
     finally:
         visitor.close()
@@ -432,6 +432,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-sessions", type=int, help="the server's MTP_VIZ_MAX_SESSIONS (default: the app's)")
     ap.add_argument("--limit-mb", type=float, default=50.0, help="most server RSS growth the soak or flood may show")
     ap.add_argument("--client-timeout", type=float, default=300.0, help="seconds one request may take")
+    ap.add_argument("--compile-timeout", type=float, default=900.0,
+                    help="seconds the compiling visitor may wait for its run (a cold compile of the bundled pair: "
+                         "4-10 minutes on 2 cores)")
     ap.add_argument("--max-seconds", type=float, default=3600.0, help="wall-clock cap for the whole test")
     ap.add_argument("--threads", type=int, default=1, help="the server's MTP_VIZ_THREADS")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "load")
@@ -489,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{seconds(tc['latency_beside_p50_s'])} beside a silent vLLM run", flush=True)
         if args.compile:
             r["compile_check"] = cc = compile_check(server.url, refs, args.compile, args.compile_waves,
-                                                    args.client_timeout)
+                                                    args.client_timeout, args.compile_timeout)
             print(f"compile: plain latency p50/p90 {seconds(cc['latency_alone_p50_s'])} / "
                   f"{seconds(cc['latency_alone_p90_s'])} alone, {seconds(cc['latency_beside_p50_s'])} / "
                   f"{seconds(cc['latency_beside_p90_s'])} beside a cold compile", flush=True)

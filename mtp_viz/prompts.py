@@ -4,7 +4,7 @@ A suite is ``{"prompts": [...]}`` or a bare list; each item is a string or a dic
 the text under ``text`` or ``prompt`` and optional ``id``, ``category``, ``title`` and
 ``file``. Two suites ship in the package: ``prompts.json`` (categories for instruction
 models: code, JSON, summarization, translation, chat, creative) and
-``tiny/eval_prompts.json`` (held-out standard-library code for the bundled pair).
+``assets/tiny/eval_prompts.json`` (held-out standard-library code for the bundled pair).
 """
 from __future__ import annotations
 

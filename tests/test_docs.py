@@ -121,3 +121,42 @@ def test_mkdocs_builds_strict(tmp_path):
     for page in (ROOT / "docs").glob("*.md"):
         name = "index.html" if page.stem == "index" else f"{page.stem}/index.html"
         assert (tmp_path / "site" / name).exists(), f"{page.name} was not built"
+
+
+def _resolves(parts: list[str], base: Path) -> bool:
+    """Whether a dotted name under ``base`` is a module of the package, or a name one defines."""
+    import importlib
+    for i in range(len(parts), 0, -1):
+        where = base.joinpath(*parts[:i])
+        if where.with_suffix(".py").exists() or (where / "__init__.py").exists():
+            module = ".".join(where.relative_to(ROOT).parts)
+            try:
+                obj = importlib.import_module(module)
+                for name in parts[i:]:
+                    obj = getattr(obj, name)
+            except (ImportError, AttributeError):
+                return False
+            return True
+    return False
+
+
+def test_every_reference_in_the_code_points_at_something_that_exists():
+    """A docstring or comment that names ``mtp_viz.x.y``, ``:mod:`.x``` (relative to its own
+    package) or a path such as ``views/stats.py`` names a module, a name it defines or a file
+    of the repository: a reference left behind by a move fails here."""
+    broken = []
+    for path, text in _read(PACKAGE.rglob("*.py")):
+        where = path.relative_to(ROOT)
+        for name in re.findall(r"\b(mtp_viz(?:\.[A-Za-z_]\w*)+)", text):
+            if not _resolves(name.split("."), ROOT):
+                broken.append(f"{where}: {name}")
+        for dots, name in re.findall(r":(?:mod|func|class|data|attr|meth):`~?(\.+)([\w.]+)`", text):
+            base = path.parent
+            for _ in range(len(dots) - 1):
+                base = base.parent
+            if not _resolves(name.split("."), base):
+                broken.append(f"{where}: {dots}{name}")
+        for ref in re.findall(r"(?<![\w/.-])((?:[a-z_]+/)+[\w-]+\.(?:py|md|sh|json|ipynb))\b", text):
+            if not any((base / ref).exists() for base in (ROOT, PACKAGE, path.parent)):
+                broken.append(f"{where}: {ref}")
+    assert not broken, "references to nothing:\n" + "\n".join(broken)

@@ -255,7 +255,7 @@ def summarize(events: Iterable[Event]) -> Summary:
 
 @dataclass(frozen=True)
 class TheoryCheck:
-    """A run's measured numbers beside Leviathan et al.'s prediction (see :mod:`.theory`).
+    """A run's measured numbers beside Leviathan et al.'s prediction (see :mod:`mtp_viz.engine.theory`).
 
     Every field is measured or computed from measured quantities. ``v`` (verification
     cost in target steps) needs an autoregressive baseline; it is ``None`` when the

@@ -50,8 +50,9 @@ SERVER_ONLY = ("--model", "--baseline-model", "--concurrency", "--requests")
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default="tiny", help="target model: hub id, local folder or 'tiny'")
     p.add_argument("--drafter", default=None, help="MTP assistant (default: the target's usual one)")
-    from .generate import add_precision_arguments
+    from .generate import add_precision_arguments, add_weights_argument
     add_precision_arguments(p)
+    add_weights_argument(p)
     p.add_argument("--precisions", default=None, metavar="T/D,...",
                    help="several precision pairs in one run, target/drafter each, e.g. "
                         "float32/float32,bfloat16/float32,int8/int8: one row each, with drift from float32")
@@ -93,6 +94,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true",
                    help="smoke run: one prompt per category, 24 tokens, draft lengths 2,4, one repeat")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--wide", action="store_true",
+                   help="every column of the table on the terminal (bench.md always has them all)")
     from .bench_server import add_arguments as add_server_arguments
     add_server_arguments(p)
 
@@ -145,7 +148,8 @@ def check(args: argparse.Namespace) -> Plan:
             ("--target-precision", args.target_precision), ("--drafter-precision", args.drafter_precision),
             ("--precisions", args.precisions), ("--compile", args.compile), ("--stale-kv", args.stale_kv),
             ("--schedules", args.schedules != DEFAULT_SCHEDULES),
-            ("--max-draft-tokens", args.max_draft_tokens != MAX_DRAFT_TOKENS), ("--threads", args.threads is not None))
+            ("--max-draft-tokens", args.max_draft_tokens != MAX_DRAFT_TOKENS), ("--threads", args.threads is not None),
+            ("--weights", args.weights != "real"))
             if on]
         if local:
             raise UserError(f"{local[0]} applies to the local engine; a vLLM server's drafter, draft length, "
@@ -252,7 +256,7 @@ def _arms(args, precisions, n, sampling, prompts=(), settings=()) -> list:
     from mtp_viz.measure.runner import Runner
     from mtp_viz.sources.models import load_pairs
     t_load = time.perf_counter()
-    pairs = load_pairs(args.target, args.drafter, precisions)
+    pairs = load_pairs(args.target, args.drafter, precisions, weights=args.weights)
     if pairs[0].drafter_model is None:
         raise UserError("The bench needs an MTP drafter; pass --drafter.")
     if len({tuple(p.precision.values()) for p in pairs}) < len(pairs):  # e.g. float32/float32 and default/default
@@ -304,7 +308,7 @@ def _run(args, sampling, prompts, settings, precisions, n, repeats, quick, greed
             a.runner.close()
     mismatches = runs.mismatches
     meta = {
-        "target": args.target, "drafter": args.drafter,
+        "target": args.target, "drafter": args.drafter, "weights": args.weights,
         "dtype": str(arms[0].pair.target.dtype).removeprefix("torch."), "precisions": [a.label for a in arms],
         "max_new_tokens": n, "repeats": repeats,
         "prompts": len(prompts), "settings": [s.name for s in settings],
@@ -318,7 +322,7 @@ def _run(args, sampling, prompts, settings, precisions, n, repeats, quick, greed
     result = reduction.reduce(meta, runs.records, runs.events, settings, arms, greedy, peers).as_dict()
     by_precision = bench_precision.markdown(result)
     paths, failed = bench_report.write(result, Path(args.out), by_precision)
-    print(bench_report.markdown(result, by_precision))
+    print(bench_report.markdown(result, by_precision, wide=args.wide))
     print(f"wrote {', '.join(str(p) for p in paths)}", file=sys.stderr)
     if mismatches:
         print(f"mtp-viz bench: PARITY FAILURE: {mismatches} greedy run(s) differ from "

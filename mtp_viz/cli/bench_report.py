@@ -23,12 +23,18 @@ OUTPUTS = ("bench.json", "bench.md", "bench.html")   # what a bench writes in --
 
 
 def environment() -> dict[str, Any]:
+    """What bench.json's meta says of where it ran: the versions, and the machine line
+    (CPU model, ISA, cores and threads, BLAS, load: :mod:`mtp_viz.measure.machine`)."""
     import torch
     import transformers
+
+    from mtp_viz.measure import machine
+    m = machine.machine()
     return {"torch": torch.__version__, "transformers": transformers.__version__,
             "python": platform.python_version(), "machine": platform.machine(),
             "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+            "host": m, "machine_line": machine.line(m)}
 
 
 def _f(x, fmt="{:.2f}", none="–"):
@@ -54,9 +60,18 @@ COLUMNS = [
 ]
 
 
-def _cells(row) -> list[str]:
+# the terminal's table unless --wide: what answers "does it pay, and is it lossless?"
+COMPACT = ("setting", "tok/s", "speedup", "call", "vs fastest plain", "α", "τ (pred)", "predicted", "meas/pred",
+           "γ*", "parity")
+
+
+def _columns(wide: bool) -> list[tuple]:
+    return COLUMNS if wide else [c for c in COLUMNS if c[0] in COMPACT]
+
+
+def _cells(row, columns=COLUMNS) -> list[str]:
     out = []
-    for title, key, fmt in COLUMNS:
+    for title, key, fmt in columns:
         if title == "fwd (ref)":
             out.append(f"{row['target_forwards']} ({_f(row['reference_target_forwards'], '{}')})")
         elif title == "τ (pred)":
@@ -70,9 +85,11 @@ def _cells(row) -> list[str]:
     return out
 
 
-def markdown(result, extra: list[str] = ()) -> str:
+def markdown(result, extra: list[str] = (), wide: bool = True) -> str:
     """The report as markdown; ``extra`` lines follow the main table (the table by
-    precision pair, :func:`mtp_viz.cli.bench_precision.markdown`)."""
+    precision pair, :func:`mtp_viz.cli.bench_precision.markdown`). ``wide=False``: the
+    main table with the :data:`COMPACT` columns only (the terminal's, unless ``--wide``)."""
+    columns = _columns(wide)
     m, ar = result["meta"], result["autoregressive"]
     pairs = m.get("precisions") or []
     several = (f"Precision pairs (target/drafter): {', '.join(pairs)}. Autoregressive, the first pair's "
@@ -84,17 +101,20 @@ def markdown(result, extra: list[str] = ()) -> str:
         f"temperature {m['temperature']}, stale_kv={m['stale_kv']}; torch {m['torch']}, "
         f"transformers {m['transformers']}, {m['cpus']} CPUs ({m['torch_threads']} threads)"
         + (f", {m['cuda']}" if m.get("cuda") else "") + ".",
+        *([f"Machine: {m['machine_line']}."] if m.get("machine_line") else []),
         f"{several}{_f(ar['tokens_per_second'], '{:.1f}')} tok/s, "
         f"{ar['target_forwards']} target forwards, {_f(ar['step_seconds'] * 1e3, '{:.2f}')} ms per step.",
         "",
-        "| " + " | ".join(t for t, _, _ in COLUMNS) + " |",
-        "|" + "---|" * len(COLUMNS),
+        "| " + " | ".join(t for t, _, _ in columns) + " |",
+        "|" + "---|" * len(columns),
     ]
-    lines += ["| " + " | ".join(_cells(r)) + " |" for r in result["settings"]]
+    lines += ["| " + " | ".join(_cells(r, columns)) + " |" for r in result["settings"]]
+    if not wide:
+        lines += ["", f"({len(columns)} of {len(COLUMNS)} columns: bench.md and --wide have every one.)"]
     lines += ["", f"Timed {CLOCKS.get(m.get('clock'), 'on wall time')}, from the prefill to the last token, "
               "after an untimed warm-up of each run: as the app's Run and Measure and a notebook time."]
     lines += ["", "speedup: tokens/s over autoregressive, end to end (median of repeats); call: faster or "
-              "slower when every repeat agrees, else too close to call; decode: the "
+              "slower when every repeat agrees, else too close to call (with one repeat, no call); decode: the "
               "same without the prefill forward, which costs the same in every mode and is not part of "
               "the theory; overhead: our wall time ÷ "
               "transformers' (median of repeats; cpu: the same in process CPU time); fwd: target forwards; τ: tokens per "
@@ -104,9 +124,11 @@ def markdown(result, extra: list[str] = ()) -> str:
               "speedup ÷ predicted; pred with v: "
               "the same with the measured verification cost, τ/(γc+v); γ*: best draft length for α, c."]
     lines += list(extra) + decoders(result)
-    if result.get("verify_slope") is not None:
-        lines.append(f"Verification cost grows by {result['verify_slope']:.3f} autoregressive steps per "
-                     "drafted token here (Leviathan et al. assume 0).")
+    vs = [r["verify_cost"] for r in result["settings"] if r.get("verify_cost")]
+    if result.get("verify_slope") is not None and vs:
+        lines.append(f"One verification costs v = {min(vs):.2f}–{max(vs):.2f} autoregressive steps at these draft "
+                     f"lengths; fitted over them it grows by {result['verify_slope']:.3f} steps per drafted token "
+                     "(a least-squares slope, 0 when the fit falls; Leviathan et al. assume v = 1 at every length).")
     depth = max((len(r["per_position_conditional"]) for r in result["settings"]), default=0)
     if depth:
         lines += ["", "### Acceptance by draft position (conditional / unconditional)", "",

@@ -21,6 +21,7 @@ from mtp_viz.errors import UserError
 from mtp_viz.measure import server, traffic
 from mtp_viz.sources.settings import RunSettings
 from mtp_viz.sources.prometheus import delta
+from mtp_viz.sources.http import ServerError
 from mtp_viz.sources.servers import Servers
 from mtp_viz.sources import open_server
 
@@ -69,9 +70,20 @@ def run(args, plan) -> int:
         "prompts": len(prompts), "temperature": args.temperature, "chat": not args.no_chat,
         "model": next(e.settings.get("model") for e in streams[0][1] if isinstance(e, Start)),
         "draft_tokens": len(before.accepted_per_pos), "quick": args.quick,
-        "baseline_speculates": base_speculates})
+        "baseline_speculates": base_speculates, **_software(source, url, base)})
     swept = _sweep(source.servers, prompts, levels, plan.requests, settings) if levels else None
     return _write(result, swept, Path(args.out))
+
+
+def _software(source, url: str, base: str | None) -> dict[str, Any]:
+    """Which software answered, and its version as it reports it (llama.cpp's ``/props``
+    build, vLLM's ``/version``): a study is only as good as its record of what it measured."""
+    def version(at: str | None) -> str | None:
+        try:
+            return source.version(at) if at else None
+        except ServerError:   # a server that says nothing of its version is recorded as such
+            return None
+    return {"software": source.label, "software_version": version(url), "baseline_software_version": version(base)}
 
 
 def _sweep(servers: Servers, prompts, levels: list[int], requests: int | None,
@@ -131,7 +143,11 @@ def markdown(result) -> str:
     m, sp, bl, sc = result["meta"], result["speculative"], result["baseline"], result["server_counters"]
     same = sp["same_tokens_as_baseline"]
     lines = [
-        f"## mtp-viz bench: vLLM server {m['server']}" + (f" vs {m['baseline_server']}" if m["baseline_server"] else ""),
+        f"## mtp-viz bench: {m.get('software', 'vLLM')} server {m['server']}"
+        + (f" vs {m['baseline_server']}" if m["baseline_server"] else ""),
+        *(["", f"Software: {m['software']} {m['software_version']}"
+           + (f" (baseline: {m['baseline_software_version']})" if m.get("baseline_software_version") else "") + "."]
+          if m.get("software_version") else []),
         "", f"{m['model']}, {m['draft_tokens']} drafts per step; {m['prompts']} prompts, "
         f"{m['max_new_tokens']} new tokens, {m['repeats']} repeat(s), temperature {m['temperature']}.", "",
         "| server | tok/s | speedup | accept | α | τ | same tokens |", "|---|---|---|---|---|---|---|",

@@ -19,7 +19,7 @@ from mtp_viz.engine.decoding import Sampling
 from mtp_viz.engine.events import Error
 from mtp_viz.engine.schedules import SCHEDULES
 from mtp_viz.errors import UserError
-from mtp_viz.sources.settings import RunSettings
+from mtp_viz.sources.settings import DEFAULT_DRAFT_TOKENS, DEFAULT_MAX_NEW_TOKENS, RunSettings
 
 # The most new tokens one command may ask for, checked before a model loads: the compiled
 # engine's largest cache (mtp_viz.engine.compiled.CAPACITIES), and minutes of decoding on a
@@ -34,9 +34,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--drafter", help="drafter hub id or folder (default: the target's MTP assistant)")
     g.add_argument("--prompt-lookup", action="store_true", help="draft by n-gram lookup, no second model")
     p.add_argument("--prompt", required=True, help="the prompt text")
-    p.add_argument("--max-new-tokens", type=int, default=128, help=f"1 to {MAX_NEW_TOKENS} (default 128)")
+    p.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS,
+                   help=f"1 to {MAX_NEW_TOKENS} (default {DEFAULT_MAX_NEW_TOKENS}, as the app)")
     p.add_argument("--draft-tokens", type=int, default=None,
-                   help="initial draft length (default: the drafter's num_assistant_tokens)")
+                   help=f"initial draft length (default {DEFAULT_DRAFT_TOKENS}, as the app)")
     p.add_argument("--schedule", default="constant", help=", ".join(SCHEDULES))
     p.add_argument("--temperature", type=float, default=0.0, help="0 means greedy (default)")
     p.add_argument("--top-p", type=float, default=1.0)
@@ -47,6 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jsonl", action="store_true", help="one JSON event per line on stdout")
     p.add_argument("--device", default=None, help="cpu, cuda, mps (default: best available)")
     add_precision_arguments(p)
+    add_weights_argument(p)
     p.add_argument("--color", choices=["auto", "always", "never"], default="auto")
     p.add_argument("--server", metavar="URL",
                    help="stream from a vLLM or llama.cpp server (recognised by what it answers) instead of "
@@ -76,6 +78,13 @@ def add_precision_arguments(p: argparse.ArgumentParser) -> None:
                    help="the drafter's precision; wins over --dtype")
 
 
+def add_weights_argument(p: argparse.ArgumentParser) -> None:
+    """``--weights real|random`` (generate, bench, gguf, profile: one flag, one meaning)."""
+    p.add_argument("--weights", default="real", choices=("real", "random"),
+                   help="random: the target's real shape (a preset's, e.g. e2b) with random weights, nothing "
+                        "downloaded but a config; timings only: its text and acceptance are noise (default: real)")
+
+
 def run(args: argparse.Namespace) -> int:
     s = settings(args).validate(MAX_NEW_TOKENS)  # a bad setting is refused before a model loads
     source = open_source(args, s)
@@ -101,7 +110,7 @@ def settings(args: argparse.Namespace) -> RunSettings:
     return RunSettings(
         args.prompt, modes=("autoregressive" if args.autoregressive else "speculative",),
         drafter="lookup" if args.prompt_lookup else "auto", max_new_tokens=args.max_new_tokens,
-        draft_tokens=args.draft_tokens, schedule=args.schedule,
+        draft_tokens=DEFAULT_DRAFT_TOKENS if args.draft_tokens is None else args.draft_tokens, schedule=args.schedule,
         sampling=Sampling(args.temperature, args.top_k, args.top_p, args.seed),
         chat=not args.no_chat_template, stale_kv=args.stale_kv, experts=args.experts)
 
@@ -121,7 +130,8 @@ def open_source(args: argparse.Namespace, s: RunSettings | None = None):
                                        ("--device", args.device), ("--dtype", args.dtype),
                                        ("--target-precision", args.target_precision),
                                        ("--compile", args.compile), ("--threads", args.threads is not None),
-                                       ("--drafter-precision", args.drafter_precision)) if on]
+                                       ("--drafter-precision", args.drafter_precision),
+                                       ("--weights", args.weights != "real")) if on]
         if local:
             raise UserError(f"{local[0]} applies to the local engine; a server's drafter, draft length "
                             "and threads are set when the server starts.")
@@ -138,7 +148,10 @@ def open_source(args: argparse.Namespace, s: RunSettings | None = None):
         hf_logging.disable_progress_bar()
     source = sources.open_source(args.target, args.drafter, device=args.device, dtype=args.dtype,
                                  target_precision=args.target_precision, drafter_precision=args.drafter_precision,
-                                 drafter_kind="lookup" if args.prompt_lookup or args.autoregressive else "auto")
+                                 drafter_kind="lookup" if args.prompt_lookup or args.autoregressive else "auto",
+                                 weights=args.weights)
+    if source.pair.weights_label:
+        print(f"mtp-viz: {source.pair.target_id}: {source.pair.weights_label}", file=sys.stderr)
     if args.compile:
         pair = source.pair
         pair.compile(settings=[s] if s is not None else (), progress=compile_progress("mtp-viz"))

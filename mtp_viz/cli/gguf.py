@@ -22,13 +22,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="the folder to write target.gguf and drafter.gguf into")
     p.add_argument("--outtype", choices=OUTTYPES, default="f32",
                    help="how weights are stored (default f32; norms and scales stay f32)")
+    from .generate import add_weights_argument
+    add_weights_argument(p)
 
 
 def run(args: argparse.Namespace) -> int:
     if importlib.util.find_spec("gguf") is None:
         raise UserError('mtp-viz gguf needs the gguf package: pip install "mtp-viz[gguf]".')
-    from mtp_viz.sources.llamacpp.gguf import export_pair
-    result = export_pair(args.target, args.drafter, args.out, args.outtype)
+    from mtp_viz.sources.llamacpp.gguf import export_pair, export_random
+    if args.weights == "random":
+        if args.drafter:
+            raise UserError("With random weights the drafter is the target's own assistant, at its real shape; "
+                            "leave out --drafter.")
+        result = export_random(args.target, args.out, args.outtype)
+    else:
+        result = export_pair(args.target, args.drafter, args.out, args.outtype)
     for note in result.notes:
         print(f"mtp-viz: note: {note}", file=sys.stderr)
     print(result.target)

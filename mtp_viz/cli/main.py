@@ -1,4 +1,4 @@
-"""`mtp-viz` entry point: generate | replay | bench | gguf | ui.
+"""`mtp-viz` entry point: generate | replay | bench | gguf | profile | ui.
 
 Each subcommand lives in its own module, which provides ``add_arguments(parser)``
 and ``run(args) -> int``. Errors a user can cause print one sentence on stderr and
@@ -19,6 +19,7 @@ SUBCOMMANDS = {
     "replay": ("mtp_viz.cli.replay", "Play a recorded trace in the terminal at its recorded timing."),
     "bench": ("mtp_viz.cli.bench", "Benchmark speculative decoding against autoregressive and transformers."),
     "gguf": ("mtp_viz.cli.gguf", "Write a Gemma 4 pair as GGUF files for llama.cpp."),
+    "profile": ("mtp_viz.cli.profile", "What each forward costs here, and the speedup that predicts."),
 }
 
 from mtp_viz.errors import UserError

@@ -15,8 +15,9 @@ graph per forward shape (``torch.compile``, inductor), with speculative decoding
 - **Shapes.** A verification of k drafts sends k + 1 tokens; it is padded to the next
   width of :data:`WIDTHS` (1, 2, 3, 5, 9, 17), so a run compiles a handful of graphs,
   not one per draft length. A prompt of up to 17 tokens goes through the graph of its
-  width too (:func:`prefill_width`); a longer one runs eagerly, where its cost is the
-  arithmetic (about 0.3 ms a token on the bundled pair), which a graph does not cut,
+  width too (:func:`prefill_width`) where that graph is compiled (else eagerly: a new
+  prompt length never waits for a compile); a longer one runs eagerly, where its cost is
+  the arithmetic (about 0.3 ms a token on the bundled pair), which a graph does not cut,
   while chunks of 17 would each pay a step's fixed cost again. Padding
   sits after the real tokens, so causality keeps it out of their attention; its cache
   entries are cropped straight away. The cache length
@@ -129,10 +130,9 @@ def own_graph(method, mode: str | None = None, cpu: bool = False):
     (:func:`_given` drops them). ``size_asserts`` off: inductor's per-call check of each
     input's size and stride repeats the argument guards (417 checks a plain step).
     ``cpu``: the graph's wrapper is C++ (``cpp_wrapper``), not Python, so its ~840
-    tensor views and ~170 library calls a step are made without the interpreter (on the
-    bundled pair, one thread: 271 -> 310-332 tokens/s plain); its wrapper is built apart
-    from the kernels at -O1 (``cpp_wrapper_build_separate``), which halves the first
-    compile (416 -> 212 s for the default run's 8 graphs; 38 s from inductor's disk cache)."""
+    tensor views and ~170 library calls a step are made without the interpreter; its
+    wrapper is built apart from the kernels at -O1 (``cpp_wrapper_build_separate``), which
+    halves the first compile (both measured in docs/compiled.md)."""
     from torch._inductor import list_mode_options
     f = method.__func__
     code = f.__code__.replace(co_name=f"{f.__name__}_{id(method.__self__):x}")  # a code object of its own
@@ -265,12 +265,19 @@ class FastTarget:
     def forward(self, kv: StaticKV, tokens: list[int], want_state: bool, keep: int, prefill: bool = False) -> Forward:
         """The loop's target forward over ``tokens`` appended to ``kv`` (see
         :class:`~.decoder.Forward`), through the graph of its width. ``prefill``: the
-        prompt, through a graph up to :func:`prefill_width`'s limit, else eagerly."""
-        if prefill and prefill_width(len(tokens)) is None:
+        prompt, through the graph of its width where that graph is compiled (a run's plan
+        compiles it before the first token, :mod:`.graphs`), else eagerly: a new prompt
+        length never stalls a run on a compile."""
+        width = prefill_width(len(tokens))
+        if prefill and (width is None or not self.has_graph((kv.capacity, width, want_state))):
             return self.eager(kv, tokens, want_state, keep)
         start = kv.length
         logits, hidden, shared, compile_s = self._run(kv, tokens, want_state, width_for(len(tokens)), graph=True)
         return self._reduce(kv, start, len(tokens), logits, hidden, shared, keep, compile_s)
+
+    def has_graph(self, shape: tuple) -> bool:
+        """Whether the graph of ``shape`` (capacity, width, with the state) is compiled."""
+        return shape in self.shapes.seconds
 
     @torch.inference_mode()
     def eager(self, kv: StaticKV, tokens: list[int], want_state: bool, keep: int) -> Forward:

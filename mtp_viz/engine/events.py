@@ -253,6 +253,21 @@ class Done(Event):
     # vLLM: its response's "metrics" object, with "speculative_decoding". Empty locally.
     server_metrics: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def of(cls, generated_ids, target_forwards: int, seconds: float, *, text: str = "", drafter_forwards: int = 0,
+           drafted: int = 0, accepted: int = 0, stop_reason: str = "", compile_seconds: float = 0.0,
+           server_metrics: dict[str, Any] | None = None) -> "Done":
+        """A run's end from what was counted, its rates derived here, once, for every source
+        (the engine, transformers' recorder, the servers): acceptance = accepted ÷ drafted,
+        tokens per target forward = new tokens ÷ forwards, tokens/s = new tokens ÷ seconds
+        (each 0 where its denominator is)."""
+        ids = tuple(generated_ids)
+        n = len(ids)
+        return cls(n, target_forwards, seconds, text, drafter_forwards, drafted, accepted,
+                   accepted / drafted if drafted else 0.0, n / target_forwards if target_forwards else 0.0,
+                   n / seconds if seconds > 0 else 0.0, stop_reason, ids, compile_seconds=compile_seconds,
+                   server_metrics=server_metrics or {})
+
 
 @dataclass(frozen=True)
 class Error(Event):

@@ -14,10 +14,11 @@ whose longest draft is L, as :mod:`.loop` runs them):
 - the target's capacity holds :func:`~.loop.speculative_need` (P + N + 17) for speculative
   decoding, :func:`~.loop.autoregressive_need` (P + N + 1) for the baseline; past the
   largest capacity the run decodes eagerly and needs no target graph;
-- a prompt of P <= 17 tokens goes through the graph of its width
-  (:func:`~.compiled.prefill_width`), with the state a verification has or, for the
-  baseline, without; a longer one runs eagerly; every later forward is a graph, once a
-  run makes N >= 2 tokens;
+- the prompt is planned no graph of its own: it goes through a compiled graph of its
+  width where one exists (a prompt of up to 5 tokens meets a verification's), else
+  eagerly, so a new prompt length never costs a compile (a prefill graph saved about
+  10 ms on the bundled pair where compiling it took tens of seconds); every later
+  forward is a graph, once a run makes N >= 2 tokens;
 - a verification of k drafts sends k + 1 tokens: k from 0 (the last token of a run has
   no room for drafts) to min(L, N - 2) (a step leaves room for its own token);
   the baseline sends one;
@@ -38,7 +39,7 @@ from typing import Callable, Iterable
 
 import torch
 
-from .compiled import CAPACITIES, capacity_for, prefill_width, width_for
+from .compiled import CAPACITIES, capacity_for, width_for
 from .loop import autoregressive_need, speculative_need
 
 KINDS = ("verify", "step", "draft")
@@ -65,8 +66,6 @@ def speculative_graphs(prompt: int, new: int, longest: int, *, state: bool = Tru
     out: set[Graph] = set()
     capacity = capacity_for(speculative_need(prompt, new))
     kind = "verify" if state else "step"
-    if capacity is not None and prefill_width(prompt):
-        out.add(Graph(kind, capacity, prefill_width(prompt)))
     if new < 2:
         return out
     if capacity is not None:
@@ -81,8 +80,7 @@ def autoregressive_graphs(prompt: int, new: int) -> set[Graph]:
     capacity = capacity_for(autoregressive_need(prompt, new))
     if capacity is None:
         return set()
-    prefill = {Graph("step", capacity, prefill_width(prompt))} if prefill_width(prompt) else set()
-    return prefill | ({Graph("step", capacity)} if new >= 2 else set())
+    return {Graph("step", capacity)} if new >= 2 else set()
 
 
 def compiled_graphs(fast, step=None) -> set[Graph]:

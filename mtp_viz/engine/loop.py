@@ -329,13 +329,10 @@ def _verdict_events(step, ids, proposal, p_tok, n, new, text, extra=no_fields) -
 
 
 def _done(ids, prompt_ids, tally: Tally, watch: Stopwatch, stop_reason, text) -> Done:
-    gen, seconds = ids[len(prompt_ids):], watch.elapsed()
-    drafted, accepted, forwards = tally.drafted, tally.accepted, tally.forwards
-    return Done(len(gen), forwards, seconds, text.decode(gen), tally.drafter_forwards,
-                drafted, accepted, accepted / drafted if drafted else 0.0,
-                len(gen) / forwards if forwards else 0.0,
-                len(gen) / seconds if seconds > 0 else 0.0, stop_reason, tuple(gen),
-                compile_seconds=watch.compile_seconds)
+    gen = ids[len(prompt_ids):]
+    return Done.of(gen, tally.forwards, watch.elapsed(), text=text.decode(gen), drafter_forwards=tally.drafter_forwards,
+                   drafted=tally.drafted, accepted=tally.accepted, stop_reason=stop_reason,
+                   compile_seconds=watch.compile_seconds)
 
 
 def autoregressive(target, prompt_ids: Sequence[int], *, max_new_tokens: int = 64,

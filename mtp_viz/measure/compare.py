@@ -66,7 +66,7 @@ class Measurement:
 
     @property
     def verdict(self) -> str:
-        """"faster" or "slower" only when every repeat agrees; else "too close to call"."""
+        """"faster" or "slower" only when every repeat agrees (:func:`mtp_viz.measure.reduce.verdict`)."""
         return verdict(self.ratios)
 
     @property

@@ -69,13 +69,19 @@ def fastest(rates: dict[str, float | None]) -> dict[str, Any] | None:
     return {"decoder": best, "tokens_per_second": rates[best]}
 
 
+NO_CALL = "no call (one repeat)"
+
+
 def verdict(ratios: Sequence[float]) -> str:
     """What repeated speedups let a reader call, the one rule every surface uses (Measure,
-    the bench, a notebook): "faster" or "slower" only when every repeat agrees; else "too
-    close to call" (one run, or repeats either side of ×1)."""
-    if len(ratios) >= 2 and min(ratios) > 1.0:
+    the bench, a notebook): "faster" or "slower" only when every repeat agrees; "too close
+    to call" when repeats fall either side of ×1; with fewer than two repeats there is no
+    spread to judge, so no call is made (:data:`NO_CALL`)."""
+    if len(ratios) < 2:
+        return NO_CALL
+    if min(ratios) > 1.0:
         return "faster"
-    if len(ratios) >= 2 and max(ratios) < 1.0:
+    if max(ratios) < 1.0:
         return "slower"
     return "too close to call"
 

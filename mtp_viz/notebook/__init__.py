@@ -202,7 +202,7 @@ def show_measurement(pair: Any, prompt: str | list, *, repeats: int = 5, out=Non
         display(HTML(f'<div class="mv-notebook"><style>{_css()}</style>'
                      f'{measurement_html(m, engine=pair.decoder.ran)}</div>'))
     else:
-        print(f"speculative ×{m.median:.2f} over autoregressive: {m.verdict} (median of {m.repeats} repeats, "
-              f"range ×{min(m.ratios):.2f}–×{max(m.ratios):.2f}; {m.spec_tps:.1f} vs {m.ar_tps:.1f} tokens/s)",
+        from mtp_viz.views.stats import measurement_sentence
+        print(f"{measurement_sentence(m, pair.decoder.ran.label)} ({m.spec_tps:.1f} vs {m.ar_tps:.1f} tokens/s)",
               file=out or sys.stdout)
     return m

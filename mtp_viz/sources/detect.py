@@ -59,6 +59,9 @@ class DetectedServer(ServerSource):
     def speculates(self, url: str) -> bool:  # type: ignore[override]
         return self.kind().speculates(url)
 
+    def version(self, url: str) -> str | None:  # type: ignore[override]
+        return self.kind().version(url)
+
     @property
     def label(self) -> str:
         """What answers, once asked ("vLLM", "llama.cpp")."""

@@ -464,11 +464,9 @@ class _Call:
         seconds = (self.t_end or self.clock()) - self.t0
         stop = ("eos" if gen and gen[-1] in self.eos else
                 "max_new_tokens" if len(self.ids) >= self.max_length else "stopped")
-        n, forwards = len(gen), self.step
-        self.events.append(Done(
-            n, forwards, seconds, self.detok.decode(gen) if self.detok else "", self.assistant_forwards,
-            self.drafted, self.accepted, self.accepted / self.drafted if self.drafted else 0.0,
-            n / forwards if forwards else 0.0, n / seconds if seconds > 0 else 0.0, stop, tuple(gen)))
+        self.events.append(Done.of(
+            gen, self.step, seconds, text=self.detok.decode(gen) if self.detok else "",
+            drafter_forwards=self.assistant_forwards, drafted=self.drafted, accepted=self.accepted, stop_reason=stop))
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:

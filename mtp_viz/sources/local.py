@@ -46,14 +46,16 @@ def guarded(events: Iterator[Event]) -> Iterator[Event]:
         raise
 
 
-def stamped(events: Iterator[Event], precision: dict[str, str | None]) -> Iterator[Event]:
+def stamped(events: Iterator[Event], precision: dict[str, str | None], weights: str = "real") -> Iterator[Event]:
     """The events, with what each model ran in recorded in the start event's settings
-    (``target_precision``, ``drafter_precision``: None where no drafter model drafts), so
-    a trace says what ran."""
+    (``target_precision``, ``drafter_precision``: None where no drafter model drafts; and
+    ``weights: "random"`` for a pair of random weights, :mod:`.shapes`), so a trace says
+    what ran."""
+    extra = {"weights": weights} if weights != "real" else {}
     for e in events:
         if isinstance(e, Start):
             e = dataclasses.replace(e, settings={**e.settings, "target_precision": precision["target"],
-                                                 "drafter_precision": precision.get("drafter")})
+                                                 "drafter_precision": precision.get("drafter"), **extra})
         yield e
 
 
@@ -81,7 +83,8 @@ def run_mode(pair: Any, s: RunSettings, mode: str, *, clock: Callable[[], float]
                   **({"clock": clock} if clock else {}))
     if mode == "autoregressive":
         prepare(pair, [s.only(mode)])
-        return guarded(stamped(loop.autoregressive(pair.decoder, ids, **common), {"target": pair.precision["target"]}))
+        return guarded(stamped(loop.autoregressive(pair.decoder, ids, **common), {"target": pair.precision["target"]},
+                                       getattr(pair, "weights", "real")))
     d = pair.make_drafter(s.drafter)
     if schedule is None:
         schedule = (schedules or pair.schedules).get(s.schedule, d.kind, s.draft_tokens or d.default_draft_tokens,
@@ -90,7 +93,7 @@ def run_mode(pair: Any, s: RunSettings, mode: str, *, clock: Callable[[], float]
         d = pair.make_drafter(s.drafter)  # on the draft step the pair has now (eager, had compiling failed)
     precision = pair.precision if DRAFTERS[d.kind].needs else {"target": pair.precision["target"]}  # lookup: no model
     return guarded(stamped(loop.speculative(pair.decoder, d, ids, schedule=schedule, stale_kv=s.stale_kv,
-                                            pause=pause, **common), precision))
+                                            pause=pause, **common), precision, getattr(pair, "weights", "real")))
 
 
 def runs(pair: Any, s: RunSettings, stop: threading.Event | None = None, pause: Pause | None = None,

@@ -21,11 +21,11 @@ from mtp_viz.errors import UserError, clip
 from .local import out_of_memory
 from .memory import check_fits
 from .noise import quiet_known_noise
-from .pair import ASSISTANT_TYPES, GEMMA4_TYPES, ModelPair, model_path
+from .pair import ASSISTANT_TYPES, GEMMA4_TYPES, ModelPair
 from .precision import Precision, check_loaded, load_kwargs
-from .presets import PRESETS, is_local, resolve
+from .presets import PRESETS, check_reachable, default_drafter, is_local, model_path, resolve
 
-__all__ = ["check_pair", "default_drafter", "drafter_spec", "explain_load_error", "from_models", "load_pair", "load_pairs",
+__all__ = ["check_pair", "drafter_spec", "explain_load_error", "from_models", "load_pair", "load_pairs", "random_pairs",
            "out_of_memory", "pick_device", "pinned_threads", "set_threads"]
 
 
@@ -119,13 +119,6 @@ def _load(loader, spec: str, **kwargs):
         raise explain_load_error(spec, err) from err
 
 
-def default_drafter(spec: str) -> str | None:
-    """Gemma 4 targets have an MTP assistant named '<target>-assistant'."""
-    if is_local(spec):
-        sibling = Path(spec.rstrip("/\\") + "-assistant")
-        return str(sibling) if sibling.expanduser().is_dir() else None
-    return spec + "-assistant"
-
 
 def drafter_spec(drafter: str) -> str:
     """A preset's name given as the drafter means that preset's drafter."""
@@ -140,7 +133,8 @@ def drafter_spec(drafter: str) -> str:
 
 def load_pair(target: str, drafter: str | None = None, *, drafter_kind: str = "auto",
               device: str | None = None, dtype: str | None = None, target_precision: str | None = None,
-              drafter_precision: str | None = None, compile: bool = False, progress=None) -> "ModelPair":
+              drafter_precision: str | None = None, compile: bool = False, progress=None,
+              weights: str = "real") -> "ModelPair":
     """Load a target and its drafter (or none, for prompt lookup).
 
     target: a preset name (``tiny``, ``e2b``, ...), a hub id or a local folder.
@@ -153,25 +147,38 @@ def load_pair(target: str, drafter: str | None = None, *, drafter_kind: str = "a
     (:meth:`ModelPair.compile`; its graphs compiled now, ``pair.compile_seconds``), or eager
     decoding with the one sentence of ``pair.compile_note`` saying why not; ``progress``
     hears of each graph before it compiles (:class:`mtp_viz.engine.graphs.Progress`).
+    ``weights="random"``: the target's real shape (a preset's, a folder's or a hub id's
+    config) with random weights, nothing downloaded but a config (:mod:`.shapes`): its
+    timings are the real pair's, its text and acceptance are not.
     """
     precision = Precision.of(dtype, target_precision, drafter_precision)  # names checked before any load
-    pair = load_pairs(target, drafter, [precision], drafter_kind=drafter_kind, device=device)[0]
+    pair = load_pairs(target, drafter, [precision], drafter_kind=drafter_kind, device=device, weights=weights)[0]
     if compile:
         pair.compile(progress=progress)
     return pair
 
 
 def load_pairs(target: str, drafter: str | None = None, precisions=(Precision(),), *,
-               drafter_kind: str = "auto", device: str | None = None) -> list["ModelPair"]:
+               drafter_kind: str = "auto", device: str | None = None, weights: str = "real") -> list["ModelPair"]:
     """One pair per :class:`.precision.Precision` of ``precisions``, in their order, each
     distinct model in each distinct precision loaded once and shared (the bench's
-    ``--precisions``): float32/float32 and float32/int8 hold one float32 target."""
+    ``--precisions``): float32/float32 and float32/int8 hold one float32 target.
+    ``weights="random"``: built at the target's real shape instead (:mod:`.shapes`)."""
     quiet_known_noise()  # before transformers imports torchao: its two notices are nobody's to act on
     with building():  # transformers' lazy first import is not safe from two threads at once
         from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     if not target or not str(target).strip():
         raise UserError("No target model was given.")
+    from .shapes import check_weights
+    if check_weights(weights) == "random":
+        if drafter:
+            raise UserError("With random weights the drafter is the target's own assistant, at its real shape; "
+                            "leave out the drafter.")
+        device = pick_device(device)
+        return random_pairs(str(target), [p.resolved(device) for p in precisions], drafter_kind=drafter_kind,
+                            device=device)
+    check_reachable(str(target))
     target_spec, preset_drafter = resolve(str(target).strip())
     device = pick_device(device)
     precisions = [p.resolved(device) for p in precisions]
@@ -255,3 +262,30 @@ def from_models(target, drafter=None, processor=None) -> ModelPair:
                         f"not {type(processor).__name__}.")
     template = getattr(processor, "chat_template", None) or getattr(tokenizer, "chat_template", None)
     return ModelPair(target, drafter, tokenizer, name, drafter_name, str(target.device), template=template)
+
+
+def random_pairs(target: str, precisions: list, *, drafter_kind: str = "auto", device: str = "cpu",
+                 seed: int | None = None) -> list:
+    """One :class:`~.pair.ModelPair` per precision at ``target``'s real shape with random
+    weights (``pair.weights == "random"``), each distinct model built once and shared;
+    refused in one sentence, before anything is allocated, if it would not fit."""
+    from .shapes import RANDOM_PRECISIONS, SEED, build, shape, tokenizer
+    seed = SEED if seed is None else seed
+    for p in precisions:
+        for role, name in (("target", p.target), ("drafter", p.drafter)):
+            if name not in RANDOM_PRECISIONS:
+                raise UserError(f"Random weights come in {', '.join(RANDOM_PRECISIONS)}; give the {role} one of "
+                                f"those instead of {name}.")
+    s = shape(target, drafter_kind)
+    check_pair(s.target, s.drafter, target, f"{target}-assistant" if s.drafter is not None else None)
+    wanted = list(dict.fromkeys([("target", p.target) for p in precisions]
+                                + ([("drafter", p.drafter) for p in precisions] if s.drafter is not None else [])))
+    configs = {"target": s.target, "drafter": s.drafter}
+    check_fits(f"{clip(target)} with random weights", [(configs[role], p) for role, p in wanted], device)
+    models = {w: build(configs[w[0]], w[1], device, seed) for w in wanted}
+    tok = tokenizer(text_config(s.target).vocab_size)
+    name = target.strip()
+    return [ModelPair(models[("target", p.target)],
+                      models[("drafter", p.drafter)] if s.drafter is not None else None, tok, name,
+                      f"{name}-assistant" if s.drafter is not None else None, device, weights="random",
+                      shape_origin=s.origin) for p in precisions]

@@ -22,15 +22,6 @@ ASSISTANT_TYPES = ("gemma4_assistant", "gemma4_unified_assistant")
 GEMMA4_TYPES = ("gemma4", "gemma4_text", "gemma4_unified", "gemma4_unified_text")  # wrappers and text-only
 
 
-def model_path(spec: str) -> str:
-    """What transformers is given: a folder's expanded path, or the hub id."""
-    if is_local(spec):
-        folder = Path(spec).expanduser()
-        if not folder.is_dir():
-            raise UserError(f"There is no loadable model folder at {clip(spec)}.")
-        return str(folder)
-    return spec
-
 
 @dataclass
 class ModelPair:
@@ -49,6 +40,11 @@ class ModelPair:
     draft_step: Any = field(default=None, repr=False)
     compile_seconds: float = 0.0
     compile_note: str = ""
+    # "random": built at a real checkpoint's shape with random weights (:mod:`.shapes`): its
+    # timings are the real pair's, its text and acceptance are noise; shape_origin: where
+    # that shape came from ("hub", "shipped", "folder")
+    weights: str = "real"
+    shape_origin: str = ""
 
     @property
     def engine(self) -> str:
@@ -76,6 +72,12 @@ class ModelPair:
         needs before its first token."""
         from .compiling import compile_pair
         return compile_pair(self, mode, settings, progress)
+
+    @property
+    def weights_label(self) -> str:
+        """"random weights: timings only" for a random pair (:data:`.shapes.LABEL`), else ""."""
+        from .shapes import LABEL
+        return LABEL if self.weights == "random" else ""
 
     @property
     def target_id(self) -> str:
@@ -206,4 +208,4 @@ class ModelPair:
         return runs(self, s, stop)
 
 
-__all__ = ["ASSISTANT_TYPES", "GEMMA4_TYPES", "ModelPair", "model_path"]
+__all__ = ["ASSISTANT_TYPES", "GEMMA4_TYPES", "ModelPair"]

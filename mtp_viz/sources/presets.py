@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
+from mtp_viz.errors import UserError, clip
 from mtp_viz.paths import assets_dir
 
 
@@ -94,3 +96,66 @@ def canonical(spec: str) -> str:
     if is_local(spec):
         return os.path.realpath(os.path.expanduser(spec))
     return spec
+
+
+def model_path(spec: str) -> str:
+    """What transformers is given: a folder's expanded path, or the hub id."""
+    if is_local(spec):
+        folder = Path(spec).expanduser()
+        if not folder.is_dir():
+            raise UserError(f"There is no loadable model folder at {clip(spec)}.")
+        return str(folder)
+    return spec
+
+
+def default_drafter(spec: str) -> str | None:
+    """Gemma 4 targets have an MTP assistant named '<target>-assistant'."""
+    if is_local(spec):
+        sibling = Path(spec.rstrip("/\\") + "-assistant")
+        return str(sibling) if sibling.expanduser().is_dir() else None
+    return spec + "-assistant"
+
+HUB_PROBE_SECONDS = 2.0
+
+def hub_reachable() -> bool:
+    """Whether the Hub answers a connection within :data:`HUB_PROBE_SECONDS` (and offline
+    mode is off): never tens of seconds of retries for a shape that ships anyway."""
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return False
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+    url = urlparse(constants.ENDPOINT)
+    try:
+        with socket.create_connection((url.hostname, url.port or 443), timeout=HUB_PROBE_SECONDS):
+            return True
+    except OSError:
+        return False
+
+
+def cached(hub_id: str) -> bool:
+    """Whether the local Hugging Face cache holds ``hub_id``'s config (no network)."""
+    from huggingface_hub import try_to_load_from_cache
+    try:
+        return isinstance(try_to_load_from_cache(hub_id, "config.json"), str)
+    except Exception:  # noqa: BLE001 - a name the hub would refuse is not cached either
+        return False
+
+
+def check_reachable(spec: str) -> None:
+    """One sentence, at once, for a hub id that is neither cached nor reachable, naming the
+    closest preset: never tens of seconds of retries for a misspelt name offline. A name that
+    is no hub id at all is left to the loader, which says so."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+    try:
+        validate_repo_id(spec.strip())
+    except HFValidationError:
+        return
+    if spec.strip().lower() in PRESETS or is_local(spec) or cached(spec.strip()) or hub_reachable():
+        return
+    import difflib
+    near = difflib.get_close_matches(spec.strip().lower(), list(PRESETS), n=1, cutoff=0.5)
+    hint = f"did you mean {near[0]}? " if near else ""
+    raise UserError(f"{clip(spec)} is not a preset, a model folder or in the local Hugging Face cache, and the "
+                    f"Hub cannot be reached; {hint}the presets are {', '.join(PRESETS)}.")

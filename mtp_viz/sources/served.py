@@ -26,10 +26,6 @@ class Mismatch(ValueError):
     """What the server sent does not agree with itself (ids, logprobs, arrays, tokens)."""
 
 
-def _count(v: Any, high: int) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= high
-
-
 @dataclass(frozen=True)
 class Received:
     """One generated token as it arrived."""
@@ -100,11 +96,9 @@ def freeze(v: Any) -> Any:
 
 def done_event(tokens, steps, seconds, finish, metrics) -> Done:
     forwards, drafted, accepted = steps
-    n = len(tokens)
-    return Done(n, forwards, seconds, "".join(t.text for t in tokens), 0, drafted, accepted,
-                accepted / drafted if drafted else 0.0, n / forwards if forwards else 0.0,
-                n / seconds if seconds > 0 else 0.0, finish or "eos",
-                tuple(t.token_id for t in tokens), server_metrics=freeze(metrics or {}))
+    return Done.of((t.token_id for t in tokens), forwards, seconds, text="".join(t.text for t in tokens),
+                   drafted=drafted, accepted=accepted, stop_reason=finish or "eos",
+                   server_metrics=freeze(metrics or {}))
 
 
 __all__ = ["MAX_DRAFT", "MAX_TOKEN_ID", "Mismatch", "Received", "count_ok", "done_event", "freeze", "laid_out",

@@ -71,6 +71,12 @@ class ServerSource(Source):
     def speculates(url: str) -> bool:
         """Whether the server at ``url`` speculates (one sentence if it is not this kind)."""
 
+    @staticmethod
+    def version(url: str) -> str | None:
+        """The version the server at ``url`` reports of itself (None where it says none),
+        for a study's record of which software answered."""
+        return None
+
     @abstractmethod
     def stream(self, url: str, model: str | None, mode: str, s: RunSettings,
                stop: threading.Event | None) -> Iterator[Event]:

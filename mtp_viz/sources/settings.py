@@ -33,13 +33,17 @@ def _whole(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+DEFAULT_DRAFT_TOKENS = 4      # the draft length the app's slider and the CLI's generate start at
+DEFAULT_MAX_NEW_TOKENS = 64   # and the tokens they ask for
+
+
 @dataclass(frozen=True)
 class RunSettings:
     """What one run (or a comparison of modes) asks of a source, as the user chose it."""
     prompt: str | list                      # text, or a chat as a list of {"role", "content"}
     modes: tuple[str, ...] = MODES          # which runs: speculative, and/or the baseline
     drafter: str = "auto"                   # a name in engine.drafters.DRAFTERS, or "auto"
-    max_new_tokens: int = 64
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     draft_tokens: int | None = None         # the schedule's first length; None: the drafter's own
     schedule: str = "constant"              # a name in engine.schedules.SCHEDULES
     sampling: Sampling = field(default_factory=Sampling)

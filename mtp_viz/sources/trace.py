@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from mtp_viz.engine.events import EVENT_TYPES, Done, Error, Event, Start, Step, event_from_dict
-from mtp_viz.errors import UserError
+from mtp_viz.errors import UserError, clip
 
 FORMAT = "mtp-viz-trace"
 VERSION = 1
@@ -143,9 +143,20 @@ def read(path: str | Path) -> list[Event]:
             if os.fstat(f.fileno()).st_size > MAX_BYTES:
                 raise UserError(too_large())
             data = f.read(MAX_BYTES + 1)
-    except OSError:
-        raise UserError("The trace file cannot be read.") from None
+    except OSError as err:
+        raise UserError(unreadable(path, err)) from None
     return loads(data)
+
+
+def unreadable(path: str | Path, err: OSError) -> str:
+    """Why a trace file cannot be read, naming the file by its own name only (never the
+    folder it is in: a server's paths are not a visitor's business)."""
+    name = clip(Path(path).name or str(path))
+    if isinstance(err, FileNotFoundError):
+        return f"There is no trace file named {name}."
+    if isinstance(err, IsADirectoryError):
+        return f"{name} is a folder, not a trace file."
+    return f"The trace file {name} cannot be read."
 
 
 def _no_constants(name: str) -> Any:

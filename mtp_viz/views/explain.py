@@ -20,12 +20,12 @@ EXPLAIN: dict[str, tuple[str, str]] = {
                 "the engine's CPU time), so it still scatters and Measure gives the median of several. "
                 "Under greedy decoding both texts must match token for token: speculative decoding "
                 "changes the speed, never the output."),
-    "spec": ("What this pane shows",
+    "spec": ("What the speculative pane shows",
              "Each verification step the drafter proposes a few tokens and the target checks them all in "
              "one forward pass: it keeps the longest correct prefix (green) and adds one token of its own "
              "(a correction after a rejection, or a bonus when every draft was right). Struck-out tokens "
              "are drafts the target refused; they never become part of the text."),
-    "ar": ("What this pane shows",
+    "ar": ("What the plain pane shows",
            "Plain decoding: one target forward per token, the baseline every speedup is measured against, "
            "with greedy decoding exactly the speculative pane's text. The two runs take turns on one thread, "
            "each timed only while it runs, so the panes race fairly as they fill."),
@@ -75,6 +75,14 @@ GLOSSARY: tuple[tuple[str, str, str], ...] = (
      "it attends to the target's keys and values, so it needs few layers and little memory."),
     ("clustered head", "clustered-head", "The E2B/E4B drafters' efficient output layer: tokens are grouped "
      "into clusters, the drafter scores the clusters first and then only the tokens in the best ones."),
+    ("eager engine", "eager-engine", "mtp-viz's own decoder running the model as PyTorch code, one operation "
+     "at a time: what the speedup badge is over unless it says compiled."),
+    ("compiled engine", "compiled-engine", "The same decoder with a fixed-size KV cache and each forward "
+     "compiled once into one graph (torch.compile), which removes Python's per-layer overhead; compiling "
+     "happens before the first token and is never counted in a run's time."),
+    ("engine CPU time", "engine-cpu-time", "With one torch thread on a CPU, a run is timed by the CPU time "
+     "of the thread that decodes it, so waiting for a core shared with other visitors is left out; "
+     "otherwise runs are timed on the wall clock."),
 )
 
 # The tour: (selector it points at, text). The page's script walks through them once.

@@ -1,7 +1,7 @@
 """The numbers of a run, as HTML: each pane's stats, the speedup of the two runs
 (``#compare``) with its basis, Measure's result, and the greedy identity check.
 
-Pure functions of events, like :mod:`.view`; no gradio, no torch. ``#compare`` carries
+Pure functions of events, like the rest of :mod:`mtp_viz.views`; no gradio, no torch. ``#compare`` carries
 the figure as data attributes (``data-speedup``, ``data-spec-tps``, ``data-ar-tps``,
 ``data-basis``, ``data-threads``, ``data-clock``, and ``data-engine``: what decoded, as the
 start event says (:class:`mtp_viz.engine.events.Ran`: "compiled", "eager", "vllm", ...;
@@ -187,8 +187,8 @@ def compare_html(spec: RunStats, ar: RunStats, *, greedy: bool, faster: Iterable
     x = spec.tokens_per_second / ar.tokens_per_second
     clock = spec.clock if spec.clock == ar.clock else "mixed"
     parts = [f'<span class="mv-badge mv-speedup" title="Measure repeats both modes and names a winner '
-             f'only when every repeat agrees{CPU_NOTE if clock == "cpu" else ""}">speculative ran at '
-             f'<b>×{x:.2f}</b> the speed {_over(spec, ar)}<small>('
+             f'only when every repeat agrees{CPU_NOTE if clock == "cpu" else ""}">'
+             + ran_at(x, _over(spec, ar), bold=True) + '<small>('
              f'{measured_over(spec.tokens_per_second, ar.tokens_per_second, clock, threads, "one run each, in turns")})'
              f'</small></span>']
     best = faster_plain(faster, ar.engine, ar.tokens_per_second)
@@ -200,6 +200,28 @@ def compare_html(spec: RunStats, ar: RunStats, *, greedy: bool, faster: Iterable
                         "".join(parts), clock, engine, compiling)
 
 
+def ran_at(x: float, over: str, bold: bool = False) -> str:
+    """The one wording of a speedup on every surface (Run's badge, Measure's, a notebook's
+    line, the terminal): "speculative ran at ×1.79 the speed of …", never "×1.79 faster"
+    (which many read as ×2.79). ``over``: what it is over, as :func:`_over` words it;
+    ``bold``: the figure in ``<b>`` (HTML: ``over`` must be escaped already)."""
+    figure = f"<b>×{x:.2f}</b>" if bold else f"×{x:.2f}"
+    return f"speculative ran at {figure} the speed {over}"
+
+
+CALLS = {"faster": "faster in every repeat", "slower": "slower in every repeat",
+         "too close to call": "too close to call: the repeats fall either side of ×1"}
+
+
+def measurement_sentence(m, engine_label: str, bold: bool = False) -> str:
+    """Measure's result in words: :func:`ran_at` over the engine's own plain decoding, the
+    median and range of the repeats, and the call (:func:`mtp_viz.measure.reduce.verdict`).
+    Plain text, or HTML with ``bold`` (``engine_label`` then escaped by the caller)."""
+    lo, hi = min(m.ratios), max(m.ratios)
+    return (ran_at(m.median, f"of the {engine_label}'s own plain decoding ", bold)
+            + f"(median of {m.repeats} repeats, range ×{lo:.2f}–×{hi:.2f}): {CALLS.get(m.verdict, m.verdict)}")
+
+
 def compare_text(spec: RunStats, ar: RunStats) -> str:
     """:func:`compare_html`'s speedup as one line of text (a terminal, a notebook's
     print): the same figure, worded the same way; "" until both runs have tokens."""
@@ -207,7 +229,7 @@ def compare_text(spec: RunStats, ar: RunStats) -> str:
         return ""
     clock = spec.clock if spec.clock == ar.clock else "mixed"
     over = html.unescape(_over(spec, ar))
-    return (f"speculative ran at ×{spec.tokens_per_second / ar.tokens_per_second:.2f} the speed {over}("
+    return (ran_at(spec.tokens_per_second / ar.tokens_per_second, over) + "("
             f"{measured_over(spec.tokens_per_second, ar.tokens_per_second, clock, spec.threads, 'one run each, in turns')})")
 
 
@@ -244,13 +266,7 @@ def measurement_html(m, engine: Ran = Ran()) -> str:
     decoded them. With decoders timed beside it: the faster plain one's sentence and a
     table of every decoder against the fastest plain one (:func:`decoders_html`)."""
     cls = {"faster": "mv-ok", "slower": "mv-warn"}.get(m.verdict, "mv-neutral")
-    lo, hi = min(m.ratios), max(m.ratios)
-    if m.verdict == "too close to call":
-        head = (f"too close to call: median <b>×{m.median:.2f}</b>, but the {m.repeats} repeats "
-                f"ranged from ×{lo:.2f} to ×{hi:.2f}")
-    else:
-        head = (f"speculative is <b>×{m.median:.2f}</b> {m.verdict} than the {html.escape(engine.label)}'s own "
-                f"plain decoding (median of {m.repeats} repeats, range ×{lo:.2f}–×{hi:.2f})")
+    head = measurement_sentence(m, html.escape(engine.label, quote=False), bold=True)
     body = (f'<span class="mv-badge {cls} mv-speedup">{head}<small> · '
             f'{measured_over(m.spec_tps, m.ar_tps, m.clock, m.threads, f"medians of {m.repeats} repeats, alternating")}'
             f'</small></span>')

@@ -74,7 +74,7 @@ def test_measure_names_the_engine_it_measured():
     m = Measurement(ratios=(1.5, 1.6, 1.7), spec_tps=30.0, ar_tps=20.0, threads=1, clock="cpu")
     compiled = Ran("compiled", "compiled engine", routing=False)
     h = stats.measurement_html(m, engine=compiled)
-    assert 'data-engine="compiled"' in h and 'data-clock="cpu"' in h and "×1.60</b> faster" in h
+    assert 'data-engine="compiled"' in h and 'data-clock="cpu"' in h and "ran at <b>×1.60</b> the speed of" in h
     assert "30.0 vs 20.0 tokens/s of engine CPU time · medians of 3 repeats, alternating, 1 torch thread" in h
 
 

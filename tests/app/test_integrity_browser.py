@@ -200,7 +200,7 @@ def test_a_plain_generate_finishes_while_another_visitor_waits_for_a_cold_compil
             assert loader.state("tiny", None, None, True).status == "loading"
             assert generate_ids(url) == reference
             assert loader.state("tiny", None, None, True).status == "loading"   # the compile still runs
-            page.wait_for_selector("#status:has-text('Done')", timeout=600_000)  # then the visitor's run
+            page.wait_for_selector("#status:has-text('Done')", timeout=900_000)  # then the visitor's run (a cold compile: 4-13 min)
             assert page.locator("#compare").get_attribute("data-engine") == "compiled"
             browser.close()
     finally:

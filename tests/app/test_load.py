@@ -32,8 +32,8 @@ def test_small_load_test_against_the_real_app(tmp_path):
     proc = subprocess.run([sys.executable, str(SCRIPT), "--clients", "3", "--rounds", "1", "--soak", "10",
                            "--flood", "30", "--trickle", "2", "--trickle-repeats", "2", "--max-sessions", "10",
                            "--compile", "2", "--compile-waves", "1",
-                           "--out", str(tmp_path), "--max-seconds", "900"],
-                          env=env, capture_output=True, text=True, timeout=960)
+                           "--out", str(tmp_path), "--max-seconds", "1500"],
+                          env=env, capture_output=True, text=True, timeout=1560)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     r = json.loads((tmp_path / "load_test.json").read_text())
     assert r["passed"] and r["references_distinct"] and not r.get("aborted")

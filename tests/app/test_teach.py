@@ -159,8 +159,16 @@ def test_the_glossary_defines_every_term():
     page = teach_view.glossary_html()
     terms = re.findall(r'<dt data-term="([^"]+)">', page)
     assert terms == ["draft", "verify", "acceptance-rate", "alpha", "tau", "bonus-token", "correction",
-                     "gamma", "cost-coefficient", "mtp", "shared-kv-cache", "clustered-head"]
+                     "gamma", "cost-coefficient", "mtp", "shared-kv-cache", "clustered-head",
+                     "eager-engine", "compiled-engine", "engine-cpu-time"]
     assert page.count("<dd>") == len(terms)
+    # every term the speedup badge and the stats panes use is defined (issue 42, point 3)
+    from mtp_viz.engine.events import Ran
+    from mtp_viz.views import stats
+    badge = stats.engine_label(Ran().label) + stats.measured_over(2.0, 1.0, "cpu", 1, "one run each")
+    for words in ("eager engine", "engine CPU time"):
+        assert words in badge and f"<dt data-term=\"{words.replace(' ', '-').lower()}\">" in page, words
+    assert '<dt data-term="compiled-engine">' in page
 
 
 def test_when_mtp_helps_lists_the_categories_and_only_measured_numbers():

@@ -169,6 +169,48 @@ def test_the_tour_shows_once_and_stays_dismissed(browser, url):
         context.close()
 
 
+def test_a_first_visit_can_press_every_tab_and_run_without_closing_the_tour(browser, url):
+    """Issue 42, point 1: the tour's card never covers the tab bar, Run or the title, and a
+    card whose target is on another tab waits hidden (it used to sit over the tab bar and
+    intercept the click on Measure). Opened on another tab, the tour starts once the
+    Decode tab shows. An explanation's popover closes on Escape and on a click outside it."""
+    context = browser.new_context(viewport={"width": 1280, "height": 720})
+    page = context.new_page()
+    try:
+        page.goto(url)
+        page.wait_for_selector("#tour", timeout=60_000)
+        for tab in page.locator("#tabs [role=tab]").all():
+            tab.click(timeout=5_000)                        # fails if the card intercepts it
+            assert page.locator("#tour").is_hidden() or page.locator(".mv-tour-target").first.is_visible()
+        page.locator("#tab-decode-button").click(timeout=5_000)
+        page.wait_for_selector("#tour", state="visible", timeout=5_000)
+        page.click("#run", timeout=5_000)
+        page.click("#tour [data-tour='close']")
+        explain = page.locator("details[data-explain='spec']")
+        explain.locator("summary").click()
+        assert explain.evaluate("e => e.open")
+        page.keyboard.press("Escape")
+        assert not explain.evaluate("e => e.open")
+        explain.locator("summary").click()
+        assert explain.evaluate("e => e.open")
+        page.click("#header", position={"x": 5, "y": 5})
+        assert not explain.evaluate("e => e.open")
+    finally:
+        context.close()
+    context = browser.new_context(viewport={"width": 1280, "height": 720})
+    page = context.new_page()
+    try:
+        page.goto(url + "?tab=inside")
+        page.wait_for_selector("body[data-tour='waiting']", state="attached", timeout=60_000)
+        page.wait_for_timeout(600)
+        assert page.locator("#tour").count() == 0           # no card pointing at the hidden prompt
+        page.locator("#tab-decode-button").click(timeout=5_000)
+        page.wait_for_selector("#tour", state="visible", timeout=5_000)
+        assert page.locator("#prompt.mv-tour-target").count() == 1
+    finally:
+        context.close()
+
+
 def test_glossary_explanations_and_the_what_if_of_a_trace(browser, url):
     from mtp_viz.sources import trace
     page = _page(browser, url)

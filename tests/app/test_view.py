@@ -108,11 +108,15 @@ def test_measurement_names_a_winner_only_when_every_repeat_agrees():
     from mtp_viz.measure.compare import Measurement
     m = Measurement((1.8, 1.9, 2.0), 200.0, 105.0, 1)
     h = stats.measurement_html(m)
-    assert "×1.90</b> faster" in h and "median of 3 repeats" in h and 'data-basis="median of 3"' in h
+    assert "speculative ran at <b>×1.90</b> the speed of the eager engine's own plain decoding" in h
+    assert "faster in every repeat" in h and "median of 3 repeats" in h and 'data-basis="median of 3"' in h
+    assert " faster than" not in h   # one wording on every surface: "ran at ×x the speed of"
     assert m.spread == pytest.approx(2.0 / 1.8)
     noisy = stats.measurement_html(Measurement((0.9, 1.05, 1.2), 100.0, 95.0, 1))
     assert "too close to call" in noisy and "faster" not in noisy
-    assert "slower" in stats.measurement_html(Measurement((0.7, 0.8, 0.9), 80.0, 100.0, 2))
+    assert "slower in every repeat" in stats.measurement_html(Measurement((0.7, 0.8, 0.9), 80.0, 100.0, 2))
+    one = stats.measurement_html(Measurement((1.5,), 150.0, 100.0, 1))
+    assert "no call (one repeat)" in one and "faster" not in one
 
 
 def test_theory_panel_escapes_and_shows_noisy_v():

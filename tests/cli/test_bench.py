@@ -1,4 +1,5 @@
 import json
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -177,8 +178,21 @@ def test_bench_quick_end_to_end(saved_pair, tmp_path, capsys):
     assert modes == {"autoregressive", "reference", "ours"}
     page = (out / "bench.html").read_text()
     assert "Plotly.newPlot" in page and 'src="https://cdn' not in page
-    assert "constant-4" in (out / "bench.md").read_text()
-    assert "| setting |" in captured.out
+    md = (out / "bench.md").read_text()
+    assert "constant-4" in md
+    # one repeat makes no call; the terminal's table is compact, bench.md has every column
+    assert {r["verdict"] for r in result["settings"]} == {"no call (one repeat)"}
+    header = next(line for line in captured.out.splitlines() if line.startswith("| setting |"))
+    assert header.count("|") - 1 == 11 and "| overhead vs ref |" not in header
+    assert "| overhead vs ref |" in md and "columns: bench.md and --wide have every one" in captured.out
+    if result["verify_slope"] is not None:
+        assert "One verification costs v = " in md and "Verification cost grows by" not in md
+    # where it ran: the machine line in bench.json's meta and bench.md's header (measure.machine)
+    meta = result["meta"]
+    assert meta["host"]["cores"] == os.cpu_count() and meta["host"]["torch_threads"] == 1
+    assert meta["host"]["cpu"] and meta["host"]["torch"] == torch.__version__
+    assert meta["machine_line"].startswith(meta["host"]["cpu"]) and "1 torch thread" in meta["machine_line"]
+    assert f"Machine: {meta['machine_line']}." in (out / "bench.md").read_text()
 
 
 @pytest.mark.slow

@@ -164,6 +164,22 @@ def test_unknown_hub_id_offline(capsys, monkeypatch):
     assert "nobody/no-such-model" in err and len(err.strip().splitlines()) == 1
 
 
+def test_a_misspelt_name_is_refused_at_once_naming_the_closest_preset():
+    """Where the Hub cannot be reached (here: an endpoint nobody listens on, so the
+    connection is refused as on a machine without internet), a name that is neither a
+    preset, a folder nor cached is one sentence within seconds, not tens of seconds of
+    retries, and it names the preset meant."""
+    import os
+
+    from locations import ROOT
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
+    done = subprocess.run([sys.executable, "-m", "mtp_viz.cli.main", "generate", "--target", "tinny",
+                           "--prompt", "hi"], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env={**env, "HF_ENDPOINT": "http://127.0.0.1:9"})
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+    assert "tinny is not a preset" in done.stderr and "did you mean tiny?" in done.stderr
+
+
 def test_console_script_runs_as_a_process(pair):
     target, _ = pair
     proc = subprocess.run([sys.executable, "-m", "mtp_viz.cli.main", "generate", "--target", str(target),

@@ -20,12 +20,11 @@ from mtp_viz.engine.schedules import SCHEDULES, make_schedule
 
 def test_a_default_run_needs_its_widths_one_capacity_and_one_draft_step():
     # 20 + 64 + 17 positions: the 256 capacity; drafts of 0..4 tokens: widths 1, 2, 3, 5;
-    # the 20-token prompt runs eagerly, a 7-token one through the graph of width 9
+    # the prompt has no graph of its own, whatever its length (a new length compiles nothing)
     assert graphs.speculative_graphs(20, 64, 4) == {Graph("verify", 256, w) for w in (1, 2, 3, 5)} | {
         Graph("draft", 256)}
-    assert graphs.autoregressive_graphs(20, 64) == {Graph("step", 256)}
-    assert graphs.autoregressive_graphs(7, 64) == {Graph("step", 256), Graph("step", 256, 9)}
-    assert graphs.speculative_graphs(7, 64, 4) == graphs.speculative_graphs(20, 64, 4) | {Graph("verify", 256, 9)}
+    assert graphs.autoregressive_graphs(20, 64) == {Graph("step", 256)} == graphs.autoregressive_graphs(7, 64)
+    assert graphs.speculative_graphs(7, 64, 4) == graphs.speculative_graphs(20, 64, 4)
     # a drafter that reads only tokens: the target's forwards without the state, no draft step
     assert graphs.speculative_graphs(20, 64, 8, state=False, draft=False) == {
         Graph("step", 256, w) for w in (1, 2, 3, 5, 9)}
@@ -38,12 +37,11 @@ def test_a_run_across_a_capacity_needs_the_draft_step_at_both():
 
 
 def test_short_runs_and_runs_past_the_largest_capacity():
-    # one token: the prefill alone, through the graph of the prompt's width (9 for 8..9 tokens)
-    assert graphs.speculative_graphs(9, 1, 4) == {Graph("verify", 256, 9)}
-    assert graphs.autoregressive_graphs(9, 1) == {Graph("step", 256, 9)}
-    assert graphs.speculative_graphs(9, 2, 4) == {Graph("verify", 256, 1), Graph("verify", 256, 9)}  # no room to draft
+    # one token: the prefill alone, which plans no graph
+    assert graphs.speculative_graphs(9, 1, 4) == set() == graphs.autoregressive_graphs(9, 1)
+    assert graphs.speculative_graphs(9, 2, 4) == {Graph("verify", 256, 1)}  # no room to draft
     assert graphs.speculative_graphs(9, 3, 4) == {Graph("verify", 256, 1), Graph("verify", 256, 2),
-                                                  Graph("verify", 256, 9), Graph("draft", 256)}
+                                                  Graph("draft", 256)}
     assert graphs.speculative_graphs(9000, 64, 4) == set()   # eager past 8192 positions, drafter too
     assert graphs.autoregressive_graphs(9000, 64) == set()
 
@@ -123,7 +121,7 @@ def test_the_plan_holds_every_graph_a_run_asks_for(models, prompt, new, k, sched
     for _ in loop.speculative(fast, MTPDrafter(assistant, target, step), ids, max_new_tokens=new, schedule=sched):
         pass
     assert fast.used | step.used <= graphs.speculative_graphs(prompt, new, sched.longest)
-    assert bool(fast.used) == (new >= 2 or prompt <= 17)   # every forward after a long prompt's is a graph
+    assert bool(fast.used) == (new >= 2)   # every forward after the prompt's is a graph
     fast.used = set()
     for _ in loop.autoregressive(fast, ids, max_new_tokens=new):
         pass

@@ -55,6 +55,23 @@ def test_after_compiling_for_a_run_the_run_compiles_nothing(pair):
     assert next(d for m, d in events if m == "speculative" and isinstance(d, Done)).drafted > 0
 
 
+def test_a_new_prompt_length_compiles_nothing(pair):
+    """Issue 40: a compiled pair's first run of a prompt of a new length started only after
+    its prefill graph compiled (12 s on the bundled pair). The prompt plans no graph: it
+    goes through one that exists, else eagerly, and the tokens are the eager engine's."""
+    s = RunSettings(PROMPT, max_new_tokens=40, chat=False, draft_tokens=3)
+    pair.compile(settings=[s])
+    short = RunSettings("w7 w8 w9 w10 w11 w12 w13", max_new_tokens=40, chat=False, draft_tokens=3)
+    assert 5 < len(pair.encode(short.prompt, chat=False)) <= 9   # its width, 9, no verification's
+    assert compiling.needed(pair, short) == []
+    before = built()
+    done = [e for _, e in LocalSource(pair).runs(short) if isinstance(e, Done)]
+    assert built() == before and [d.compile_seconds for d in done] == [0.0, 0.0]
+    eager = [e for _, e in LocalSource(from_models(pair.target, pair.drafter_model, pair.tokenizer)).runs(short)
+             if isinstance(e, Done)]
+    assert [d.generated_ids for d in done] == [d.generated_ids for d in eager]
+
+
 def test_a_run_with_new_shapes_compiles_them_before_its_first_token(pair):
     """An adaptive schedule can draft 16 tokens: its widths 9 and 17 are compiled by the
     run's own preparation, before the loop starts, and never inside it."""

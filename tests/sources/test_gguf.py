@@ -283,3 +283,22 @@ def test_each_mistake_is_one_sentence_and_status_2(capsys, causal, tmp_path, cas
 def test_an_unknown_outtype_is_refused_by_the_writer_too(tmp_path):
     with pytest.raises(UserError, match="--outtype must be one of f32, f16, bf16, q8_0"):
         export_pair("tiny", None, tmp_path, "q4")
+
+
+def test_a_random_pair_at_a_real_shape_is_written_with_that_shape(tmp_path, capsys, monkeypatch):
+    """`--weights random`: the bundled shape with random weights, its byte-level tokenizer as a
+    gpt2 vocabulary with its one merge (llama.cpp refuses a gpt2 vocabulary without merges),
+    and no model folder left behind."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert main(["gguf", "--target", "tiny", "--weights", "random", "--outtype", "bf16", "--out", str(tmp_path)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["drafter.gguf", "target.gguf"]
+    r = gguf.GGUFReader(tmp_path / "target.gguf")
+    assert kv(r, "gemma4.block_count") == 24 and kv(r, "tokenizer.ggml.model") == "gpt2"
+    tokens = kv(r, "tokenizer.ggml.tokens")
+    assert len(tokens) == 4096 and tokens[:3] == ["<pad>", "<eos>", "<bos>"] and tokens[-1] == "<t4095>"
+    assert kv(r, "tokenizer.ggml.merges") == ["Ġ t"]
+    t = tensors(r)
+    assert t["blk.0.attn_q.weight"].tensor_type == gguf.GGMLQuantizationType.BF16
+    real = tensors(gguf.GGUFReader(export_pair("tiny", None, tmp_path / "real", "bf16").target))
+    assert {n: list(x.shape) for n, x in t.items()} == {n: list(x.shape) for n, x in real.items()}
+    assert not np.array_equal(np.asarray(t["blk.0.attn_q.weight"].data), np.asarray(real["blk.0.attn_q.weight"].data))

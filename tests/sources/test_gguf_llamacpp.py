@@ -121,3 +121,23 @@ def test_the_writer_writes_what_llamacpps_converter_writes(shaped, tmp_path):
         for name, t in stock.items():
             assert mine[name].tensor_type == t.tensor_type, name
             np.testing.assert_array_equal(np.asarray(mine[name].data), np.asarray(t.data), err_msg=name)
+
+
+def test_a_random_pair_at_a_real_shape_serves_with_mtp_and_writes_as_our_engine(tmp_path, monkeypatch):
+    """`mtp-viz gguf --weights random` (the peers' side of a real-scale study): the same seed
+    builds the same random weights for llama.cpp and for our engine, so llama-server, plain
+    and with the assistant drafting, writes our eager engine's greedy tokens."""
+    from mtp_viz.cli.main import main
+    from mtp_viz.engine import loop
+    from mtp_viz.sources.models import load_pair
+    llama_server()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert main(["gguf", "--target", "tiny", "--weights", "random", "--outtype", "f32", "--out", str(tmp_path)]) == 0
+    pair = load_pair("tiny", weights="random", dtype="float32")
+    ids = [2] + torch.randint(3, 4096, (40,), generator=torch.Generator().manual_seed(3)).tolist()
+    ours = list(list(loop.autoregressive(pair.decoder, ids, max_new_tokens=24))[-1].generated_ids)
+    with serving(tmp_path / "target.gguf") as url:
+        plain = greedy(url, ids, 24)["tokens"]
+    with serving(tmp_path / "target.gguf", "-md", str(tmp_path / "drafter.gguf"), *MTP) as url:
+        mtp = greedy(url, ids, 24)
+    assert plain == ours and mtp["tokens"] == ours and mtp["timings"]["draft_n"] > 0

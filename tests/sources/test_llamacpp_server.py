@@ -134,6 +134,10 @@ def test_bench_against_the_plain_server(mtp, plain, tmp_path):
     sp = result["speculative"]
     assert sp["speedup"] > 0 and sp["same_tokens_as_baseline"] is True and 1 <= sp["tau"] <= 5
     assert result["server_counters"]["verify_steps"] > 0
+    m = result["meta"]   # which software answered, as it reports itself (/props' build_info)
+    assert m["software"] == "llama.cpp" and m["software_version"].startswith("b") and m["baseline_software_version"]
+    md = (tmp_path / "bench.md").read_text()
+    assert md.startswith("## mtp-viz bench: llama.cpp server") and f"Software: llama.cpp {m['software_version']}" in md
 
 
 def _pooled(runs: list[dict], mode: str, setting: str) -> float:

@@ -82,7 +82,7 @@ def test_local_paths_get_one_answer_that_leaks_nothing(spec):
 
 @pytest.mark.slow
 def test_hub_errors_are_classified_by_type():
-    with pytest.raises(UserError, match="not in the local Hugging Face cache"):
+    with pytest.raises(UserError, match="is not a preset, a model folder or in the local Hugging Face cache"):
         load_pair("nobody-here/no-such-model")
     with pytest.raises(UserError, match="neither a local model folder nor a model id"):
         load_pair("not a valid id")
@@ -116,3 +116,19 @@ def test_each_preset_states_its_memory_in_both_dtypes(key):
     bf16, fp32 = (float(s.removeprefix("≈ ").removesuffix(" GB")) for s in (p.memory_bf16, p.memory_float32))
     download = float(p.download.removeprefix("≈ ").removesuffix(" GB"))
     assert download < bf16 and fp32 == 2 * bf16
+
+
+def test_a_name_offline_is_refused_before_any_hub_call_with_the_closest_preset(monkeypatch):
+    """No retries to wait through: the refusal comes before transformers is asked for a config."""
+    import transformers
+    asked = []
+    real = transformers.AutoConfig.from_pretrained
+    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", lambda *a, **k: asked.append(a) or real(*a, **k))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for name, near in (("tinny", "tiny"), ("E2b-it", "e2b"), ("zzzz/unknown", None)):
+        with pytest.raises(UserError) as e:
+            load_pair(name)
+        assert asked == []
+        said = str(e.value)
+        assert said.startswith(f"{name} is not a preset") and "the presets are tiny, e2b" in said
+        assert (f"did you mean {near}?" in said) if near else "did you mean" not in said

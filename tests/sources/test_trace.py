@@ -112,7 +112,10 @@ def test_size_caps_and_unreadable_files(tmp_path, monkeypatch):
         trace.loads(GOOD)
     with pytest.raises(UserError) as e:
         trace.read(tmp_path / "secret" / "missing.jsonl")
-    assert str(e.value) == "The trace file cannot be read."
+    assert str(e.value) == "There is no trace file named missing.jsonl."   # its name, not its folder
+    with pytest.raises(UserError) as e:
+        trace.read(tmp_path)
+    assert str(e.value) == f"{tmp_path.name} is a folder, not a trace file."
 
 
 def test_replay_plays_a_cli_trace_styled_with_its_summary(cli_runs, tmp_path, capsys):
@@ -141,7 +144,7 @@ def test_replay_waits_for_recorded_times():
 
 
 @pytest.mark.parametrize("argv, sentence", [
-    (["replay", "/no/such/trace.jsonl"], "mtp-viz: error: The trace file cannot be read.\n"),
+    (["replay", "/no/such/nothere.jsonl"], "mtp-viz: error: There is no trace file named nothere.jsonl.\n"),
     (["replay", "TRACE", "--speed", "0"], "mtp-viz: error: --speed must be a positive number.\n"),
     (["replay", "BAD"], "mtp-viz: error: Line 1 of the trace is not JSON.\n"),
 ])

@@ -105,7 +105,9 @@ def read_in_a_child(path, limit: str) -> tuple[int, str]:
     ("[" * 100_000 + "]" * 100_001, "Line 1 of the trace is not JSON."),               # one closer too many
     ("[" * 100_000 + '"' + "]" * 100_000, "Line 1 of the trace is not JSON."),         # closers inside a string
     ("[" * 100_000 + "]" * 100_000, DEEP),                                              # paired, too deep
-])
+], ids=["never-closed", "one-closer-too-many", "closers-in-a-string", "paired-too-deep"])  # short ids: pytest
+# puts the test's id in the environment (PYTEST_CURRENT_TEST), which a child inherits, and a
+# 100,000-character one is past the kernel's limit on one variable
 def test_brackets_100_000_deep_are_one_sentence_in_a_process_with_any_recursion_limit(tmp_path, line, sentence):
     path = tmp_path / "brackets.jsonl"
     path.write_text(line + "\n", encoding="utf-8")

@@ -162,6 +162,9 @@ def test_bench_against_the_baseline(url, baseline, tmp_path):
     assert sp["speedup"] > 0 and sp["same_tokens_as_baseline"] is True and 1 <= sp["tau"] <= 5
     assert len(sp["per_position_conditional"]) == 4 and not result["meta"]["baseline_speculates"]
     assert result["server_counters"]["verify_steps"] > 0
+    m = result["meta"]   # which software answered, as it reports itself (/version)
+    assert m["software"] == "vLLM" and m["software_version"][0].isdigit() and m["baseline_software_version"]
+    assert f"Software: vLLM {m['software_version']}" in (tmp_path / "bench.md").read_text()
 
 
 def test_bench_sweeps_concurrency_against_both_servers(url, baseline, tmp_path):

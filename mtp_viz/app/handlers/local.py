@@ -1,5 +1,5 @@
 """The app's event handlers and its ``/generate`` API. No torch here: models are reached
-through :mod:`.service` (loading) and :mod:`.runs` (running).
+through :mod:`mtp_viz.app.runtime.service` (loading) and :mod:`mtp_viz.app.runtime.runs` (running).
 
 Handlers return *frames* (see :mod:`.recorded`, which also holds the handlers of recorded
 runs: replay, scrubber, traces and exports).
@@ -154,9 +154,10 @@ class Handlers(Recorded, beside.Measuring):
         return self.model_line(target, drafter, precision, compile), gr.Timer(active=True), gr.skip()
 
     def tick(self, key: str, custom_target: str, custom_drafter: str, target_precision: Any = None,
-             drafter_precision: Any = None, compiled: Any = None):
+             drafter_precision: Any = None, compiled: Any = None, polled: bool = False):
         """While a pair loads: its status line; once ready, the chat switch follows the
-        pair (on only when its tokenizer has a chat template)."""
+        pair (on only when its tokenizer has a chat template). ``polled``: called by the
+        timer itself, which is then left running while the pair loads (:meth:`poll`)."""
         try:
             target, drafter, precision, compile = self.asked(key, custom_target, custom_drafter, target_precision,
                                                              drafter_precision, compiled)
@@ -165,7 +166,15 @@ class Handlers(Recorded, beside.Measuring):
         st = self.loader.state(target, drafter, precision, compile)
         loading = st.status in ("queued", "loading")
         chat = gr.update(value=st.pair.chat_template is not None) if st.status == "ready" else gr.skip()
-        return self.model_line(target, drafter, precision, compile), gr.Timer(active=loading), chat
+        # the timer's own tick leaves it running while the pair loads: a new Timer each second
+        # made Gradio rebuild the component's config (a JSON schema) on the thread a compile shares
+        timer = gr.skip() if polled and loading else gr.Timer(active=loading)
+        return self.model_line(target, drafter, precision, compile), timer, chat
+
+    def poll(self, key: str, custom_target: str, custom_drafter: str, target_precision: Any = None,
+             drafter_precision: Any = None, compiled: Any = None):
+        """The timer's tick: :meth:`tick`, the timer left running while the pair loads."""
+        return self.tick(key, custom_target, custom_drafter, target_precision, drafter_precision, compiled, polled=True)
 
     def status_line(self, key: str, custom_target: str, custom_drafter: str, target_precision: Any = None,
                     drafter_precision: Any = None, compiled: Any = None):
@@ -210,7 +219,7 @@ class Handlers(Recorded, beside.Measuring):
 
     def _turn(self, sess: runs.Session) -> Iterator[Any]:
         """Join the engine's line (the pair is ready by now); yield status lines while
-        waiting; the last item is the held :class:`.turns.Ticket`, which the caller leaves."""
+        waiting; the last item is the held :class:`mtp_viz.app.runtime.turns.Ticket`, which the caller leaves."""
         ticket = self.engine.join()
         try:
             while not ticket.wait(0.5):

@@ -9,7 +9,7 @@ and the most requests per level, from ``MTP_VIZ_TRAFFIC_LEVELS`` and
 ``MTP_VIZ_TRAFFIC_REQUESTS``; unset, 4 and 8 on a locked-down deployment
 (``MTP_VIZ_ALLOWED_MODELS`` set), else the sweep's own maxima (16 and 256), and never more
 than those. A server's failure is told by its role ("the baseline server …"), never with
-its address, an HTTP status or a path (:func:`mtp_viz.sources.vllm.source.by_role`)."""
+its address, an HTTP status or a path (:func:`mtp_viz.sources.servers.by_role`)."""
 from __future__ import annotations
 
 import threading

@@ -30,6 +30,7 @@ from mtp_viz.views import charts, explain, stats, tokens
 from mtp_viz.views.charts import EXPERTS_PLOT
 from mtp_viz.engine.drafters import DRAFTERS
 from mtp_viz.engine.schedules import SCHEDULES
+from mtp_viz.sources.settings import DEFAULT_DRAFT_TOKENS, DEFAULT_MAX_NEW_TOKENS
 
 from . import inspector, tabs, teach, vllm, wiring
 from .controls import Dropdown
@@ -120,8 +121,9 @@ def _model_column(first: FirstPair, choices: list, policy: ServerPolicy, cap: in
     server = vllm.source_row(policy)
     model_status = gr.HTML(tokens.message_html("No model loaded yet."), elem_id="model-status", padding=False)
     with gr.Row():
-        max_new_tokens = gr.Slider(1, cap, value=min(64, cap), step=1, label="Max new tokens", elem_id="max-new")
-        draft_tokens = gr.Slider(1, 16, value=4, step=1, label="Draft tokens", elem_id="draft-tokens")
+        max_new_tokens = gr.Slider(1, cap, value=min(DEFAULT_MAX_NEW_TOKENS, cap), step=1, label="Max new tokens",
+                                   elem_id="max-new")
+        draft_tokens = gr.Slider(1, 16, value=DEFAULT_DRAFT_TOKENS, step=1, label="Draft tokens", elem_id="draft-tokens")
     return dict(model=model, load_btn=load_btn, custom_row=custom_row, custom_target=custom_target,
                 custom_drafter=custom_drafter, server=server, model_status=model_status,
                 max_new_tokens=max_new_tokens, draft_tokens=draft_tokens)

@@ -144,12 +144,17 @@ def page_script() -> str:
   const end = () => { clear(); if (card) card.remove(); card = null; document.body.dataset.tour = 'dismissed';
     try { localStorage.setItem(KEY, '1'); } catch (e) {} window.scrollTo(0, 0); };
   const hits = (a, b) => a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
+  const shown = el => !!el && el.getClientRects().length > 0;   // on the open tab, not display: none
   const place = () => {
     if (!card) return;
-    const el = document.querySelector(STEPS[at].selector), w = card.offsetWidth, h = card.offsetHeight;
+    const el = document.querySelector(STEPS[at].selector);
+    // a card whose target is on another tab waits, hidden, for that tab: it never points at
+    // nothing, nor sits over the title and the tab bar
+    card.style.visibility = shown(el) ? 'visible' : 'hidden';
+    if (!shown(el)) return; const w = card.offsetWidth, h = card.offsetHeight;
     const W = document.documentElement.clientWidth, H = window.innerHeight, gap = 10;
-    const r = el ? el.getBoundingClientRect() : {left: 16, right: 16, top: 16, bottom: 16};
-    const keep = [r, ...[...document.querySelectorAll('#buttons')].map(e => e.getBoundingClientRect())];
+    const r = el.getBoundingClientRect();
+    const keep = [r, ...[...document.querySelectorAll('#buttons, #tabs, #header')].map(e => e.getBoundingClientRect())];
     const spots = [[r.left, r.bottom + gap], [r.right + gap, r.top], [r.left, r.top - h - gap], [r.left - w - gap, r.top],
                    [W - w - 16, H - h - 16], [16, H - h - 16]];
     let best = null;
@@ -189,10 +194,16 @@ def page_script() -> str:
     }
     at = 0; show(); document.body.dataset.tour = 'shown';
   };
+  // a page opened on another tab (?tab=...) starts the tour once the first step's target shows
+  let waiting = false;
+  const ready = () => { if (waiting && shown(document.querySelector(STEPS[0].selector))) { waiting = false; start(); } };
   // a run fills the panes, a tab opens, the window changes size: the card moves with its target
-  new ResizeObserver(() => place()).observe(document.body);
+  new ResizeObserver(() => { ready(); place(); }).observe(document.body);
   window.addEventListener('resize', place);
   document.addEventListener('click', ev => {
+    // an open explanation (the ⓘ popovers) closes on a click anywhere outside it
+    document.querySelectorAll('details.mv-explain[open]').forEach(d => { if (!d.contains(ev.target)) d.open = false; });
+    if (ev.target.closest('[role=tab]')) setTimeout(() => { ready(); place(); }, 0);
     if (ev.target.closest('[data-tour-start]')) { ev.preventDefault(); start(); }
     if (ev.target.closest('#share-link')) { const b = document.querySelector('#share-build'); if (b) b.click(); }
     // in-page links scroll here: Gradio's <base href> would turn "#x" into a new page load
@@ -206,8 +217,10 @@ def page_script() -> str:
     if (box) box.open = true;
     el.scrollIntoView({block: 'start'});
   });
-  document.addEventListener('keydown', ev => { if (ev.key === 'Escape' && card) end(); });
+  document.addEventListener('keydown', ev => {   // Escape closes an open popover first, then the tour
+    const open = ev.key === 'Escape' ? document.querySelectorAll('details.mv-explain[open]') : [];
+    if (open.length) open.forEach(d => { d.open = false; }); else if (ev.key === 'Escape' && card) end(); });
   let seen = false;
   try { seen = localStorage.getItem(KEY) === '1'; } catch (e) {}
-  if (seen) document.body.dataset.tour = 'dismissed'; else setTimeout(start, 300);
+  if (seen) document.body.dataset.tour = 'dismissed'; else setTimeout(() => { waiting = true; document.body.dataset.tour = 'waiting'; ready(); }, 300);
 }""" % (json.dumps(TOUR_KEY), json.dumps(explain.tour_payload()), json.dumps(PRESENTER_CLASS))

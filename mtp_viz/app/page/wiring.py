@@ -194,7 +194,7 @@ def _wire_model(demo: gr.Blocks, page: Page, h: Handlers, vh: VllmHandlers, tabs
     # Three triggers, but not one gr.on: the link's status line must follow its restore (a
     # .then is no trigger gr.on takes); the link and the timer only report, never load.
     loads = [pressed, restored.then(h.tick, pair, shown, **HIDDEN),
-             page.timer.tick(h.tick, pair, shown, show_progress="hidden", **HIDDEN)]
+             page.timer.tick(h.poll, pair, shown, show_progress="hidden", **HIDDEN)]
     page.example.change(lambda p: p or gr.skip(), page.example, page.prompt, queue=False, **HIDDEN)
     return loads
 

@@ -1,5 +1,5 @@
 """One run in the app: the worker thread its source runs on, the session it is recorded
-into, and the frames a view renders from it (the off-screen Measure is in :mod:`.measure`).
+into, and the frames a view renders from it (the off-screen Measure is in :mod:`mtp_viz.measure`).
 
 Timing belongs to the source. The source runs on a worker thread and hands its events
 to the renderer through a queue, so the time a browser or the server spends rendering
@@ -248,7 +248,7 @@ def compare_frames(source: Source, s: RunSettings, sess: Session, *, frame_inter
         level="warn" if stopped else "info"))
 
 
-COMPILE_POLL = 0.5   # seconds between status lines while a run's graphs compile
+COMPILE_POLL = 1.0   # seconds between status lines while a run's graphs compile (each frame is Gradio work beside the compile)
 WARM_FRAMES = 0.05   # seconds between the warm-up's frames (see warm_up)
 # A first run as the page starts (#max-new 64, #draft-tokens 4, the constant schedule,
 # both modes) on a short prompt: what a pair asked compiled compiles when it loads, and

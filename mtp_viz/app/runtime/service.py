@@ -72,12 +72,12 @@ def env_dtype() -> str | None:
     """The precision both models of every pair load in unless the page asks for another
     (``MTP_VIZ_DTYPE``: float32, bfloat16, float16, int8 or int4); unset, the device's
     default (float32 on a CPU, twice bfloat16's memory). Anything else is one sentence:
-    :func:`.layout.launch` refuses to start on it."""
+    :func:`mtp_viz.app.page.layout.launch` refuses to start on it."""
     return precision_name(os.environ.get("MTP_VIZ_DTYPE"), "MTP_VIZ_DTYPE")
 
 
 def env_sessions() -> int:
-    """The most sessions Gradio keeps in memory (``MTP_VIZ_MAX_SESSIONS``); see :func:`.ui.launch`."""
+    """The most sessions Gradio keeps in memory (``MTP_VIZ_MAX_SESSIONS``); see :func:`mtp_viz.app.page.layout.launch`."""
     return env_int("MTP_VIZ_MAX_SESSIONS", 200)
 
 

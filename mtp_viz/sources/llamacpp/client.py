@@ -18,7 +18,7 @@ import urllib.error
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from mtp_viz.errors import UserError
+from mtp_viz.errors import UserError, clip
 
 from ..http import (CONNECT_TIMEOUT, MAX_LINE_BYTES, PAGE_DEADLINE, READ_TIMEOUT, Deadlines, ServerError,
                     env_seconds, explain, lines, open_url, page, read_page, sse_chunks)
@@ -56,6 +56,13 @@ def recognise(url: str) -> bool:
         raise explain(url, e, CONNECT_TIMEOUT) from None
     return isinstance(props, dict) and isinstance(props.get("default_generation_settings"), dict) \
         and "build_info" in props
+
+
+def build_info(url: str) -> str | None:
+    """What ``/props`` says of the build (``b<number>-<commit>``), clipped; None without one."""
+    props = _json(url, "/props")
+    info = props.get("build_info") if isinstance(props, dict) else None
+    return clip(info, 80) if isinstance(info, str) else None
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,9 @@ from pathlib import Path
 from mtp_viz.engine.config import text_config
 from mtp_viz.errors import UserError, clip
 
-from ..models import check_pair, default_drafter, drafter_spec, explain_load_error
-from ..pair import ASSISTANT_TYPES, GEMMA4_TYPES, model_path
+from ..models import check_pair, drafter_spec, explain_load_error
+from ..pair import ASSISTANT_TYPES, GEMMA4_TYPES
+from ..presets import default_drafter, model_path
 from ..presets import is_local, resolve
 from . import tensors as tensors_
 from . import vocab
@@ -81,6 +82,33 @@ def export_pair(target: str, drafter: str | None, out: str | os.PathLike, outtyp
     write_model(t, t, result.target, outtype)
     write_model(d, t, result.drafter, outtype)
     return result
+
+
+def export_random(target: str, out: str | os.PathLike, outtype: str = "f32") -> Export:
+    """:func:`export_pair` for ``target``'s real shape with random weights (:mod:`..shapes`):
+    the pair is built in the precision of ``outtype`` (bf16 for bf16 and q8_0), saved beside
+    the output as a model folder, written, and the folder removed. Its tokenizer is the
+    random pair's byte-level one, which llama.cpp's gpt2 vocabulary tokenizes the same."""
+    import shutil
+    import tempfile
+
+    from ..models import load_pair
+    if outtype not in OUTTYPES:
+        raise UserError(f"--outtype must be one of {', '.join(OUTTYPES)}, not {clip(outtype, 20)}.")
+    folder = writable(out)
+    dtype = {"f32": "float32", "f16": "float16"}.get(outtype, "bfloat16")
+    pair = load_pair(target, weights="random", dtype=dtype, device="cpu")
+    if pair.drafter_model is None:
+        raise UserError(f"{clip(target)} has no MTP assistant shape to write.")
+    work = Path(tempfile.mkdtemp(prefix=".random-", dir=folder))
+    try:
+        for name, model in (("target", pair.target), ("drafter", pair.drafter_model)):
+            model.save_pretrained(work / name)
+            pair.tokenizer.save_pretrained(work / name)
+        del pair
+        return export_pair(str(work / "target"), str(work / "drafter"), folder, outtype)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def open_model(spec: str, as_written: str) -> Model:

@@ -26,6 +26,11 @@ class LlamaCppSource(ServerSource):
     def speculates(url: str) -> bool:
         return client.slots(url).speculative
 
+    @staticmethod
+    def version(url: str) -> str | None:
+        """``/props``'s ``build_info`` (llama.cpp's build number and commit), clipped."""
+        return client.build_info(url)
+
     def stream(self, url: str, model: str | None, mode: str, s: RunSettings,
                stop: threading.Event | None) -> Iterator[Event]:
         return stream.events(url, s.prompt, mode=mode, chat=s.chat, max_new_tokens=s.max_new_tokens,

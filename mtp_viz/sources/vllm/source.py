@@ -7,6 +7,7 @@ import threading
 from typing import Iterator
 
 from mtp_viz.engine.events import Event
+from mtp_viz.errors import clip
 
 from ..prometheus import SpecDecodeCounters
 from ..servers import ServerSource
@@ -26,6 +27,12 @@ class VllmSource(ServerSource):
     def speculates(url: str) -> bool:
         client.served_models(url)   # one sentence if it is not vLLM
         return client.scrape(url).enabled
+
+    @staticmethod
+    def version(url: str) -> str | None:
+        """``/version``'s ``version`` (vLLM's own release), clipped."""
+        v = client.get_json(url, "/version")
+        return clip(v["version"], 80) if isinstance(v, dict) and isinstance(v.get("version"), str) else None
 
     def stream(self, url: str, model: str | None, mode: str, s: RunSettings,
                stop: threading.Event | None) -> Iterator[Event]:

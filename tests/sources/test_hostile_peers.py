@@ -1,4 +1,4 @@
-"""Hardening II: hostile vLLM servers and hostile traces get one sentence, in bounded
+"""Hostile peers: vLLM servers and hostile traces get one sentence, in bounded
 time and memory.
 
 The servers are small real HTTP servers on 127.0.0.1 (tests/hostile.py), as in

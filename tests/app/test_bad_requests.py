@@ -1,4 +1,4 @@
-"""Hardening II: what a script or a link can send that the app once mishandled.
+"""Bad requests: what a script or a link can send that the app once mishandled.
 
 Through a real ``gradio_client`` against a served app (its loader refuses the default
 pair and loads anything else with :func:`mtp_viz.sources.models.load_pair`, so nothing

@@ -1,0 +1,119 @@
+"""`mtp-viz profile`: what each forward of a pair costs here, and what that predicts.
+
+Times the target's plain step, its verification at every width γ + 1 up to
+``--max-draft-tokens`` + 1, one draft of the assistant and the prefill, on the eager engine
+(and the compiled one with ``--compile``); predicts the speedup over the fastest plain
+decoder for every acceptance and draft length, with the break-even acceptance and the best
+draft length (:mod:`mtp_viz.analysis.payoff`); and measures whole runs at set acceptances
+(``--alphas``: the real drafter runs, every forward real, only its proposals are set:
+:mod:`mtp_viz.engine.drafters.scripted`) to check the prediction. ``--weights random``
+builds a preset at its real shape with random weights: nothing is downloaded but a config.
+
+Writes ``DIR/profile.json`` (every timing, the curves, the runs) and ``DIR/profile.md``
+(the table printed on stdout).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from mtp_viz.errors import UserError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from .generate import add_precision_arguments, add_weights_argument
+    p.add_argument("--target", default="tiny",
+                   help="preset (tiny, e2b, e4b, 12b, 31b, 26b-a4b), hub id or local folder (default: tiny)")
+    add_weights_argument(p)
+    add_precision_arguments(p)
+    p.add_argument("--device", default=None, help="cpu, cuda, mps (default: best available)")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    p.add_argument("--compile", action="store_true", help="profile the compiled engine beside the eager one")
+    p.add_argument("--draft-tokens", type=int, default=4, help="γ of the measured runs (default 4)")
+    p.add_argument("--max-draft-tokens", type=int, default=8,
+                   help="verification widths up to this many drafts + 1 (default 8)")
+    p.add_argument("--alphas", default="0.5,0.7,0.9",
+                   help="set acceptances of the measured runs, comma-separated, each in [0, 1] (empty: none)")
+    p.add_argument("--prompt-tokens", type=int, default=32, help="prompt length in tokens (default 32)")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="tokens per measured run (default 64)")
+    p.add_argument("--repeats", type=int, default=3, help="timed repeats (default 3)")
+    p.add_argument("--out", default="profile-results", help="folder for profile.json and profile.md")
+
+
+def _alphas(text: str) -> tuple[float, ...]:
+    try:
+        alphas = tuple(float(a) for a in text.split(",") if a.strip())
+    except ValueError as e:
+        raise UserError("--alphas must be comma-separated numbers from 0 to 1, like 0.5,0.7,0.9.") from e
+    if any(not 0.0 <= a <= 1.0 for a in alphas):
+        raise UserError("--alphas must be comma-separated numbers from 0 to 1, like 0.5,0.7,0.9.")
+    return alphas
+
+
+def _between(flag: str, value: int, low: int, high: int) -> None:
+    if not low <= value <= high:
+        raise UserError(f"{flag} must be a whole number from {low} to {high}.")
+
+
+def check(args: argparse.Namespace) -> tuple[float, ...]:
+    """Every flag, before a model loads."""
+    from mtp_viz.engine.loop import MAX_DRAFT
+    _between("--threads", args.threads, 1, os.cpu_count() or 1)
+    _between("--max-draft-tokens", args.max_draft_tokens, 1, MAX_DRAFT)
+    _between("--draft-tokens", args.draft_tokens, 1, args.max_draft_tokens)
+    _between("--prompt-tokens", args.prompt_tokens, 1, 8192)
+    _between("--max-new-tokens", args.max_new_tokens, 2, 8192)
+    _between("--repeats", args.repeats, 1, 100)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UserError("--out must name a folder.")
+    return _alphas(args.alphas)
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from mtp_viz.measure import machine
+    from mtp_viz.measure.profile import study
+    from mtp_viz.sources.models import load_pair
+    from mtp_viz.views.profile import markdown
+    alphas = check(args)
+    torch.set_num_threads(args.threads)
+    t = time.perf_counter()
+    pair = load_pair(args.target, device=args.device, dtype=args.dtype, target_precision=args.target_precision,
+                     drafter_precision=args.drafter_precision, weights=args.weights)
+    print(f"mtp-viz profile: {pair.target_id} ready in {time.perf_counter() - t:.1f} s"
+          + (f" ({pair.weights_label})" if pair.weights_label else ""), file=sys.stderr)
+    if not pair.has_mtp and alphas:
+        print("mtp-viz profile: no MTP assistant: only the target's costs", file=sys.stderr)
+    pairs = {"eager": pair}
+    if args.compile:
+        from mtp_viz.sources.settings import RunSettings
+
+        from .generate import compile_progress
+        plan = RunSettings("x" * args.prompt_tokens, max_new_tokens=args.max_new_tokens, chat=False,
+                           draft_tokens=args.draft_tokens)
+        twin = pair.compiled(settings=[plan], progress=compile_progress("mtp-viz profile"))
+        if twin.compile_note:
+            print(f"mtp-viz profile: {twin.compile_note}", file=sys.stderr)
+        else:
+            pairs["compiled"] = twin
+    result = study(pairs, prompt_tokens=args.prompt_tokens, new_tokens=args.max_new_tokens, gamma=args.draft_tokens,
+                   gamma_max=args.max_draft_tokens, alphas=alphas, repeats=args.repeats)
+    m = machine.machine()
+    result["meta"].update(target=args.target, weights=pair.weights, weights_label=pair.weights_label,
+                          shape_origin=pair.shape_origin, device=pair.device, host=m,
+                          precision=f"target {pair.precision['target']}, drafter {pair.precision['drafter']}",
+                          machine_line=machine.line(m))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    table = markdown(result)
+    (out / "profile.json").write_text(json.dumps(result, indent=1, default=str), encoding="utf-8")
+    (out / "profile.md").write_text(table + "\n", encoding="utf-8")
+    print(table)
+    print(f"wrote {out / 'profile.json'}, {out / 'profile.md'}", file=sys.stderr)
+    return 0

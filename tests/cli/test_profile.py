@@ -1,0 +1,84 @@
+"""`mtp-viz profile` on a random pair of the bundled shape: it writes profile.json and
+profile.md, every figure it reports is recomputed here from the timings it reports, the
+runs at set acceptance are lossless, and a bad flag is one sentence with exit status 2."""
+import json
+import statistics
+
+import pytest
+
+from mtp_viz.cli.main import main
+from mtp_viz.engine import theory
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory):
+    out = tmp_path_factory.mktemp("profile")
+    code = main(["profile", "--target", "tiny", "--weights", "random", "--repeats", "2", "--max-draft-tokens", "3",
+                 "--draft-tokens", "2", "--max-new-tokens", "12", "--prompt-tokens", "10", "--alphas", "0.5,0.9",
+                 "--out", str(out)])
+    assert code == 0
+    return json.loads((out / "profile.json").read_text()), (out / "profile.md").read_text()
+
+
+def test_every_cost_is_the_median_of_the_timings_it_reports(result):
+    r, _ = result
+    c = r["engines"]["eager"]["costs"]
+    s = c["samples"]
+    assert c["plain"] == statistics.median(s["plain"]) and len(s["plain"]) == 2
+    assert c["draft"] == statistics.median(s["draft"])
+    assert c["prefill_per_token"] == statistics.median(s["prefill"])
+    assert sorted(c["verify"]) == ["1", "2", "3", "4"]
+    for w, v in c["verify"].items():
+        assert v == statistics.median(s[f"verify{w}"])
+
+
+def test_the_predictions_follow_from_the_costs(result):
+    r, _ = result
+    e = r["engines"]["eager"]
+    c, pred = e["costs"], e["prediction"]
+    plain = r["fastest_plain"]["step_seconds"]
+    assert plain == c["plain"]
+    for g, row in pred["speedup"].items():
+        g = int(g)
+        for a, s in zip(pred["alphas"], row):
+            tokens = sum(a ** k for k in range(g + 1))
+            assert s == pytest.approx(tokens * plain / (g * c["draft"] + c["verify"][str(g + 1)]))
+        be = pred["break_even"][str(g)]
+        if be is not None:
+            tokens = theory.expected_tokens(be, g)
+            assert tokens * plain / (g * c["draft"] + c["verify"][str(g + 1)]) == pytest.approx(1.0, abs=1e-3)
+    prompt, n = r["meta"]["prompt_tokens"], r["meta"]["new_tokens"]
+    for run in e["runs"]:
+        tokens = theory.expected_tokens(run["alpha"], 2)
+        step = 2 * c["draft"] + c["verify"]["3"]
+        want = (prompt * c["prefill_per_token"] + (n - 1) * plain) / (prompt * c["prefill_per_token"] + (n - 1) / tokens * step)
+        assert run["predicted"] == pytest.approx(want)
+        assert run["speedup"] == pytest.approx(run["tokens_per_second"] / r["fastest_plain"]["run_tokens_per_second"])
+        assert run["same_tokens"] and run["label"] == f"acceptance set to {run['alpha']:g}; every forward real"
+
+
+def test_the_table_says_what_the_pair_is_and_where_it_ran(result):
+    r, md = result
+    assert r["meta"]["weights"] == "random" and "random weights: timings only" in md
+    assert r["meta"]["machine_line"] in md and r["meta"]["host"]["cores"] >= 1
+    assert "acceptance set to 0.9; every forward real" in md
+    assert "not measured: its weights are random" in md and r["own_acceptance"] is None
+
+
+def test_a_real_pair_reports_its_own_acceptance(tmp_path):
+    assert main(["profile", "--target", "tiny", "--repeats", "1", "--max-draft-tokens", "2", "--draft-tokens", "2",
+                 "--max-new-tokens", "8", "--prompt-tokens", "8", "--alphas", "", "--out", str(tmp_path)]) == 0
+    r = json.loads((tmp_path / "profile.json").read_text())
+    own = r["own_acceptance"]
+    assert own["drafted"] > 0 and own["alpha"] == theory.alpha_mle(own["accepted"], own["rejections"])
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--alphas", "0.5,2"], "--alphas must be"), (["--threads", "99"], "--threads must be"),
+    (["--draft-tokens", "9", "--max-draft-tokens", "8"], "--draft-tokens must be"),
+    (["--weights", "random", "--dtype", "int4"], "Random weights come in"),
+])
+def test_a_bad_flag_is_one_sentence(flags, says, tmp_path, capsys):
+    assert main(["profile", "--out", str(tmp_path / "x"), *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and len(err.splitlines()) == 1
