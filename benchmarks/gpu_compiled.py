@@ -48,8 +48,8 @@ def parity(device: str, mode: str) -> list[str]:
         for label, events in (("speculative", loop.speculative(fast, drafter, prompt, max_new_tokens=48)),
                               ("autoregressive", loop.autoregressive(fast, prompt, max_new_tokens=48))):
             got = list(list(events)[-1].generated_ids)
-            if got != want or fast.note:
-                failures.append(f"{name} {label}: {fast.note or 'tokens differ from transformers'}")
+            if got != want or fast.graph.note:
+                failures.append(f"{name} {label}: {fast.graph.note or 'tokens differ from transformers'}")
     return failures
 
 

@@ -44,7 +44,7 @@ graph per forward shape (``torch.compile``, inductor), with speculative decoding
   are a quarter of it at these widths).
 - **Fallback.** If a graph cannot be compiled (no C++ compiler, a model the graph
   cannot be captured for, a graph break: ``fullgraph=True`` refuses one rather than run
-  a slower, broken-up graph), the engine says so in one sentence (:attr:`FastTarget.note`)
+  a slower, broken-up graph), the engine says so in one sentence (``FastTarget.graph.note``)
   and decodes eagerly. It never falls back silently.
 
 Still lossless: the verification rule is the loop's, unchanged; the compiled target
@@ -52,7 +52,6 @@ computes the same logits as the eager one up to float rounding (tests/engine/tes
 """
 from __future__ import annotations
 
-import copy
 import re
 import threading
 import time
@@ -65,14 +64,13 @@ from .build import turn
 from .config import text_config
 from .decoder import EagerDecoder, Forward, Session
 from .events import Ran
+from .static import StaticKV, twin, visible
 
 WIDTHS = (1, 2, 3, 5, 9, 17)          # compiled forward widths: k + 1 tokens round up to one
 CAPACITIES = (256, 512, 1024, 2048, 4096, 8192)
 GRAPH_LIMIT = 128                     # graphs per compiled method (dynamo's default, 8, is per thread)
-ATTENTION = "mtp_viz_static"          # the twin's attention function, registered once
 GEMMA4_CLASSES = ("Gemma4ForCausalLM", "Gemma4ForConditionalGeneration",               # E2B ... 31B, 26B-A4B
                   "Gemma4UnifiedForCausalLM", "Gemma4UnifiedForConditionalGeneration")  # the 12B family
-_registered = threading.Lock()
 
 
 def width_for(n: int) -> int:
@@ -90,26 +88,6 @@ def prefill_width(n: int) -> int | None:
 def capacity_for(need: int) -> int | None:
     """The smallest cache capacity holding ``need`` positions; None past the largest."""
     return next((c for c in CAPACITIES if c >= need), None)
-
-
-def static_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
-    """Attention over the static cache, written out so inductor fuses it: softmax(q·kᵀ·s +
-    mask)·v with the mask boolean (True = visible). Grouped-query heads without copying
-    the KV heads out: query head h reads KV head h // G (G = query heads per KV head, as
-    transformers' ``repeat_kv`` orders them), so q [B, H, n, D] is viewed as
-    [B, H_kv, G·n, D] and each KV head serves its G query heads in one matmul. Same
-    signature and output layout ([B, n, H, D]) as transformers' attention functions."""
-    b, h, n, d = query.shape
-    h_kv = key.shape[1]
-    g = h // h_kv
-    q = query.reshape(b, h_kv, g * n, d)
-    scale = scaling if scaling is not None else d ** -0.5
-    scores = torch.matmul(q, key.transpose(-1, -2)) * scale            # [B, H_kv, G·n, L]
-    if attention_mask is not None:
-        mask = attention_mask.expand(b, 1, n, -1).repeat(1, 1, g, 1)     # rows follow q's (head, position) order
-        scores = scores.masked_fill(~mask, float("-inf"))
-    out = torch.matmul(torch.softmax(scores.float(), dim=-1).to(value.dtype), value)  # [B, H_kv, G·n, D]
-    return out.reshape(b, h, n, d).transpose(1, 2).contiguous(), None
 
 
 def _given(entries) -> list[bool]:
@@ -146,60 +124,6 @@ def own_graph(method, mode: str | None = None, cpu: bool = False):
     return torch.compile(own, dynamic=False, fullgraph=True, options=options, recompile_limit=GRAPH_LIMIT)
 
 
-def _register_attention() -> None:
-    from transformers import AttentionInterface
-    with _registered:
-        AttentionInterface.register(ATTENTION, static_attention)
-
-
-def twin(model):
-    """A copy of ``model`` sharing every parameter (nothing of size is copied) with a
-    config of its own, set to :data:`ATTENTION`."""
-    _register_attention()
-    other = copy.deepcopy(model, memo={id(p): p for p in model.parameters()})
-    for config in {id(c): c for c in (other.config, getattr(other.config, "get_text_config", lambda: None)())
-                   if c is not None}.values():
-        config._attn_implementation = ATTENTION
-    for m in other.modules():   # each module holds the (copied) config it was built with
-        c = getattr(m, "config", None)
-        if c is not None and hasattr(c, "_attn_implementation"):
-            c._attn_implementation = ATTENTION
-    return other
-
-
-def visible(queries: torch.Tensor, length: int, window: int | None) -> torch.Tensor:
-    """[1, 1, len(queries), length] bool: key j visible from query position q (j <= q,
-    and q - j < window for a sliding layer)."""
-    j = torch.arange(length, device=queries.device)[None]
-    q = queries[:, None]
-    ok = j <= q
-    if window:
-        ok = ok & (q - j < window)
-    return ok[None, None]
-
-
-class StaticKV:
-    """One run's static cache: transformers' ``StaticCache`` at one capacity, every layer
-    full-length, and how many of its positions hold verified tokens (``length``)."""
-
-    def __init__(self, config, capacity: int):
-        from transformers import StaticCache
-        from transformers.cache_utils import StaticLayer
-        self.cache = StaticCache(config=config, max_cache_len=capacity)
-        self.cache.layers = [StaticLayer(capacity) for _ in self.cache.layers]
-        self.capacity, self.length = capacity, 0
-
-    def crop(self, n: int) -> None:
-        """``crop(-k)``: forget the newest k positions (as ``DynamicCache.crop`` does)."""
-        if n < 0:
-            self.cache.crop(n)
-            self.length += n
-
-    def reset(self) -> None:
-        if self.length:
-            self.crop(-self.length)
-
-
 @dataclass
 class Shapes:
     """The graphs compiled so far: (capacity, width, with target state) -> compile seconds."""
@@ -210,10 +134,40 @@ class Shapes:
         return sum(self.seconds.values())
 
 
+class Compiled:
+    """One function compiled (:func:`own_graph`) beside its eager self, for the target and
+    the drafter alike: a call takes the build turn (its wait kept off the clock), times
+    each shape's first call as that shape's compile (``shapes``), and where the graph
+    cannot be compiled runs the eager function and says why in one sentence (``note``)."""
+
+    def __init__(self, fn, mode: str | None, cpu: bool, who: str):
+        self.eager, self.who, self.note, self.shapes = fn, who, "", Shapes()
+        self._graph = own_graph(fn, mode, cpu=cpu)
+
+    def __call__(self, shape: tuple, *args) -> tuple:
+        """(the function's outputs, the seconds spent compiling or waiting for the turn)."""
+        if self.note:
+            return self.eager(*args), 0.0
+        first = shape not in self.shapes.seconds
+        with turn() as waited:  # its guards read the default dtype a load changes (engine.build)
+            t = time.perf_counter()
+            try:
+                out = self._graph(*args)
+            except Exception as e:  # noqa: BLE001 - any failure to compile is the fallback's sentence
+                # a graph that fails fails while it is traced or built, on fake tensors: the
+                # cache is as it was, and the same call runs eagerly
+                self.note = fallback_sentence(e, self.who)
+                return self.eager(*args), waited
+        if first:
+            self.shapes.seconds[shape] = time.perf_counter() - t
+        return out, waited + (self.shapes.seconds[shape] if first else 0.0)
+
+
 class FastTarget:
     """The target, compiled: a :class:`~.decoder.Decoder` the loop runs instead of the
-    eager one. ``model`` is the eager target (config, device, dtype are its); ``note`` is
-    the one sentence saying why decoding fell back to eager ("" while compiled)."""
+    eager one. ``model`` is the eager target (config, device, dtype are its); ``graph``
+    its compiled forward (:class:`Compiled`: the shapes compiled, and ``graph.note``, the one
+    sentence saying why decoding fell back to eager, "" while compiled)."""
     ran = Ran("compiled", "compiled engine", routing=False)  # hooks see no compiled graph
 
     def __init__(self, model, mode: str | None = None):
@@ -222,9 +176,7 @@ class FastTarget:
         self.twin = twin(model)
         self.window = getattr(text_config(model.config), "sliding_window", None)
         self.pad = int(getattr(text_config(model.config), "pad_token_id", None) or 0)
-        self.shapes = Shapes()
-        self.note = ""
-        self._graph = own_graph(self._step, mode, cpu=self.device.type == "cpu")
+        self.graph = Compiled(self._step, mode, self.device.type == "cpu", "the target")
         self._lock = threading.Lock()
         self._free: dict[int, list[StaticKV]] = {}
 
@@ -277,7 +229,7 @@ class FastTarget:
 
     def has_graph(self, shape: tuple) -> bool:
         """Whether the graph of ``shape`` (capacity, width, with the state) is compiled."""
-        return shape in self.shapes.seconds
+        return shape in self.graph.shapes.seconds
 
     @torch.inference_mode()
     def eager(self, kv: StaticKV, tokens: list[int], want_state: bool, keep: int) -> Forward:
@@ -294,22 +246,10 @@ class FastTarget:
         positions = torch.arange(start, start + width, device=self.device)
         args = (ids, positions[None], visible(positions, kv.capacity, None),
                 visible(positions, kv.capacity, self.window), kv.cache, want_state)
-        shape = (kv.capacity, width, want_state)
-        compile_s = 0.0
-        if graph and not self.note:
-            first = shape not in self.shapes.seconds
-            with turn() as compile_s:  # its guards read the default dtype a load changes (engine.build)
-                t = time.perf_counter()
-                try:
-                    logits, hidden, shared = self._graph(*args)
-                except Exception as e:  # noqa: BLE001 - any failure to compile is the fallback's sentence
-                    logits, hidden, shared = self._fallback(e, args)
-                    first = False
-            if first:
-                self.shapes.seconds[shape] = time.perf_counter() - t
-                compile_s += self.shapes.seconds[shape]
+        if graph:
+            (logits, hidden, shared), compile_s = self.graph((kv.capacity, width, want_state), *args)
         else:
-            logits, hidden, shared = self._step(*args)
+            (logits, hidden, shared), compile_s = self._step(*args), 0.0
         if width > n:  # the padding's entries go at once
             kv.cache.crop(-(width - n))
         kv.length = start + n
@@ -321,12 +261,6 @@ class FastTarget:
         logits = logits[0, :n][-keep:].float()
         hidden = hidden[:, :n][:, -keep:] if hidden is not None else None
         return Forward(logits, hidden, self._verified_kv(shared, start + n, n), compile_s)
-
-    def _fallback(self, error: Exception, args):
-        # a graph that fails fails while it is traced or built, on fake tensors: the
-        # cache is as it was, and the same forward runs eagerly
-        self.note = fallback_sentence(error)
-        return self._step(*args)
 
     def _verified_kv(self, shared: dict | None, end: int, n: int) -> dict | None:
         """The shared K/V as the eager target returns them: full attention every position
@@ -352,9 +286,7 @@ class FastDraftStep:
     def __init__(self, assistant, window: int, mode: str | None = None):
         self.twin = twin(assistant)
         self.window = window
-        self.note = ""
-        self.shapes = Shapes()
-        self._graph = own_graph(self._step, mode, cpu=assistant.device.type == "cpu")
+        self.graph = Compiled(self._step, mode, assistant.device.type == "cpu", "the drafter")
 
     def _step(self, x, position, full_kv, sliding_kv, full_mask, sliding_mask):
         a = self.twin
@@ -382,23 +314,13 @@ class FastDraftStep:
     def __call__(self, x, position, inputs) -> tuple[torch.Tensor, torch.Tensor, float]:
         """(logits [V], the next state [1, 1, H], compile seconds) for one draft."""
         shape = tuple(inputs[0][0].shape)
-        if self.note or shape[2] not in CAPACITIES:  # past the largest capacity: one shape per step, eager
+        if shape[2] not in CAPACITIES:  # past the largest capacity: one shape per step, eager
             return (*self._step(x, position, *inputs), 0.0)
-        first = shape not in self.shapes.seconds
-        with turn() as compile_s:  # as FastTarget.forward: waiting for another build is off the clock
-            t = time.perf_counter()
-            try:
-                logits, h = self._graph(x, position, *inputs)
-            except Exception as e:  # noqa: BLE001 - the fallback's sentence
-                self.note = fallback_sentence(e).replace("the target", "the drafter")
-                return (*self._step(x, position, *inputs), compile_s)
-        if first:
-            self.shapes.seconds[shape] = time.perf_counter() - t
-            compile_s += self.shapes.seconds[shape]
+        (logits, h), compile_s = self.graph(shape, x, position, *inputs)
         return logits, h, compile_s
 
 
-def fallback_sentence(error: Exception) -> str:
+def fallback_sentence(error: Exception, who: str = "the target") -> str:
     """Why the compiled engine cannot run here, in one sentence (never a path or a trace)."""
     name, text = type(error).__name__, str(error).lower()
     if "CppCompileError" in name or ("compiler" in text and ("c++" in text or "cxx" in text)):
@@ -407,7 +329,7 @@ def fallback_sentence(error: Exception) -> str:
         why = "its graph breaks (torch.compile cannot capture it in one piece)"
     else:
         why = f"torch.compile failed ({name})"
-    return f"Compiling the target failed: {why}, so it decodes eagerly."
+    return f"Compiling {who} failed: {why}, so it decodes eagerly."
 
 
 def compile_support(model) -> str:
@@ -420,5 +342,5 @@ def compile_support(model) -> str:
     return ""
 
 
-__all__ = ["CAPACITIES", "FastDraftStep", "FastTarget", "StaticKV", "WIDTHS", "capacity_for", "compile_support", "prefill_width",
-           "fallback_sentence", "own_graph", "static_attention", "twin", "visible", "width_for"]
+__all__ = ["CAPACITIES", "Compiled", "FastDraftStep", "FastTarget", "WIDTHS", "capacity_for", "compile_support", "prefill_width",
+           "fallback_sentence", "own_graph", "width_for"]

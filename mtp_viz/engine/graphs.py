@@ -86,14 +86,14 @@ def autoregressive_graphs(prompt: int, new: int) -> set[Graph]:
 def compiled_graphs(fast, step=None) -> set[Graph]:
     """The graphs ``fast`` (a :class:`~.compiled.FastTarget`) and ``step`` (its
     :class:`~.compiled.FastDraftStep`, or None) have compiled so far."""
-    out = {Graph("verify" if state else "step", capacity, width) for capacity, width, state in fast.shapes.seconds}
-    return out | {Graph("draft", shape[2]) for shape in (step.shapes.seconds if step is not None else ())}
+    out = {Graph("verify" if state else "step", capacity, width) for capacity, width, state in fast.graph.shapes.seconds}
+    return out | {Graph("draft", shape[2]) for shape in (step.graph.shapes.seconds if step is not None else ())}
 
 
 def seconds_of(fast, step=None) -> dict[Graph, float]:
     """What compiling each graph of :func:`compiled_graphs` took (wall seconds)."""
-    out = {Graph("verify" if s else "step", c, w): t for (c, w, s), t in fast.shapes.seconds.items()}
-    return out | {Graph("draft", shape[2]): t for shape, t in (step.shapes.seconds.items() if step else ())}
+    out = {Graph("verify" if s else "step", c, w): t for (c, w, s), t in fast.graph.shapes.seconds.items()}
+    return out | {Graph("draft", shape[2]): t for shape, t in (step.graph.shapes.seconds.items() if step else ())}
 
 
 @dataclass(frozen=True)
@@ -138,11 +138,11 @@ def compile_graphs(fast, step, graphs: list[Graph], embed: torch.nn.Module,
     """Compile ``graphs`` in order, one at a time (those compiled already are skipped);
     ``progress`` hears of each before it starts. ``embed``: the target's input
     embeddings (a draft step's input starts with them). Stops at the first graph that
-    falls back to eager (``fast.note`` / ``step.note``). Returns the seconds taken."""
+    falls back to eager (``fast.graph.note`` / ``step.graph.note``). Returns the seconds taken."""
     todo = [g for g in graphs if g not in compiled_graphs(fast, step)]
     t0 = time.perf_counter()
     for i, g in enumerate(todo):
-        if fast.note or (step is not None and step.note):
+        if fast.graph.note or (step is not None and step.graph.note):
             break
         if progress is not None:
             progress(Progress(i + 1, len(todo), g, time.perf_counter() - t0, estimate(todo[i:], seconds_of(fast, step))))

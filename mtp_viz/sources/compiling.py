@@ -114,10 +114,10 @@ def _compile(pair: Any, settings: list[RunSettings], progress, schedule: Any = N
     from mtp_viz.engine import graphs
     todo = _todo(pair, settings, schedule)
     graphs.compile_graphs(pair.fast, pair.draft_step, todo, pair.target.get_input_embeddings(), progress)
-    pair.compile_note = pair.fast.note or (pair.draft_step.note if pair.draft_step is not None else "")
-    if pair.fast.note:
+    pair.compile_note = pair.fast.graph.note or (pair.draft_step.graph.note if pair.draft_step is not None else "")
+    if pair.fast.graph.note:
         pair.fast = pair.draft_step = None
-    elif pair.draft_step is not None and pair.draft_step.note:
+    elif pair.draft_step is not None and pair.draft_step.graph.note:
         pair.draft_step = None
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from factories import gemma_assistant, gemma_multimodal, gemma_target, greedy_reference, llama, word_tokenizer
-from mtp_viz.engine import compiled
+from mtp_viz.engine import compiled, static
 from mtp_viz.engine import loop as engine
 from mtp_viz.engine.drafters.mtp import MTPDrafter
 from mtp_viz.engine.sampling import Sampling
@@ -41,7 +41,7 @@ def test_compiled_greedy_is_transformers_greedy(pair, prompt):
     start, spec = done_of(engine.speculative(fast, MTPDrafter(assistant, target, step), prompt, max_new_tokens=N))
     _, plain = done_of(engine.autoregressive(fast, prompt, max_new_tokens=N))
     assert list(spec.generated_ids) == reference and list(plain.generated_ids) == reference
-    assert start.settings["engine"] == "compiled" and not fast.note and not step.note
+    assert start.settings["engine"] == "compiled" and not fast.graph.note and not step.graph.note
     assert spec.drafted > 0  # it drafted (and verified at several widths)
 
 
@@ -58,7 +58,7 @@ def test_rejections_and_every_width_stay_lossless(pair):
                                           prompt, max_new_tokens=N, draft_tokens=k))
         assert list(d.generated_ids) == reference, k
         assert 0 < d.accepted < d.drafted
-    assert {w for _, w, _ in fast.shapes.seconds} >= {2, 3, 5, 9}
+    assert {w for _, w, _ in fast.graph.shapes.seconds} >= {2, 3, 5, 9}
 
 
 @pytest.mark.slow
@@ -68,7 +68,7 @@ def test_compile_time_is_kept_off_the_clock(pair):
     target, assistant, _, _ = pair
     fast = compiled.FastTarget(target)   # a fresh one: every shape is new to it
     _, first = done_of(engine.autoregressive(fast, PROMPTS[0], max_new_tokens=8))
-    assert first.compile_seconds == pytest.approx(fast.shapes.total) and first.compile_seconds > 0
+    assert first.compile_seconds == pytest.approx(fast.graph.shapes.total) and first.compile_seconds > 0
     _, again = done_of(engine.autoregressive(fast, PROMPTS[0], max_new_tokens=8))
     assert again.compile_seconds == 0 and again.generated_ids == first.generated_ids
 
@@ -117,7 +117,7 @@ def test_more_than_eight_graphs_compile_on_another_thread():
     worker = threading.Thread(target=work)
     worker.start()
     worker.join()
-    assert len(fast.shapes.seconds) == 9 and not fast.note
+    assert len(fast.graph.shapes.seconds) == 9 and not fast.graph.note
 
 
 @pytest.mark.slow
@@ -130,7 +130,7 @@ def test_the_multimodal_wrapper_and_mixture_of_experts_compile_losslessly():
         step = compiled.FastDraftStep(assistant, fast.window)
         _, d = done_of(engine.speculative(fast, MTPDrafter(assistant, target, step), prompt, max_new_tokens=24))
         assert list(d.generated_ids) == greedy_reference(target, prompt, 24), moe
-        assert not fast.note and not step.note
+        assert not fast.graph.note and not step.graph.note
 
 
 @pytest.mark.slow
@@ -155,7 +155,7 @@ def test_kv_sharing_and_the_12b_family_compile_losslessly():
         _, d = done_of(engine.speculative(fast, MTPDrafter(assistant, target, step), prompt, max_new_tokens=32))
         _, p = done_of(engine.autoregressive(fast, prompt, max_new_tokens=32))
         assert list(d.generated_ids) == want and list(p.generated_ids) == want, type(target).__name__
-        assert not fast.note and not step.note
+        assert not fast.graph.note and not step.graph.note
 
 
 @pytest.mark.slow
@@ -214,13 +214,13 @@ def test_widths_and_capacities_bucket():
 
 
 def test_the_mask_is_causal_and_windowed():
-    m = compiled.visible(torch.arange(5, 8), 10, window=3)[0, 0]
+    m = static.visible(torch.arange(5, 8), 10, window=3)[0, 0]
     assert m.tolist()[0] == [False] * 3 + [True] * 3 + [False] * 4   # query 5 sees keys 3, 4, 5
-    assert compiled.visible(torch.arange(5, 6), 10, None)[0, 0, 0].sum() == 6
+    assert static.visible(torch.arange(5, 6), 10, None)[0, 0, 0].sum() == 6
 
 
 def test_the_twin_shares_the_weights_and_keeps_the_targets_attention(pair):
     target, _, fast, _ = pair
     assert all(a is b for a, b in zip(target.parameters(), fast.twin.parameters()))
-    assert target.config._attn_implementation != compiled.ATTENTION
-    assert fast.twin.config._attn_implementation == compiled.ATTENTION
+    assert target.config._attn_implementation != static.ATTENTION
+    assert fast.twin.config._attn_implementation == static.ATTENTION

@@ -78,12 +78,12 @@ def test_the_estimate_takes_each_sides_mean():
 # ---------------------------------------------------------------- the plan against the loop
 
 class Recording(compiled.FastTarget):
-    """The compiled target with its graphs switched off (``note``: it runs each forward
+    """The compiled target with its graphs switched off (``graph.note``: it runs each forward
     eagerly at the same shapes), recording the graph each call would have used."""
 
     def __init__(self, model):
         super().__init__(model)
-        self.note, self.used = "recording", set()
+        self.graph.note, self.used = "recording", set()
 
     def _run(self, kv, tokens, want_state, width, graph):
         if graph:
@@ -94,7 +94,7 @@ class Recording(compiled.FastTarget):
 class RecordingStep(compiled.FastDraftStep):
     def __init__(self, assistant, window):
         super().__init__(assistant, window)
-        self.note, self.used = "recording", set()
+        self.graph.note, self.used = "recording", set()
 
     def __call__(self, x, position, inputs):
         capacity = inputs[0][0].shape[2]

@@ -1,0 +1,89 @@
+"""The compiled engine's static pieces (:mod:`.compiled`): a KV cache of fixed length,
+the masks that apply the sliding window to it, and the twin of a model that attends
+through them (its weights shared, its attention function its own)."""
+from __future__ import annotations
+
+import copy
+import threading
+
+import torch
+
+ATTENTION = "mtp_viz_static"          # the twin's attention function, registered once
+_registered = threading.Lock()
+
+
+def static_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """Attention over the static cache, written out so inductor fuses it: softmax(q·kᵀ·s +
+    mask)·v with the mask boolean (True = visible). Grouped-query heads without copying
+    the KV heads out: query head h reads KV head h // G (G = query heads per KV head, as
+    transformers' ``repeat_kv`` orders them), so q [B, H, n, D] is viewed as
+    [B, H_kv, G·n, D] and each KV head serves its G query heads in one matmul. Same
+    signature and output layout ([B, n, H, D]) as transformers' attention functions."""
+    b, h, n, d = query.shape
+    h_kv = key.shape[1]
+    g = h // h_kv
+    q = query.reshape(b, h_kv, g * n, d)
+    scale = scaling if scaling is not None else d ** -0.5
+    scores = torch.matmul(q, key.transpose(-1, -2)) * scale            # [B, H_kv, G·n, L]
+    if attention_mask is not None:
+        mask = attention_mask.expand(b, 1, n, -1).repeat(1, 1, g, 1)     # rows follow q's (head, position) order
+        scores = scores.masked_fill(~mask, float("-inf"))
+    out = torch.matmul(torch.softmax(scores.float(), dim=-1).to(value.dtype), value)  # [B, H_kv, G·n, D]
+    return out.reshape(b, h, n, d).transpose(1, 2).contiguous(), None
+
+
+def _register_attention() -> None:
+    from transformers import AttentionInterface
+    with _registered:
+        AttentionInterface.register(ATTENTION, static_attention)
+
+
+def twin(model):
+    """A copy of ``model`` sharing every parameter (nothing of size is copied) with a
+    config of its own, set to :data:`ATTENTION`."""
+    _register_attention()
+    other = copy.deepcopy(model, memo={id(p): p for p in model.parameters()})
+    for config in {id(c): c for c in (other.config, getattr(other.config, "get_text_config", lambda: None)())
+                   if c is not None}.values():
+        config._attn_implementation = ATTENTION
+    for m in other.modules():   # each module holds the (copied) config it was built with
+        c = getattr(m, "config", None)
+        if c is not None and hasattr(c, "_attn_implementation"):
+            c._attn_implementation = ATTENTION
+    return other
+
+
+def visible(queries: torch.Tensor, length: int, window: int | None) -> torch.Tensor:
+    """[1, 1, len(queries), length] bool: key j visible from query position q (j <= q,
+    and q - j < window for a sliding layer)."""
+    j = torch.arange(length, device=queries.device)[None]
+    q = queries[:, None]
+    ok = j <= q
+    if window:
+        ok = ok & (q - j < window)
+    return ok[None, None]
+
+
+class StaticKV:
+    """One run's static cache: transformers' ``StaticCache`` at one capacity, every layer
+    full-length, and how many of its positions hold verified tokens (``length``)."""
+
+    def __init__(self, config, capacity: int):
+        from transformers import StaticCache
+        from transformers.cache_utils import StaticLayer
+        self.cache = StaticCache(config=config, max_cache_len=capacity)
+        self.cache.layers = [StaticLayer(capacity) for _ in self.cache.layers]
+        self.capacity, self.length = capacity, 0
+
+    def crop(self, n: int) -> None:
+        """``crop(-k)``: forget the newest k positions (as ``DynamicCache.crop`` does)."""
+        if n < 0:
+            self.cache.crop(n)
+            self.length += n
+
+    def reset(self) -> None:
+        if self.length:
+            self.crop(-self.length)
+
+
+__all__ = ["ATTENTION", "StaticKV", "static_attention", "twin", "visible"]
