@@ -51,7 +51,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE)]  # this checkout's mtp_viz (as app.py uses it), load_clients
 from load_clients import (ROOT, TOKENS, Server, call, http_client, leave, plain_call,  # noqa: E402
                           token_ids)
-from mtp_viz.app.runtime.service import env_sessions  # noqa: E402 - no torch, no gradio
+from mtp_viz.app.runtime.deploy import env_sessions  # noqa: E402 - no torch, no gradio
 
 # code prompts for the bundled code model, each with its own greedy continuation
 PROMPTS = ["def parse(line):\n", "import os\nimport sys\n\n", "class Config:\n    def __init__(self):\n",

@@ -158,3 +158,17 @@ def test_no_test_helper_shadows_an_importable_module():
         taken |= _imported_top_levels(package)
     helpers = {p.stem for p in (ROOT / "tests").glob("*.py")} - {"conftest"}
     assert helpers and not helpers & taken, sorted(helpers & taken)
+
+
+def test_no_package_file_over_400_lines_and_no_class_over_200():
+    """Modules stay small enough to read in one sitting (the review that split
+    ``service.py``, ``hf_generate.py``, ``compiled.py`` and the app's handler found them past it)."""
+    import ast
+    long, big = [], []
+    for path in sorted((ROOT / "mtp_viz").rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        if len(text.splitlines()) > 400:
+            long.append(path.relative_to(ROOT).as_posix())
+        big += [f"{path.name}:{c.name}" for c in ast.walk(ast.parse(text))
+                if isinstance(c, ast.ClassDef) and c.end_lineno - c.lineno + 1 > 200]
+    assert not long and not big, (long, big)

@@ -24,7 +24,7 @@ class Preset:
     label: str
     target: str
     drafter: str | None
-    download: str
+    download: str             # what a first run downloads ("" for none: it ships in the package)
     memory_bf16: str          # to run it in bfloat16 (a GPU's default)
     memory_float32: str       # to run it in float32 (a CPU's default): twice the bf16 figure
     hardware: str = ""        # what that takes
@@ -39,7 +39,7 @@ class Preset:
 # ≈ 25.8 GB at 2 bytes a parameter (bf16), ≈ 52 GB at 4 (float32), plus the KV cache.
 PRESETS: dict[str, Preset] = {p.key: p for p in [
     Preset("tiny", "Bundled tiny pair (offline, CPU)", "assets/tiny/target", "assets/tiny/drafter",
-           "in the repository", "< 200 MB", "< 200 MB", "",
+           "", "< 200 MB", "< 200 MB", "",
            "A small Gemma 4 pair trained on Python's standard library; runs anywhere."),
     Preset("e2b", "Gemma 4 E2B + MTP assistant", "google/gemma-4-E2B-it",
            "google/gemma-4-E2B-it-assistant", "≈ 10 GB", "≈ 11 GB", "≈ 22 GB",

@@ -66,7 +66,8 @@ GLOSSARY: tuple[tuple[str, str, str], ...] = (
     ("correction", "correction", "The target's own token at the first rejected position; it replaces the "
      "rejected draft, so a step always yields at least one token."),
     ("γ and γ* (gamma, gamma star)", "gamma", "γ is the draft length, the number of tokens drafted per "
-     "step; γ* is the draft length that maximizes the predicted speedup for the measured α and c."),
+     "step; γ* is the draft length with the highest estimated speedup for this run's acceptance by position "
+     "and its measured costs (the What-if table; the theory panel names the same one)."),
     ("cost coefficient c", "cost-coefficient", "The time of one drafter step ÷ the time of one target "
      "step. The predicted speedup is τ ÷ (γc + 1): each draft costs c target steps."),
     ("MTP (multi-token prediction)", "mtp", "Google's name for Gemma 4's drafters: small models that "
@@ -93,7 +94,7 @@ TOUR_STEPS: tuple[tuple[str, str], ...] = (
                "decoding, one target forward per token."),
     ("#live-charts", "These charts fill as the run goes: the share of each step's drafts the target kept, "
                      "and how many tokens the drafter proposed."),
-    ("#tabs", "The tabs hold the rest: Inside a step (scrub through the steps, every chart, the drafter's "
+    ("#tabs", "The tabs hold the rest: Inside a step (every chart, the drafter's "
               "anatomy), Measure (theory, what-if, when MTP helps) and Learn (what each panel shows, the "
               "glossary)."),
 )
@@ -158,7 +159,7 @@ def what_if_html(w: WhatIf | None,
     for r in w.rows:
         best = r.gamma == w.best
         cls = " ".join(c for c in ("mv-best" if best else "", "mv-extra" if r.extrapolated else "") if c)
-        mark = " ★ best by this run's data" if best else (" (extrapolated)" if r.extrapolated else "")
+        mark = " ★ γ*, best by this run's data" if best else (" (extrapolated)" if r.extrapolated else "")
         body.append(
             f'<tr class="{cls}" data-gamma="{r.gamma}" data-tau="{r.tau:.4f}" data-speedup="{r.speedup:.4f}"'
             f'{" data-best" if best else ""}><td>{r.gamma}</td><td>{r.tau:.2f}</td><td>×{r.speedup:.2f}</td>'

@@ -56,6 +56,12 @@ def steps_csv(spec: Sequence[Event], ar: Sequence[Event] = ()) -> str:
     return out.getvalue()
 
 
+def stylesheet() -> str:
+    """The app's stylesheet (``assets/app.css``): the page's, and inlined into exported pages."""
+    from mtp_viz.paths import assets_dir
+    return (assets_dir() / "app.css").read_text(encoding="utf-8")
+
+
 def page_html(spec: Sequence[Event], ar: Sequence[Event] = (), *, greedy: bool = True, css: str = "",
               title: str = "mtp-viz run") -> str:
     """A whole HTML document of the run that needs nothing else: the token panes, the

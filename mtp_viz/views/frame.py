@@ -26,6 +26,7 @@ class Frame:
     ar_stats: str | None = None
     compare: str | None = None      # the speedup badge and identity check
     theory: str | None = None       # measured vs theory
+    measured: str | None = None     # #measure-result: Measure's result, on the Measure tab
     model_status: str | None = None  # #model-status: where the pair stands (loading, compiling, ready)
     figures: Mapping[str, Any] = field(default_factory=dict)  # chart id (charts.CHARTS) -> figure
     last: bool = False              # the run's closing frame

@@ -9,6 +9,12 @@ import html
 
 from mtp_viz.analysis.experts import ceiling
 from mtp_viz.analysis.metrics import TheoryCheck
+from mtp_viz.analysis.whatif import what_if
+
+
+# the panel's speedup is the last Run's (one run of each mode); Measure's, over its repeats,
+# sits above it on the same tab (#measure-result), so the two are never read as one figure
+LAST_RUN = "the last Run, one run each; Measure's repeats: above"
 
 
 def theory_panel_html(check: TheoryCheck | None) -> str:
@@ -32,7 +38,7 @@ def theory_panel_html(check: TheoryCheck | None) -> str:
         rows += _cost_rows(check)
     else:  # no draft and verify times: no c, so no predicted speedup
         if check.speedup_measured is not None:
-            rows.append(("speedup over the baseline (this run)", f"×{check.speedup_measured:.2f}", ""))
+            rows.append((f"speedup over the baseline ({LAST_RUN})", f"×{check.speedup_measured:.2f}", ""))
         rows.append(("cost coefficient c, predicted speedup", "not reported",
                      "the source gives no drafting or verification times (a vLLM server does not)"))
     body = "".join(f"<tr><td>{html.escape(a)}</td><td>{html.escape(b)}</td><td>{html.escape(t)}</td></tr>"
@@ -58,7 +64,7 @@ def _cost_rows(check: TheoryCheck) -> list[tuple[str, str, str]]:
     """The rows that need the run's timings: c, the speedups and γ*."""
     rows = [("cost coefficient c", f"{check.c:.3f}", "drafter step ÷ target step")]
     if check.speedup_measured is not None:
-        rows.append(("speedup over autoregressive (this run)", f"×{check.speedup_measured:.2f}",
+        rows.append((f"speedup over autoregressive ({LAST_RUN})", f"×{check.speedup_measured:.2f}",
                      f"×{check.speedup_predicted:.2f} = τ/(γc+1)"))
     else:
         rows.append(("predicted speedup", "", f"×{check.speedup_predicted:.2f} = τ/(γc+1)"))
@@ -68,5 +74,10 @@ def _cost_rows(check: TheoryCheck) -> list[tuple[str, str, str]]:
     elif check.v_raw is not None:
         rows.append(("verification cost v (in target steps)", "too noisy",
                      f"measured {check.v_raw:.2f}, below one target step: timing noise"))
-    rows.append(("best draft length γ*", "", f"{check.gamma_star} (×{check.speedup_star:.2f} predicted)"))
+    # one best draft length on the tab: the What-if's (acceptance by position, the verification
+    # cost measured), not a second one from a single α that could name another γ beside it
+    w = what_if(check)
+    if w is not None:
+        rows.append(("best draft length γ*", "",
+                     f"{w.best} (×{w.best_row.speedup:.2f} estimated: the What-if below)"))
     return rows

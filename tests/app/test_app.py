@@ -11,7 +11,7 @@ import torch
 
 from factories import gemma_assistant, gemma_target
 from mtp_viz.app.handlers import local
-from mtp_viz.app.runtime import runs, service
+from mtp_viz.app.runtime import deploy, runs, service
 from mtp_viz.measure import compare as measure
 from mtp_viz.analysis import stream
 from mtp_viz.views import tokens as view
@@ -238,8 +238,8 @@ def _values(**kw):
 
 
 def _handlers(load, allow=""):
-    loader = service.PairLoader(load, allow=service.AllowList(allow))
-    h = local.Handlers(loader, service.presets(loader.allow), ("tiny", None), cap=16, prompt_cap=64)
+    loader = service.PairLoader(load, allow=deploy.AllowList(allow))
+    h = local.Handlers(loader, deploy.presets(loader.allow), ("tiny", None), cap=16, prompt_cap=64)
     h.runs = fake_call
     return h
 
@@ -265,6 +265,25 @@ def test_handlers_turn_bad_input_into_one_sentence(values, sentence):
     assert sentence in msgs[-1] and "mv-msg-error" in msgs[-1]
     ok = _status(list(h.run(_values(), None)))  # and the next run works
     assert "Done." in ok[-1]
+
+
+def test_a_failed_load_puts_the_picker_back_on_the_loaded_pair():
+    """Load E2B where the Hub cannot be reached: one sentence at once, and the picker goes back
+    to the pair that is loaded, so the next Run runs it rather than trying E2B again."""
+    from mtp_viz.sources.models import load_pair
+    h = _handlers(lambda t, d: load_pair(t, d))
+    assert h.loader.wait("tiny", None, timeout=120).status == service.Load.READY
+    h.gate.load("e2b", "", "")
+    st = h.loader.wait(*h.gate.pick("e2b"), timeout=30)
+    assert st.status == service.Load.ERROR
+    line, timer, chat, picker = h.gate.tick("e2b", "", "")
+    assert picker["value"] == "tiny" and "cannot be reached" in line and "back on Bundled tiny pair" in line
+    assert "mv-msg-error" in line
+    # nothing loaded but the failed pair: the picker stays where it is
+    lone = _handlers(lambda t, d: load_pair(t, d))
+    lone.gate.load("e2b", "", "")
+    lone.loader.wait(*lone.gate.pick("e2b"), timeout=30)
+    assert "value" not in lone.gate.tick("e2b", "", "")[3]
 
 
 def test_handlers_run_streams_both_panes_and_keeps_the_session():
@@ -431,19 +450,19 @@ def test_user_message_matches_types_not_names():
 
 
 def test_default_pair_and_caps_from_environment(monkeypatch):
-    allow = service.AllowList("")
+    allow = deploy.AllowList("")
     monkeypatch.setenv("MTP_VIZ_TARGET", "/models/t")
     monkeypatch.setenv("MTP_VIZ_DRAFTER", "/models/d")
-    assert service.default_pair(allow)[:2] == ("/models/t", "/models/d")
+    assert deploy.default_pair(allow)[:2] == ("/models/t", "/models/d")
     monkeypatch.delenv("MTP_VIZ_TARGET")
-    monkeypatch.setattr(service, "e2b_cached", lambda: False)
-    assert service.default_pair(allow)[:2] == ("tiny", None)
-    monkeypatch.setattr(service, "e2b_cached", lambda: True)
-    assert service.default_pair(allow)[:2] == service.E2B
+    monkeypatch.setattr(deploy, "e2b_cached", lambda: False)
+    assert deploy.default_pair(allow)[:2] == ("tiny", None)
+    monkeypatch.setattr(deploy, "e2b_cached", lambda: True)
+    assert deploy.default_pair(allow)[:2] == deploy.E2B
     monkeypatch.setenv("MTP_VIZ_MAX_NEW_TOKENS_CAP", "32")
-    assert service.env_cap() == 32
+    assert deploy.env_cap() == 32
     monkeypatch.setenv("MTP_VIZ_MAX_NEW_TOKENS_CAP", "lots")
-    assert service.env_cap() == 512
+    assert deploy.env_cap() == 512
 
 
 @pytest.mark.parametrize("prompt, cap, sentence", [
@@ -453,7 +472,7 @@ def test_default_pair_and_caps_from_environment(monkeypatch):
 ])
 def test_handlers_refuse_what_only_the_model_can_check(real_pair, prompt, cap, sentence):
     loader = service.PairLoader(lambda t, d: real_pair)
-    h = local.Handlers(loader, service.presets(loader.allow), ("tiny", None), cap=16, prompt_cap=cap)
+    h = local.Handlers(loader, deploy.presets(loader.allow), ("tiny", None), cap=16, prompt_cap=cap)
     msgs = _status(list(h.run(_values(prompt=prompt, chat=False), None)))
     assert sentence in msgs[-1] and "mv-msg-error" in msgs[-1]
     assert "Done." in _status(list(h.run(_values(prompt="w10 w11 w12", chat=False), None)))[-1]
@@ -461,14 +480,14 @@ def test_handlers_refuse_what_only_the_model_can_check(real_pair, prompt, cap, s
 
 def test_dtype_from_environment(monkeypatch):
     monkeypatch.delenv("MTP_VIZ_DTYPE", raising=False)
-    assert service.env_dtype() is None  # the device's default
+    assert deploy.env_dtype() is None  # the device's default
     for value, name in (("bf16", "bfloat16"), (" BFloat16 ", "bfloat16"), ("fp32", "float32"), ("", None),
                         ("INT8", "int8"), ("int4", "int4")):  # a precision for both models (int4 where it runs)
         monkeypatch.setenv("MTP_VIZ_DTYPE", value)
-        assert service.env_dtype() == name, value
+        assert deploy.env_dtype() == name, value
     monkeypatch.setenv("MTP_VIZ_DTYPE", "int3")
     with pytest.raises(UserError) as e:
-        service.env_dtype()
+        deploy.env_dtype()
     assert str(e.value) == "Unknown MTP_VIZ_DTYPE 'int3'; use float32, bfloat16, float16, int8 or int4."
 
 
@@ -495,10 +514,10 @@ def test_the_app_loads_pairs_in_the_dtype_asked_for(monkeypatch):
 
 def test_frame_rate_from_environment(monkeypatch):
     monkeypatch.delenv("MTP_VIZ_FRAMES_PER_SECOND", raising=False)
-    assert service.env_frame_interval() == runs.FRAME_INTERVAL == 1 / 4
+    assert deploy.env_frame_interval() == runs.FRAME_INTERVAL == 1 / 4
     for value, interval in (("20", 1 / 20), ("100", 1 / 30), ("0", 1.0), ("many", 1 / 4)):
         monkeypatch.setenv("MTP_VIZ_FRAMES_PER_SECOND", value)
-        assert service.env_frame_interval() == interval, value
+        assert deploy.env_frame_interval() == interval, value
 
 
 def test_a_loaded_pair_is_warmed_through_the_whole_app_path():
@@ -508,3 +527,16 @@ def test_a_loaded_pair_is_warmed_through_the_whole_app_path():
     runs.warm_up(pair, top=5)
     assert [(m, s.top, s.max_new_tokens) for m, s in pair.calls] == [
         ("speculative", 5, 8), ("autoregressive", 5, 8)]
+
+
+def test_measure_puts_its_result_on_the_measure_tab_too():
+    """Measure's result fills ``#measure-result`` (the Measure tab, where its numbers are
+    read) as well as the badge on Decode: the same sentence, median and range."""
+    from mtp_viz.sources.models import load_pair
+    h = _handlers(lambda t, d: load_pair(t, d))
+    frames = list(h.measure(_values(max_new_tokens=8), 2, None, False, ""))
+    measured, compare = (frames[-1][local.OUTPUTS.index(k)] for k in ("measured", "compare"))
+    assert isinstance(measured, str) and measured == compare
+    assert "median of 2 repeats" in measured and "speculative ran at" in measured
+    # a Run leaves it: it is the last Measure's, not the run's
+    assert all(isinstance(f[local.OUTPUTS.index("measured")], dict) for f in h.run(_values(), None))

@@ -99,7 +99,7 @@ def test_a_long_custom_name_in_the_status_line_is_a_short_prefix():
     from mtp_viz.app.handlers.local import Handlers
     from mtp_viz.app.runtime import service
     h = Handlers(service.PairLoader(_no_default), {}, ("tiny", None), 64, 2048, empty_figures={})
-    assert len(h.model_line(LONG, LONG)) < 400
+    assert len(h.gate.model_line(LONG, LONG)) < 400
 
 
 def test_quote_and_clip_cut_to_a_short_prefix():

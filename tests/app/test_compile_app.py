@@ -14,8 +14,8 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
-from mtp_viz.app.handlers import links, local
-from mtp_viz.app.runtime import runs, service
+from mtp_viz.app.handlers import gate, links, local
+from mtp_viz.app.runtime import deploy, runs, service
 from mtp_viz.engine.events import Done, Ran, Start
 from mtp_viz.views import export, stats
 from mtp_viz.errors import UserError
@@ -149,7 +149,7 @@ def test_load_and_warm_compiles_the_pages_first_run_and_warms_within_it(monkeypa
 
 
 def _fake_pair(note="", graphs=(0.5, 0.5, 0.5), step_graphs=(0.25, 0.25)):
-    shapes = lambda s: SimpleNamespace(shapes=SimpleNamespace(seconds=dict(enumerate(s))))  # noqa: E731
+    shapes = lambda s: SimpleNamespace(graph=SimpleNamespace(shapes=SimpleNamespace(seconds=dict(enumerate(s)))))  # noqa: E731
     compiled = not note
     return SimpleNamespace(precision={"target": "float32", "drafter": None}, compile_note=note,
                            compile_seconds=74.24 if compiled else 0.0, chat_template=None,
@@ -165,23 +165,23 @@ def handlers():
         go.wait(5)
         return _fake_pair()
     loader = service.PairLoader(load)
-    h = local.Handlers(loader, service.presets(loader.allow), ("tiny", None), cap=16, prompt_cap=256)
+    h = local.Handlers(loader, deploy.presets(loader.allow), ("tiny", None), cap=16, prompt_cap=256)
     h.go = go
     return h
 
 
 def test_the_status_says_what_compiling_took(handlers):
-    line, _, _ = handlers.load("tiny", "", "", "default", "default", True)
+    line, *_ = handlers.gate.load("tiny", "", "", "default", "default", True)
     assert ", compiled (then compiling its graphs once, before its first run: a minute or more)" in line
     assert "Loading" in line
     handlers.go.set()
     handlers.loader.wait("tiny", None, timeout=5, compile=True)
-    ready = handlers.status_line("tiny", "", "", "default", "default", True)
+    ready = handlers.gate.status_line("tiny", "", "", "default", "default", True)
     assert "Compiled in 74.2 s (5 graphs), kept out of every run&#x27;s timing." in ready
     assert "mv-msg-info" in ready
-    assert "Compiled in" not in handlers.model_line("tiny", None)  # the eager pair: another pair, not loaded
+    assert "Compiled in" not in handlers.gate.model_line("tiny", None)  # the eager pair: another pair, not loaded
     with pytest.raises(UserError, match="Compiled engine must be true or false"):
-        handlers.compiled("yes")
+        handlers.gate.compiled("yes")
 
 
 def test_the_status_says_which_graph_compiles_and_how_long_is_left():
@@ -195,10 +195,10 @@ def test_the_status_says_which_graph_compiles_and_how_long_is_left():
         go.wait(5)
         return _fake_pair()
     loader = service.PairLoader(load)
-    h = local.Handlers(loader, service.presets(loader.allow), ("tiny", None), cap=16, prompt_cap=256)
+    h = local.Handlers(loader, deploy.presets(loader.allow), ("tiny", None), cap=16, prompt_cap=256)
     loader.start("tiny", None, compile=True)
     for _ in range(100):
-        line = html.unescape(h.model_line("tiny", None, compile=True))
+        line = html.unescape(h.gate.model_line("tiny", None, compile=True))
         if "graph 2 of 5" in line:
             break
         threading.Event().wait(0.05)
@@ -210,9 +210,9 @@ def test_the_status_says_which_graph_compiles_and_how_long_is_left():
 
 def test_a_compile_that_fell_back_is_a_visible_warning():
     note = "The compiled engine needs a Gemma 4 target; decoding stays eager."
-    line, level = local.compiled_line(_fake_pair(note=note))
+    line, level = gate.compiled_line(_fake_pair(note=note))
     assert note in line and level == "warn" and "/" not in line.replace("s/", "")
-    assert local.compiled_line(SimpleNamespace(fast=None, compile_note="")) == ("", "info")
+    assert gate.compiled_line(SimpleNamespace(fast=None, compile_note="")) == ("", "info")
 
 
 def test_a_link_carries_the_compiled_engine():
@@ -253,7 +253,7 @@ def test_a_run_that_needs_new_graphs_compiles_them_first_with_progress_in_both_s
     pair = from_models(gemma_target(layers=2), gemma_assistant(k=2), word_tokenizer())
     pair.compile(settings=[RunSettings("w10 w11 w12", max_new_tokens=8, draft_tokens=2, chat=False)])
     loader = service.PairLoader(lambda target, drafter, **asked: pair)
-    h = local.Handlers(loader, service.presets(loader.allow), ("tiny", None), cap=16, prompt_cap=64)
+    h = local.Handlers(loader, deploy.presets(loader.allow), ("tiny", None), cap=16, prompt_cap=64)
     missing = compiling.needed(pair, RunSettings("w10 w11 w12", max_new_tokens=16, draft_tokens=8, chat=False))
     assert [g.width for g in missing] == [5, 9]
     values = dict(prompt="w10 w11 w12", model="tiny", custom_target="", custom_drafter="", max_new_tokens=16,

@@ -16,7 +16,7 @@ import threading
 import pytest
 
 from mtp_viz.app.handlers import beside, local
-from mtp_viz.app.runtime import runs, service
+from mtp_viz.app.runtime import deploy, runs, service
 from mtp_viz.app.runtime.guard import ServerPolicy
 from mtp_viz.engine.events import Ran, Start
 from mtp_viz.errors import UserError
@@ -26,7 +26,7 @@ from mtp_viz.sources.settings import RunSettings
 from mtp_viz.views import stats
 from streams import EVIL, ar_run, spec_run
 
-OPEN = service.AllowList("")
+OPEN = deploy.AllowList("")
 
 
 def _plain_tps() -> float:
@@ -140,7 +140,7 @@ def _handlers(allow=OPEN, peers="") -> local.Handlers:
     def load(target, drafter, **kw):
         raise AssertionError("a refused Measure loads nothing")
     loader = service.PairLoader(load, allow=allow)
-    return local.Handlers(loader, service.presets(loader.allow), ("tiny", None), cap=16, prompt_cap=64,
+    return local.Handlers(loader, deploy.presets(loader.allow), ("tiny", None), cap=16, prompt_cap=64,
                           peers=beside.Peers(ServerPolicy(allow, ""), peers))
 
 
@@ -170,7 +170,7 @@ def test_bad_peers_are_one_sentence_before_anything_loads(peers, compiled, sente
 
 
 def test_a_locked_deployment_times_only_the_servers_it_lists():
-    locked = service.AllowList("tiny")
+    locked = deploy.AllowList("tiny")
     h = _handlers(locked, peers="http://127.0.0.1:8081")
     [refused] = _status(h.measure(_values(), 3, None, None, "http://10.0.0.5:8080"))
     assert "only connects to the vLLM servers it lists" in refused and "10.0.0.5" not in refused

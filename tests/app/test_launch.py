@@ -114,7 +114,7 @@ def test_a_pair_no_preset_names_is_shown_by_its_folders_names(tmp_path):
     own names; no path of the machine reaches the page."""
     import mtp_viz
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from mtp_viz.app.runtime import service
+    from mtp_viz.app.runtime import deploy, service
     from mtp_viz.sources.presets import resolve
     target, assistant = resolve("tiny")
     shutil.copytree(target, tmp_path / "my-coder")
@@ -127,9 +127,9 @@ def test_a_pair_no_preset_names_is_shown_by_its_folders_names(tmp_path):
     try:
         h = demo.mtp_app.handlers
         assert demo.mtp_app.default == (pair.name, pair.drafter_name)
-        assert h.presets[service.IN_MEMORY]["label"] == "my-coder + my-coder-assistant (in memory)"
-        assert h.model_line(*h.pick(service.IN_MEMORY)) == h.model_line(pair.name, pair.drafter_name)
-        assert "Ready: my-coder + my-coder-assistant (target float32" in h.model_line(pair.name, pair.drafter_name)
+        assert h.presets[deploy.IN_MEMORY]["label"] == "my-coder + my-coder-assistant (in memory)"
+        assert h.gate.model_line(*h.gate.pick(deploy.IN_MEMORY)) == h.gate.model_line(pair.name, pair.drafter_name)
+        assert "Ready: my-coder + my-coder-assistant (target float32" in h.gate.model_line(pair.name, pair.drafter_name)
         import urllib.request
         config = urllib.request.urlopen(f"http://127.0.0.1:{port}/config", timeout=60).read().decode()
         assert "my-coder + my-coder-assistant (in memory)" in config and str(tmp_path) not in config

@@ -13,7 +13,7 @@ import pytest
 
 from locations import ROOT
 from mtp_viz.app.handlers import links, local
-from mtp_viz.app.runtime import runs, service
+from mtp_viz.app.runtime import deploy, runs, service
 from mtp_viz.sources.precision import Precision
 
 
@@ -52,7 +52,7 @@ def handlers(monkeypatch):
     monkeypatch.setattr(models, "set_threads", lambda n: None)   # keep this process's thread count
     monkeypatch.setattr(runs, "warm_up", lambda source, top=0: None)  # the load is what is checked
     loader = service.PairLoader(runs.load_and_warm)
-    return local.Handlers(loader, service.presets(loader.allow), ("tiny", None), cap=16, prompt_cap=256)
+    return local.Handlers(loader, deploy.presets(loader.allow), ("tiny", None), cap=16, prompt_cap=256)
 
 
 def test_a_run_in_int8_says_what_ran(handlers):
@@ -60,9 +60,9 @@ def test_a_run_in_int8_says_what_ran(handlers):
     assert "Done." in _slot(frames, "status")[-1]
     assert "target <b>int8</b> · drafter <b>float32</b>" in _slot(frames, "spec_stats")[-1]
     assert "target <b>int8</b></span>" in _slot(frames, "ar_stats")[-1]
-    line = handlers.model_line("tiny", None, Precision("int8", "float32"))
+    line = handlers.gate.model_line("tiny", None, Precision("int8", "float32"))
     assert "Ready: the bundled tiny pair (target int8, drafter float32)." in line
-    assert "loads on first run" in handlers.model_line("tiny", None)  # the default precision: another pair
+    assert "loads on first run" in handlers.gate.model_line("tiny", None)  # the default precision: another pair
 
 
 @pytest.mark.parametrize("asked, sentence", [
@@ -74,11 +74,11 @@ def test_a_run_in_int8_says_what_ran(handlers):
 def test_a_precision_that_cannot_run_is_one_sentence(handlers, asked, sentence):
     status = _slot(list(handlers.run(_values(**asked), None)), "status")
     assert html.escape(sentence) in status[-1] and "mv-msg-error" in status[-1]
-    line, _, _ = handlers.load("tiny", "", "", asked.get("target_precision"), asked.get("drafter_precision"))
+    line, *_ = handlers.gate.load("tiny", "", "", asked.get("target_precision"), asked.get("drafter_precision"))
     if "has no kernel" in sentence:  # Load tries again, in the background, and ends on the same sentence
-        precision = handlers.precision(asked.get("target_precision"), asked.get("drafter_precision"))
+        precision = handlers.gate.precision(asked.get("target_precision"), asked.get("drafter_precision"))
         assert handlers.loader.wait("tiny", None, timeout=60, precision=precision).status == "error"
-        line = handlers.model_line("tiny", None, precision)
+        line = handlers.gate.model_line("tiny", None, precision)
     assert html.escape(sentence) in line
 
 
@@ -99,7 +99,7 @@ from mtp_viz.app.runtime import runs, service
 runs.warm_up = lambda source, top=0: None
 demo = layout.build_demo(loader=service.PairLoader(runs.load_and_warm), target="tiny")
 h = demo.mtp_app.handlers
-print(h.loader.wait("tiny", None, precision=h.precision("int8", "default")).message)
+print(h.loader.wait("tiny", None, precision=h.gate.precision("int8", "default")).message)
 print(h.loader.wait("tiny", None).status.value)
 """
 

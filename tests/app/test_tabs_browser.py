@@ -15,9 +15,9 @@ pytestmark = pytest.mark.browser
 
 # One id of each tab, and the floating inspector (outside them all).
 IDS = {"decode": ["#run", "#model-status", "#compare", "#spec-output", "#ar-output", "#legend", "#acceptance-plot",
-                  "#draft-length-plot", "#settings"],  # (Gradio draws a closed accordion's insides once opened)
-       "inside": ["#trace-upload", "#scrub", "#charts-title", "#timing-plot", "#experts-plot", "#anatomy"],
-       "measure": ["#theory-panel", "#what-if", "#when-mtp-helps"],
+                  "#draft-length-plot", "#settings", "#trace-upload", "#scrub"],  # (Gradio draws a closed accordion's insides once opened)
+       "inside": ["#charts-title", "#timing-plot", "#experts-plot", "#anatomy"],
+       "measure": ["#measure-result", "#theory-panel", "#what-if", "#when-mtp-helps"],
        "servers": ["#vllm-dashboard", "#dashboard-url", "#vllm-traffic", "#traffic-run", "#traffic-speedup-plot"],
        "learn": ["#learn", "#glossary"]}
 

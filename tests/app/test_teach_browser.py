@@ -13,7 +13,8 @@ from serving import serve_modelless
 pytestmark = pytest.mark.browser
 
 TERMS = ["draft", "verify", "acceptance-rate", "alpha", "tau", "bonus-token", "correction", "gamma",
-         "cost-coefficient", "mtp", "shared-kv-cache", "clustered-head"]
+         "cost-coefficient", "mtp", "shared-kv-cache", "clustered-head",
+         "eager-engine", "compiled-engine", "engine-cpu-time"]   # the terms the speedup badge uses
 SEEN = "localStorage.setItem('mtp-viz-tour-done', '1')"
 
 

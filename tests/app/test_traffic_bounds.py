@@ -17,14 +17,14 @@ from mtp_viz.app.handlers import traffic as traffic_handlers
 from mtp_viz.app.handlers import vllm as vllm_handlers
 from mtp_viz.app.handlers.local import OUTPUTS, Handlers
 from mtp_viz.app.handlers.traffic import TrafficHandlers
-from mtp_viz.app.runtime import runs, service
+from mtp_viz.app.runtime import deploy, runs, service
 from mtp_viz.app.runtime.guard import ServerPolicy
 from mtp_viz.measure import traffic
 from mtp_viz.errors import UserError
 from mtp_viz.sources.servers import Servers
 
-LOCKED = service.AllowList("tiny")
-OPEN = service.AllowList("")
+LOCKED = deploy.AllowList("tiny")
+OPEN = deploy.AllowList("")
 
 
 @pytest.fixture
@@ -133,7 +133,7 @@ def test_a_non_vllm_server_is_one_sentence_without_status_path_or_port_in_the_tr
 
 
 def _vllm_handlers(policy):
-    h = Handlers(service.PairLoader(lambda t, d: None), service.presets(OPEN), ("tiny", None), 64, 256)
+    h = Handlers(service.PairLoader(lambda t, d: None), deploy.presets(OPEN), ("tiny", None), 64, 256)
     return vllm_handlers.VllmHandlers(h, policy)
 
 

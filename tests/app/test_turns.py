@@ -89,7 +89,7 @@ def test_a_run_waiting_for_the_engine_shows_its_place_and_leaves_on_stop():
     h = Handlers(service.PairLoader(lambda t, d: object()), {}, ("tiny", None), 64, 512, empty_figures={})
     held = h.engine.join()
     sess = runs.Session()
-    waits = h._turn(sess)
+    waits = h.gate.turn(sess)
     line = next(waits)
     assert "Waiting for the engine: 1 run ahead" in line
     sess.stop.set()
@@ -97,6 +97,6 @@ def test_a_run_waiting_for_the_engine_shows_its_place_and_leaves_on_stop():
         next(waits)
     assert h.engine.waiting == 0
     held.leave()
-    ticket = next(h._turn(runs.Session()))
+    ticket = next(h.gate.turn(runs.Session()))
     assert ticket.holding
     ticket.leave()

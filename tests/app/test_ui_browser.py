@@ -240,7 +240,6 @@ def test_a_downloaded_trace_uploaded_again_reproduces_the_run(page, tmp_path):
     page.wait_for_selector("#status:has-text('Done')", timeout=180_000)
     spans = {pane: page.locator(f"#{pane}-output span.tok").evaluate_all(SPANS_JS) for pane in ("spec", "ar")}
     assert spans["spec"] and spans["ar"]
-    open_tab(page, "inside")
     page.wait_for_selector("#trace-download:not([disabled])", timeout=30_000)
     with page.expect_download() as download:
         page.click("#trace-download")
@@ -263,15 +262,15 @@ def test_scrubbing_to_a_step_shows_exactly_the_tokens_up_to_it(browser, modelles
         page.goto(modelless_server)
         page.wait_for_selector("#model-status:has-text('no model')", timeout=60_000)
         upload_trace(page, path)
-        open_tab(page, "inside")
         box = page.locator("#scrub input[type='number']")
         page.wait_for_function("() => !document.querySelector('#scrub input[type=number]').disabled",
                                timeout=30_000)
         for s in (5, 2):
             box.fill(str(s))
             box.press("Enter")
-            # #status is the Decode tab's: in the page, not on screen, while the scrubber's tab is open
-            page.wait_for_selector(f"#status:has-text('After step {s} ')", state="attached", timeout=30_000)
+            # the scrubber sits on Decode with what it changes: a teacher scrubbing sees the tokens move
+            page.wait_for_selector(f"#status:has-text('After step {s} ')", timeout=30_000)
+            assert page.locator("#spec-output").is_visible() and page.locator("#scrub").is_visible()
             # (kind, bonus kind, step) of every token: the title of a span starts with its step
             want = [(e.type, e.kind if e.type == "bonus" else "", e.step) for e in spec
                     if e.type in ("accepted", "rejected", "bonus") and e.step <= s]
@@ -317,7 +316,6 @@ def test_a_run_exports_an_offline_page_csv_and_png(browser, page, tmp_path):
     page.click("#run")
     page.wait_for_selector("#status:has-text('Done')", timeout=180_000)
     spans = page.locator("#spec-output span.tok").evaluate_all(SPANS_JS)
-    open_tab(page, "inside")
     files = {}
     for hook, name in (("export-html", "run.html"), ("export-csv", "steps.csv"), ("trace-download", "t.jsonl")):
         page.wait_for_selector(f"#{hook}:not([disabled])", timeout=30_000)
@@ -413,3 +411,21 @@ def test_a_silent_vllm_server_does_not_hold_the_local_engine(page, server):
     finally:
         silent.shutdown()
         silent.server_close()
+
+
+def test_a_failed_load_puts_the_picker_back_and_run_runs_the_loaded_pair(page):
+    """Offline, E2B and Load: one sentence within seconds (not tens of seconds of Hub
+    retries), the picker back on the bundled pair, and Run runs that pair, not E2B again."""
+    page.wait_for_selector("#model-status:has-text('Ready')", timeout=180_000)
+    page.click("#model input")
+    page.locator("#model").get_by_role("option", name="Gemma 4 E2B + MTP assistant", exact=True).click()
+    started = time.monotonic()
+    page.click("#load")
+    page.wait_for_selector("#model-status:has-text('back on Bundled tiny pair')", timeout=30_000)
+    assert time.monotonic() - started < 15
+    assert "cannot be reached" in page.inner_text("#model-status")
+    assert page.input_value("#model input") == "Bundled tiny pair (offline, CPU)"
+    page.fill("#prompt textarea", PROMPT)
+    page.click("#run")
+    page.wait_for_selector("#status:has-text('Done')", timeout=180_000)
+    assert page.locator("#spec-output span.tok").count() > 0

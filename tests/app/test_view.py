@@ -130,6 +130,21 @@ def test_theory_panel_escapes_and_shows_noisy_v():
     assert "No drafted tokens" in panels.theory_panel_html(theory_check(ar_run()))
 
 
+def test_one_best_draft_length_on_the_measure_tab():
+    """The theory panel's γ* is the What-if's best row, never a second draft length beside it
+    (it once named 6 from a single α above a What-if marking 4)."""
+    import re
+    from mtp_viz.analysis.metrics import theory_check
+    from mtp_viz.analysis.whatif import what_if
+    from mtp_viz.views import explain, theory as panels
+    chk = theory_check(spec_run(), ar_run(dt=0.05))
+    w = what_if(chk)
+    row = re.search(r"best draft length γ\*</td><td></td><td>(\d+) \(×([\d.]+) estimated: the What-if", panels.theory_panel_html(chk))
+    assert row and int(row.group(1)) == w.best and float(row.group(2)) == pytest.approx(w.best_row.speedup, abs=0.006)
+    table = explain.what_if_html(w)
+    assert table.count("★") == 1 and f'data-best="{w.best}"' in table
+
+
 def test_legend_has_every_kind():
     got = kinds(view.legend_html())
     assert {k for k, _ in got} == {"drafted", "accepted", "rejected", "bonus", "token"}

@@ -9,7 +9,7 @@ import pytest
 from hostile import SECRET, closed_url, reply, serve
 from mtp_viz.sources.vllm import client as vllm_client
 from mtp_viz.views import charts, theory as panels, tokens as view
-from mtp_viz.app.runtime import runs, service
+from mtp_viz.app.runtime import deploy, runs, service
 from mtp_viz.app.page import vllm as vllm_tab
 from mtp_viz.app.handlers import vllm as vllm_handlers
 from mtp_viz.app.handlers.local import OUTPUTS, Handlers
@@ -19,8 +19,8 @@ from mtp_viz.engine.events import Accepted, Bonus, Done, Drafted, Rejected, Star
 from mtp_viz.analysis.metrics import theory_check
 from mtp_viz.sources.vllm.stream import Received, step_events
 
-LOCKED = service.AllowList("tiny")
-OPEN = service.AllowList("")
+LOCKED = deploy.AllowList("tiny")
+OPEN = deploy.AllowList("")
 
 
 # ---------------------------------------------------------------- the guard
@@ -185,7 +185,7 @@ def test_theory_panel_and_timing_chart_say_vllm_reports_no_timings():
 # ---------------------------------------------------------------- handlers, without a server
 
 def _handlers(policy):
-    h = Handlers(service.PairLoader(lambda t, d: None), service.presets(OPEN), ("tiny", None), 64, 256)
+    h = Handlers(service.PairLoader(lambda t, d: None), deploy.presets(OPEN), ("tiny", None), 64, 256)
     return vllm_handlers.VllmHandlers(h, policy)
 
 

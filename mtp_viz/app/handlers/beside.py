@@ -108,7 +108,7 @@ class Measuring:
         sess.stop.clear()
         try:
             s = self.settings(values)
-            target, drafter, precision, compile = asked = self.asked(
+            target, drafter, precision, compile = asked = self.gate.asked(
                 values["model"], values["custom_target"], values["custom_drafter"], values.get("target_precision"),
                 values.get("drafter_precision"), values.get("compile"))
             n = form.whole(repeats, "Repeats")
@@ -119,7 +119,7 @@ class Measuring:
             if twin:
                 self.loader.allow.check_build(precision, True)
             urls = self.peers.check(peers)
-            for item in self._waits(target, drafter, sess, precision, compile, twin=twin):
+            for item in self.gate.waits(target, drafter, sess, precision, compile, twin=twin):
                 if isinstance(item, Frame):
                     yield outputs(item, sess)
                 else:
@@ -158,7 +158,8 @@ class Measuring:
             ticket.leave()
         sess.remember((target, drafter, precision), m.beside)
         notes += m.notes
-        yield outputs(Frame(compare=stats.measurement_html(m, engine=pair.decoder.ran)) | message(
+        result = stats.measurement_html(m, engine=pair.decoder.ran)
+        yield outputs(Frame(compare=result, measured=result) | message(
             f"Measured {n} repeats of each mode (spread ×{m.spread:.2f} between the fastest and slowest "
             "repeat's speedup)." + "".join(" " + x for x in notes), level="warn" if notes else "info"))
 

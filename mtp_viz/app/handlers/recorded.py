@@ -206,7 +206,7 @@ class Recorded:
         if sess is None or not (sess.spec or sess.ar):
             return (gr.update(value=None, interactive=False),) * 3
         events = [*sess.spec, *sess.ar]
-        page = export.page_html(sess.spec, sess.ar, greedy=sess.greedy, css=service.css(),
+        page = export.page_html(sess.spec, sess.ar, greedy=sess.greedy, css=export.stylesheet(),
                                 title="mtp-viz run")
         paths = (trace.write(self.downloads.path("mtp-viz-trace.jsonl"), events),
                  self._text(self.downloads.path("mtp-viz-run.html"), page),

@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from mtp_viz.app.runtime import service
+from mtp_viz.app.runtime import deploy, service
 from mtp_viz.app.runtime.guard import ServerPolicy
 from mtp_viz.engine.decoding import Sampling
 from mtp_viz.errors import UserError
@@ -39,9 +39,9 @@ def limits(policy: ServerPolicy) -> tuple[int, int]:
     at least 1), else :data:`LOCKED_LEVELS` and :data:`LOCKED_REQUESTS` when locked down
     and the sweep's maxima when not; never past those maxima. One click sends at most
     highest × 2 servers × requests requests."""
-    highest = service.env_int("MTP_VIZ_TRAFFIC_LEVELS",
+    highest = deploy.env_int("MTP_VIZ_TRAFFIC_LEVELS",
                               LOCKED_LEVELS if policy.locked else traffic.MAX_CONCURRENCY)
-    most = service.env_int("MTP_VIZ_TRAFFIC_REQUESTS",
+    most = deploy.env_int("MTP_VIZ_TRAFFIC_REQUESTS",
                            LOCKED_REQUESTS if policy.locked else traffic.MAX_REQUESTS)
     return min(highest, traffic.MAX_CONCURRENCY), min(most, traffic.MAX_REQUESTS)
 

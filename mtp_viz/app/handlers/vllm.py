@@ -24,7 +24,7 @@ from typing import Any
 
 import gradio as gr
 
-from mtp_viz.app.runtime import runs, service
+from mtp_viz.app.runtime import deploy, runs, service
 from mtp_viz.app.runtime.guard import ServerPolicy
 from mtp_viz.views import dashboard, tokens
 from mtp_viz.views.frame import Frame, cleared
@@ -89,7 +89,7 @@ class VllmHandlers:
                               caption=tokens.message_html(step_note, level="warn"), status=status),
                       sess, gr.update(interactive=False))
         source = open_server(servers, sentence=ServerError.visitor)   # vLLM or llama.cpp, by what it answers
-        for f in runs.compare_frames(source, s, sess, frame_interval=service.env_frame_interval()):
+        for f in runs.compare_frames(source, s, sess, frame_interval=deploy.env_frame_interval()):
             if f.last and f.status is not None and not sess.stop.is_set():  # a run that ended well
                 f = f | message(self.done_line(sess, source.label))
             yield outputs(f)
@@ -114,7 +114,7 @@ class VllmHandlers:
         if capabilities(key).remote:
             return tokens.message_html("Give the server's URL, then Run (Load checks the servers).")
         try:
-            return self.h.model_line(*self.h.pick(key))
+            return self.h.gate.model_line(*self.h.gate.pick(key))
         except UserError:   # a custom pair not typed in yet
             return gr.skip()
 
@@ -123,8 +123,8 @@ class VllmHandlers:
         """Load: the local pair (in the precisions and on the engine asked), or, for this
         source, a check of the servers."""
         if not capabilities(key).remote:
-            return self.h.load(key, custom_target, custom_drafter, target_precision, drafter_precision, compiled)
-        return self.probe(url, baseline), gr.Timer(active=False), gr.skip()
+            return self.h.gate.load(key, custom_target, custom_drafter, target_precision, drafter_precision, compiled)
+        return self.probe(url, baseline), gr.Timer(active=False), gr.skip(), gr.skip()
 
     def probe(self, url: str, baseline: str) -> str:
         """One line on the servers: whether they answer, and whether each speculates."""

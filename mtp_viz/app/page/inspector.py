@@ -14,6 +14,7 @@ from typing import Any
 import gradio as gr
 
 import mtp_viz.analysis.anatomy  # the module, not its anatomy(): that name is the view's
+from mtp_viz.app.runtime.service import Load
 from mtp_viz.views import anatomy, inspector
 from mtp_viz.errors import UserError
 
@@ -105,11 +106,11 @@ def anatomy_for(h, key: str, custom_target: str, custom_drafter: str, sess: Any 
     """``#anatomy`` for the pair picked in the form (in the precisions and on the engine
     asked), once it is loaded (else unchanged)."""
     try:
-        asked = h.asked(key, custom_target, custom_drafter, target_precision, drafter_precision, compiled)
+        asked = h.gate.asked(key, custom_target, custom_drafter, target_precision, drafter_precision, compiled)
     except UserError:
         return gr.skip()
     st = h.loader.state(*asked)
-    if st.status != "ready":
+    if st.status != Load.READY:
         return gr.skip()
     events = sess.spec if sess is not None else ()
     return anatomy.anatomy_html(mtp_viz.analysis.anatomy.anatomy(st.pair), events)

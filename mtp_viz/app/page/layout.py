@@ -24,9 +24,9 @@ from mtp_viz.app.handlers.beside import Peers
 from mtp_viz.app.handlers.local import CUSTOM, EXPERTS_WAITING, Handlers
 from mtp_viz.app.handlers.traffic import TrafficHandlers
 from mtp_viz.app.handlers.vllm import VllmHandlers
-from mtp_viz.app.runtime import runs, service, work
+from mtp_viz.app.runtime import deploy, runs, service, work
 from mtp_viz.app.runtime.guard import ServerPolicy
-from mtp_viz.views import charts, explain, stats, tokens
+from mtp_viz.views import charts, explain, export, stats, tokens
 from mtp_viz.views.charts import EXPERTS_PLOT
 from mtp_viz.engine.drafters import DRAFTERS
 from mtp_viz.engine.schedules import SCHEDULES
@@ -64,14 +64,14 @@ class FirstPair:
 
 def launch_kwargs() -> dict[str, Any]:
     """Styling for ``demo.launch`` (Gradio 6 takes css and theme at launch)."""
-    return {"css": service.css(),
+    return {"css": export.stylesheet(),
             "theme": gr.themes.Soft(primary_hue="emerald", secondary_hue="blue")}
 
 
-def _first_pair(presets: dict, allow: service.AllowList, target: str | None, drafter: str | None) -> FirstPair:
-    """``target``/``drafter`` if given, else :func:`service.default_pair` (environment,
+def _first_pair(presets: dict, allow: deploy.AllowList, target: str | None, drafter: str | None) -> FirstPair:
+    """``target``/``drafter`` if given, else :func:`deploy.default_pair` (environment,
     cached E2B, bundled tiny pair)."""
-    target0, drafter0, note = service.default_pair(allow)
+    target0, drafter0, note = deploy.default_pair(allow)
     if target:
         target0, drafter0, note = target, drafter, f"Model pair from the command line: {target}."
     key = next((k for k, p in presets.items() if (p["target"], p["drafter"]) == (target0, drafter0)
@@ -157,8 +157,8 @@ def _panes(figures: dict, beside: list[charts.Chart]) -> dict[str, Any]:
 
 
 def _traces(h: Handlers) -> dict[str, Any]:
-    """Example traces, upload, the downloads and the scrubber (below the panes: the first
-    screen stays the run's)."""
+    """Example traces, upload, the downloads and the scrubber, on Decode below the panes
+    they change (the first screen stays the run's)."""
     with gr.Row(elem_id="trace-row", equal_height=True):
         trace_example = Dropdown(h.example_traces(), value=None, label="Example trace (no model needed)",
                                     elem_id="trace-examples", scale=3, filterable=False)
@@ -177,7 +177,7 @@ def _traces(h: Handlers) -> dict[str, Any]:
     return dict(trace_example=trace_example, trace_upload=trace_upload, **downloads, scrub=scrub)
 
 
-def _settings(first: FirstPair, allow: service.AllowList, peers: str = "") -> dict[str, Any]:
+def _settings(first: FirstPair, allow: deploy.AllowList, peers: str = "") -> dict[str, Any]:
     """More settings, collapsed: what a first-time user does not need."""
     with gr.Accordion("More settings", open=False, elem_id="settings"):
         with gr.Row():
@@ -239,6 +239,10 @@ def _plots(figures: dict, row: list[charts.Chart]) -> dict[str, gr.Plot]:
                           visible="hidden" if c.id == EXPERTS_PLOT else True) for c in row}
 
 
+MEASURE_WAITING = ("Press Measure (beside Run, on Decode) for the speedup over repeats: both modes "
+                   "in turns, the median and range, and a call only when every repeat agrees.")
+
+
 def _theory() -> gr.HTML:
     gr.Markdown("### Measured vs theory", elem_id="theory-title")
     gr.HTML(explain.explanations(["theory"], "About this panel:"), padding=False)
@@ -266,9 +270,10 @@ def _page(app: AppState, first: FirstPair, choices: list, policy: ServerPolicy) 
                 c.update(_model_column(first, choices, policy, h.cap))
         c.update(_panes(h.empty_figures, first_row))
         c["hint"] = gr.HTML(wiring.hint_html(h.presets, first.key, first.note), elem_id="model-hint")
+        # the traces and the scrubber beside what they change: the panes, the badge, the status
+        c.update(_traces(h))
         c.update(_settings(first, app.loader.allow, h.peers.default), timer=gr.Timer(1.0, active=False))
     with tabs.panel(tabs.INSIDE):
-        c.update(_traces(h))
         gr.Markdown("### What happened, step by step", elem_id="charts-title")
         gr.HTML(explain.explanations([ch.id for ch in charts.CHARTS], "About the charts:"), padding=False)
         for row in rows:
@@ -276,6 +281,8 @@ def _page(app: AppState, first: FirstPair, choices: list, policy: ServerPolicy) 
                 c["plots"].update(_plots(h.empty_figures, row))
         c["anatomy_panel"] = inspector.anatomy_panel()
     with tabs.panel(tabs.MEASURE):
+        # Measure's result where its numbers are read (its badge also on Decode, in #compare)
+        c["measured"] = gr.HTML(tokens.placeholder_html(MEASURE_WAITING), elem_id="measure-result", padding=False)
         c.update(theory=_theory(), what_if=teach.measure_sections())
     if policy.offered:
         with tabs.panel(tabs.SERVERS):
@@ -289,8 +296,8 @@ def _page(app: AppState, first: FirstPair, choices: list, policy: ServerPolicy) 
 def _in_memory(pair: Any, loader: service.PairLoader, presets: dict) -> FirstPair:
     """``pair``, already in memory and warmed, as the page opens on it: ready in the loader
     at once (no load message), under its preset (the bundled pair: its code prompts) or an
-    entry named after its models (:func:`service.in_memory_key`)."""
-    key = service.in_memory_key(presets, pair.name, pair.drafter_name)
+    entry named after its models (:func:`deploy.in_memory_key`)."""
+    key = deploy.in_memory_key(presets, pair.name, pair.drafter_name)
     loader.put(presets[key]["target"], presets[key]["drafter"], pair)
     return FirstPair(key, presets[key]["target"], presets[key]["drafter"], "Already in memory: no second load.")
 
@@ -308,18 +315,18 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
     """The whole page. Loads no model; ``demo.mtp_app`` (an :class:`AppState`) holds the
     pair cache and the handlers it uses. The pair selected at start is ``pair`` (one
     already in memory, served as it is), else ``target``/``drafter`` if given, else
-    :func:`service.default_pair` (environment, cached E2B, bundled tiny pair)."""
+    :func:`deploy.default_pair` (environment, cached E2B, bundled tiny pair)."""
     if pair is not None:
         loader = service.PairLoader(runs.preloaded(pair))
     loader = loader or service.PairLoader(runs.load_and_warm)
-    presets = service.presets(loader.allow)
+    presets = deploy.presets(loader.allow)
     first = _first_pair(presets, loader.allow, target, drafter) if pair is None else _in_memory(pair, loader, presets)
     choices = [(p["label"], k) for k, p in presets.items()]
     if not loader.allow.active:
         choices.append(("Custom hub id or folder", CUSTOM))
     policy = ServerPolicy(loader.allow)
     choices += vllm.choices(policy)
-    h = Handlers(loader, presets, (first.target, first.drafter), service.env_cap(), service.env_prompt_cap(),
+    h = Handlers(loader, presets, (first.target, first.drafter), deploy.env_cap(), deploy.env_prompt_cap(),
                  empty_figures=charts.all_figures([]), peers=Peers(policy))
     app = AppState(loader, h, VllmHandlers(h, policy))
     # delete_cache: uploads and downloads leave Gradio's cache after an hour (a Space runs for weeks)
@@ -327,7 +334,7 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
         page, shown = _page(app, first, choices, policy)
         tabs.wire(demo, shown)  # before the page script: the tour and in-page links open tabs
         wiring.wire(demo, page, h, app.vllm, tuple(t.id for t in shown))
-        gr.api(h.api_generate, api_name="generate", concurrency_id="local", concurrency_limit=service.WAITING)
+        gr.api(h.api_generate, api_name="generate", concurrency_id="local", concurrency_limit=deploy.WAITING)
     demo.mtp_app = app  # type: ignore[attr-defined]
     return demo
 
@@ -336,7 +343,7 @@ def _report_load(loader: service.PairLoader, target: str, drafter: str | None) -
     """One line on stderr once the pair loaded at launch is ready (or failed)."""
     st = loader.wait(target, drafter)
     took = time.monotonic() - st.started
-    msg = f"model pair ready in {took:.1f} s" if st.status == "ready" else st.message
+    msg = f"model pair ready in {took:.1f} s" if st.status == service.Load.READY else st.message
     print(f"mtp-viz: {target}{' + ' + drafter if drafter else ''}: {msg}", file=sys.stderr, flush=True)
 
 
@@ -348,17 +355,17 @@ def launch(demo: gr.Blocks, *, host: str | None = None, port: int | None = None,
     page's config (~0.15 MB here) for every session, and every plain HTTP API call is a
     session: ``MTP_VIZ_MAX_SESSIONS`` bounds them (least recently used out). A bad
     ``MTP_VIZ_DTYPE`` is one sentence before anything loads or serves."""
-    service.env_dtype()
+    deploy.env_dtype()
     app: AppState = demo.mtp_app  # type: ignore[attr-defined]
     loader, (target, drafter) = app.loader, app.default
     if loader.start(target, drafter).busy:  # a pair given in memory is ready: nothing to report
         threading.Thread(target=_report_load, args=(loader, target, drafter), daemon=True).start()
     work.stop_at_exit()
-    demo.queue(default_concurrency_limit=service.env_int("MTP_VIZ_CONCURRENCY", 1),
-               max_size=service.env_int("MTP_VIZ_QUEUE_SIZE", 32))
+    demo.queue(default_concurrency_limit=deploy.env_int("MTP_VIZ_CONCURRENCY", 1),
+               max_size=deploy.env_int("MTP_VIZ_QUEUE_SIZE", 32))
     kwargs.setdefault("max_file_size", Handlers.MAX_UPLOAD_BYTES)  # a larger upload is refused as it arrives
     return demo.launch(server_name=host, server_port=port,
-                       **{**launch_kwargs(), "state_session_capacity": service.env_sessions(), **kwargs})
+                       **{**launch_kwargs(), "state_session_capacity": deploy.env_sessions(), **kwargs})
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

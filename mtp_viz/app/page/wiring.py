@@ -16,7 +16,7 @@ import gradio as gr
 from mtp_viz.app.handlers import links
 from mtp_viz.app.handlers.local import CUSTOM, OUTPUTS, Handlers
 from mtp_viz.app.handlers.vllm import HINT, VllmHandlers, capabilities
-from mtp_viz.app.runtime import service
+from mtp_viz.app.runtime import deploy, service
 from mtp_viz.views import charts, tokens
 from mtp_viz.prompts import Prompt, category_suite, code_suite, load_prompts
 
@@ -84,6 +84,7 @@ class Page:
     ar_stats: gr.HTML
     plots: dict[str, gr.Plot]  # by chart id (charts.CHARTS)
     theory: gr.HTML
+    measured: gr.HTML
     what_if: gr.HTML
     inspector_panel: gr.HTML
     anatomy_panel: gr.HTML
@@ -111,6 +112,7 @@ class Page:
         """What a frame fills, in :data:`OUTPUTS` order, then the session and Race replay."""
         slots = {"status": self.status, "caption": self.caption, "spec": self.spec, "spec_stats": self.spec_stats,
                  "ar": self.ar, "ar_stats": self.ar_stats, "compare": self.compare, "theory": self.theory,
+                 "measured": self.measured,
                  "model_status": self.model_status, **self.plots}
         return [slots[s] for s in OUTPUTS] + [self.session, self.replay_btn]
 
@@ -145,7 +147,7 @@ def wire(demo: gr.Blocks, page: Page, h: Handlers, vh: VllmHandlers, tabs: tuple
             h.scrub_range, page.session, page.scrub, queue=False, **HIDDEN).then(
             teach.what_if_update, page.session, page.what_if, queue=False, **HIDDEN)
     # a run may have loaded its pair: the model status then says what it runs in
-    started["run"].then(h.status_line, page.pair(), page.model_status, queue=False, show_progress="hidden",
+    started["run"].then(h.gate.status_line, page.pair(), page.model_status, queue=False, show_progress="hidden",
                         **HIDDEN)
     inspector.attach(h, page.session, page.inspector_panel, page.anatomy_panel, page.pair(), loads,
                      [started["run"]])
@@ -175,26 +177,28 @@ def _wire_model(demo: gr.Blocks, page: Page, h: Handlers, vh: VllmHandlers, tabs
         return (gr.update(visible=key == CUSTOM),
                 tokens.message_html(HINT) if server else hint_html(h.presets, key),
                 gr.update(choices=prompt_choices(prompts), value=None),
-                gr.skip() if server else gr.update(value=key != "tiny"), gr.update(visible=server),
-                vh.picked(key))
+                gr.skip() if server else gr.update(value=key != "tiny"), gr.update(visible=server))
 
     page.model.change(on_model, page.model, [page.custom_row, page.hint, page.example, page.chat,
-                                             page.server.row, page.model_status], queue=False, **HIDDEN)
+                                             page.server.row], queue=False, **HIDDEN)
+    # the picked pair's line when the visitor picks: not when a failed load puts the picker
+    # back (its sentence says why), nor on a link's restore (its tick below says where it stands)
+    page.model.input(vh.picked, page.model, page.model_status, queue=False, **HIDDEN)
     pair = page.pair()
-    shown = [page.model_status, page.timer, page.chat]
+    shown = [page.model_status, page.timer, page.chat, page.model]
     pressed = page.load_btn.click(vh.load, pair[:3] + [page.server.url, page.server.baseline] + pair[3:], shown,
                                   **HIDDEN)
     # another precision, or the other engine, is another pair: its line (loaded, loading,
     # or loads on first run)
-    gr.on([page.target_precision.change, page.drafter_precision.change, page.compile.change], h.tick, pair,
+    gr.on([page.target_precision.change, page.drafter_precision.change, page.compile.change], h.gate.tick, pair,
           shown, queue=False,
           show_progress="hidden", **HIDDEN)
     limits = links.Limits(tuple(h.presets), h.cap, 16 * h.prompt_cap, tabs=tabs)
     restored = teach.wire(demo, page.form(), page.status, limits)  # deep link, Copy link, tour, presenter mode
     # Three triggers, but not one gr.on: the link's status line must follow its restore (a
     # .then is no trigger gr.on takes); the link and the timer only report, never load.
-    loads = [pressed, restored.then(h.tick, pair, shown, **HIDDEN),
-             page.timer.tick(h.poll, pair, shown, show_progress="hidden", **HIDDEN)]
+    loads = [pressed, restored.then(h.gate.tick, pair, shown, **HIDDEN),
+             page.timer.tick(h.gate.poll, pair, shown, show_progress="hidden", **HIDDEN)]
     page.example.change(lambda p: p or gr.skip(), page.example, page.prompt, queue=False, **HIDDEN)
     return loads
 
@@ -234,11 +238,11 @@ def _wire_runs(page: Page, h: Handlers, vh: VllmHandlers) -> dict[str, Any]:
             yield from vh.measure(v, data[page.repeats], data[page.session])
 
     shown = dict(show_progress="minimal", show_progress_on=page.status, **HIDDEN)
-    model_slot = dict(concurrency_id="local", concurrency_limit=service.WAITING, **shown)
+    model_slot = dict(concurrency_id="local", concurrency_limit=deploy.WAITING, **shown)
     page.run_btn.click(route, [page.model, local_go, remote_go], [local_go, remote_go], queue=False, **HIDDEN)
     run_ev = local_go.change(run, set(form) | {page.session}, outputs, **model_slot)
     remote_ev = remote_go.change(run_remote, set(form) | {page.session}, outputs, concurrency_id="vllm",
-                                 concurrency_limit=service.env_int("MTP_VIZ_VLLM_CONCURRENCY", 4), **shown)
+                                 concurrency_limit=deploy.env_int("MTP_VIZ_VLLM_CONCURRENCY", 4), **shown)
     page.measure_btn.click(measure, set(form) | {page.session, page.repeats, page.measure_compiled, page.measure_peers},
                            outputs, **model_slot)
     recorded = dict(concurrency_limit=8, show_progress="hidden", **HIDDEN)  # no model: many at once

@@ -7,7 +7,7 @@ loopback, a cloud metadata address, a private network. The rules:
 - ``http://`` or ``https://`` only, with a host, a valid port, and no user name or
   password in it (``http://user:pw@host`` is also how a URL hides its real host);
 - when the deployment is locked down (``MTP_VIZ_ALLOWED_MODELS`` is set, see
-  :class:`.service.AllowList`) only the servers listed in ``MTP_VIZ_VLLM_URLS``
+  :class:`.deploy.AllowList`) only the servers listed in ``MTP_VIZ_VLLM_URLS``
   (comma-separated), and none at all when that is empty.
 
 URLs compare in a canonical form (scheme and host in lower case, the default port
@@ -22,7 +22,7 @@ import urllib.parse
 
 from mtp_viz.errors import UserError
 
-from .service import AllowList
+from .deploy import AllowList
 
 MAX_URL = 512   # characters: a server address is short; a long one is refused, not shown back
 _PORTS = {"http": 80, "https": 443}

@@ -23,10 +23,11 @@ from mtp_viz.engine.schedules import ScheduleCache
 from mtp_viz.sources.base import WARM_UP_TOKENS, Source
 from mtp_viz.sources.settings import RunSettings
 
-from . import service, work
-from .service import FRAMES_PER_SECOND, user_message
+from . import deploy, service, work
+from .deploy import FRAMES_PER_SECOND
+from .service import user_message
 
-FRAME_INTERVAL = 1 / FRAMES_PER_SECOND  # see service.FRAMES_PER_SECOND
+FRAME_INTERVAL = 1 / FRAMES_PER_SECOND  # see deploy.FRAMES_PER_SECOND
 CHART_INTERVAL = 2.0      # plotly figures are re-sent whole (and redrawn by the browser
                           # beside the run): rarely, so both modes stream under like load
 HEARTBEAT = 1.0           # an empty frame after this long without news (see _stream)
@@ -315,7 +316,7 @@ def load_and_warm(target: str, drafter: str | None, precision: Any = None, compi
     (:func:`warm_up`)."""
     from mtp_viz.sources import models  # imports torch: only here, on first use
     models.set_threads(service.threads())
-    pair = models.load_pair(target, drafter, dtype=service.env_dtype(),
+    pair = models.load_pair(target, drafter, dtype=deploy.env_dtype(),
                             target_precision=precision.target if precision else None,
                             drafter_precision=precision.drafter if precision else None)
     if compile:

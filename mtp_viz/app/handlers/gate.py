@@ -1,0 +1,223 @@
+"""The gate every handler of a local run passes: which pair the form names (each field
+checked), where that pair stands in the loader (its line in ``#model-status``), waiting
+for it to load, then for the engine's turn, saying so in the status line as it waits.
+Composed into :class:`.local.Handlers` (``h.gate``) and used by Run, Measure and
+``/generate`` alike; no torch here."""
+from __future__ import annotations
+
+import time
+from typing import Any, Iterator
+
+import gradio as gr
+
+from mtp_viz.app.runtime import runs, service
+from mtp_viz.app.runtime.service import Load
+from mtp_viz.app.runtime.turns import Turns, ahead_words
+from mtp_viz.errors import UserError, clip
+from mtp_viz.sources.precision import Precision
+from mtp_viz.views import tokens
+from mtp_viz.views.frame import Frame
+
+from . import form
+
+CUSTOM = "custom"   # the picker's entry for a pair typed in
+
+
+def ran_in(pair: Any) -> str:
+    """What a loaded pair's models run in, read from them: " (target int8, drafter float32)"."""
+    p = getattr(pair, "precision", None) or {}
+    if not p.get("target"):
+        return ""
+    return f" (target {p['target']}" + (f", drafter {p['drafter']})" if p.get("drafter") else ")")
+
+
+def compiled_line(pair: Any) -> tuple[str, str]:
+    """What compiling a loaded pair did, for its status line: (" Compiled in 74.2 s (5
+    graphs), kept out of every run's timing.", "info"), the one sentence saying why it fell
+    back to eager decoding ("warn"), or ("", "info") for a pair not asked compiled."""
+    note = getattr(pair, "compile_note", "") or ""
+    if note:
+        return f" Compiling fell back to eager decoding: {note}", "warn"
+    fast = getattr(pair, "fast", None)
+    if fast is None:
+        return "", "info"
+    step = getattr(pair, "draft_step", None)
+    graphs = len(fast.graph.shapes.seconds) + (len(step.graph.shapes.seconds) if step is not None else 0)
+    return (f" Compiled in {getattr(pair, 'compile_seconds', 0.0):.1f} s ({graphs} graph{'s' if graphs != 1 else ''}), "
+            "kept out of every run's timing."), "info"
+
+
+
+class Gate:
+    """The pair a form names and the way to it: shared by every session of a demo."""
+
+    def __init__(self, loader: service.PairLoader, presets: dict, engine: Turns):
+        self.loader, self.presets, self.engine = loader, presets, engine
+
+    def pick(self, key: str, custom_target: str = "", custom_drafter: str = "") -> tuple[str, str | None]:
+        """(target, drafter) for a picker choice; UserError for what may not be loaded."""
+        if key == CUSTOM:
+            target = (custom_target or "").strip()
+            if not target:
+                raise UserError("Enter a hub id or a local folder for the custom target model.")
+            pair = target, (custom_drafter or "").strip() or None
+        elif key in self.presets:
+            pair = self.presets[key]["target"], self.presets[key]["drafter"]
+        else:
+            raise UserError("Pick a model pair from the list.")
+        self.loader.allow.check(*pair)
+        return pair
+
+    @staticmethod
+    def precision(target_precision: Any = None, drafter_precision: Any = None) -> Precision:
+        """The page's precision fields (``default``: ``MTP_VIZ_DTYPE``, else the device's),
+        checked: one sentence for anything else (the API takes any JSON value)."""
+        return Precision.of(None, form.text(target_precision or "default", "The target precision"),
+                            form.text(drafter_precision or "default", "The drafter precision"))
+
+    @staticmethod
+    def compiled(value: Any = None) -> bool:
+        """The page's ``#compile`` switch (None, not given: off), checked: one
+        sentence for anything but true or false (the API takes any JSON value)."""
+        return False if value is None else form.flag(value, "Compiled engine")
+
+    def model_line(self, target: str, drafter: str | None, precision: Precision | None = None,
+                   compile: bool = False) -> str:
+        st = self.loader.state(target, drafter, precision, compile)
+        # a custom name as typed, cut short: a status line is no place for 100,000 characters
+        named = next((p["name"] for p in self.presets.values()  # launch's pair in memory, by its models' names
+                      if "name" in p and (p["target"], p["drafter"]) == (target, drafter)), None)
+        name = named or ("the bundled tiny pair" if target == "tiny" else
+                         clip(target) + (f" + {clip(drafter)}" if drafter else ""))
+        asked = (f" in {precision.label}" if precision and precision != Precision() else "") + \
+            (", compiled" if compile else "")
+        if st.status == Load.QUEUED and st.ahead:
+            return tokens.message_html(f"Waiting to compile {name}{asked}: {ahead_words(st.ahead, 'compile')} "
+                                       f"(one at a time)… {time.monotonic() - st.started:.0f} s")
+        if st.busy:
+            waited = f"… {time.monotonic() - st.started:.0f} s"
+            if st.progress is not None:   # compiling the graphs of a default run (sources.compiling)
+                return tokens.message_html(f"Compiling {name}{asked} before its first run, {st.progress.line()}{waited}")
+            doing = " (then compiling its graphs once, before its first run: a minute or more)" if compile else ""
+            return tokens.message_html(f"Loading {name}{asked}{doing}{waited}")
+        if st.status == Load.READY:
+            line, level = compiled_line(st.pair) if compile else ("", "info")
+            return tokens.message_html(f"Ready: {name}{ran_in(st.pair)}.{line}", level=level)
+        if st.ended:
+            return tokens.message_html(st.message, level="error" if st.status == Load.ERROR else "warn")
+        return tokens.message_html(f"{name[:1].upper()}{name[1:]}{asked} loads on first run (or press Load).")
+
+    def asked(self, key: str, custom_target: str, custom_drafter: str, target_precision: Any = None,
+              drafter_precision: Any = None, compiled: Any = None) -> tuple[str, str | None, Precision, bool]:
+        """(target, drafter, precision, compile): the pair the form names, each field checked."""
+        target, drafter = self.pick(key, custom_target, custom_drafter)
+        precision, compile = self.precision(target_precision, drafter_precision), self.compiled(compiled)
+        self.loader.allow.check_build(precision, compile)
+        return target, drafter, precision, compile
+
+    def load(self, key: str, custom_target: str, custom_drafter: str, target_precision: Any = None,
+             drafter_precision: Any = None, compiled: Any = None):
+        try:
+            target, drafter, precision, compile = self.asked(key, custom_target, custom_drafter, target_precision,
+                                                             drafter_precision, compiled)
+            self.loader.start(target, drafter, precision, compile)
+        except UserError as e:
+            return tokens.message_html(str(e), level="error"), gr.Timer(active=False), gr.skip(), gr.skip()
+        return self.model_line(target, drafter, precision, compile), gr.Timer(active=True), gr.skip(), gr.skip()
+
+    def loaded_choice(self, leaving: str) -> str | None:
+        """The picker's entry for the pair used most recently that is loaded (not
+        ``leaving``), if any: where a failed load puts the picker back."""
+        for ready in reversed(self.loader.loaded()):
+            for key, p in self.presets.items():
+                if key != leaving and service.pair_key(p["target"], p["drafter"]) == ready[:2]:
+                    return key
+        return None
+
+    def tick(self, key: str, custom_target: str, custom_drafter: str, target_precision: Any = None,
+             drafter_precision: Any = None, compiled: Any = None, polled: bool = False):
+        """While a pair loads: its status line; once ready, the chat switch follows the
+        pair (on only when its tokenizer has a chat template). ``polled``: called by the
+        timer itself, which is then left running while the pair loads (:meth:`poll`)."""
+        try:
+            target, drafter, precision, compile = self.asked(key, custom_target, custom_drafter, target_precision,
+                                                             drafter_precision, compiled)
+        except UserError:
+            return gr.skip(), gr.Timer(active=False), gr.skip(), gr.skip()
+        st = self.loader.state(target, drafter, precision, compile)
+        loading = st.busy
+        chat = gr.update(value=st.pair.chat_template is not None) if st.status == Load.READY else gr.skip()
+        # the timer's own tick leaves it running while the pair loads: a new Timer each second
+        # made Gradio rebuild the component's config (a JSON schema) on the thread a compile shares
+        timer = gr.skip() if polled and loading else gr.Timer(active=loading)
+        line, picker = self.model_line(target, drafter, precision, compile), gr.skip()
+        back = self.loaded_choice(key) if st.status == Load.ERROR else None
+        if back is not None:   # a failed load leaves the picker on the pair that is loaded, not on a second try
+            picker = gr.update(value=back)
+            line = tokens.message_html(f"{st.message} The picker is back on {self.presets[back].get('label', back)}, "
+                                       "which is loaded.", level="error")
+        return line, timer, chat, picker
+
+    def poll(self, key: str, custom_target: str, custom_drafter: str, target_precision: Any = None,
+             drafter_precision: Any = None, compiled: Any = None):
+        """The timer's tick: :meth:`tick`, the timer left running while the pair loads."""
+        return self.tick(key, custom_target, custom_drafter, target_precision, drafter_precision, compiled, polled=True)
+
+    def status_line(self, key: str, custom_target: str, custom_drafter: str, target_precision: Any = None,
+                    drafter_precision: Any = None, compiled: Any = None):
+        """``#model-status`` after a run, which may have loaded the pair: what it runs in."""
+        try:
+            return self.model_line(*self.asked(key, custom_target, custom_drafter, target_precision,
+                                               drafter_precision, compiled))
+        except UserError:
+            return gr.skip()
+
+    def ready_pair(self, target: str, drafter: str | None, sess: runs.Session,
+                    precision: Precision | None = None, compile: bool = False) -> Iterator[Any]:
+        """Wait for the pair, yielding status lines; the last item is the pair (or None)."""
+        while (st := self.loader.wait(target, drafter, timeout=0.5, precision=precision,
+                                      compile=compile)).busy:
+            if sess.stop.is_set():  # the model keeps loading for the next run
+                raise UserError("Stopped while the model loads.")
+            yield self.model_line(target, drafter, precision, compile)
+        if st.status != Load.READY:
+            raise UserError(st.message)
+        yield st.pair
+
+    def waits(self, target: str, drafter: str | None, sess: runs.Session, precision: Precision | None = None,
+               compile: bool = False, twin: bool = False) -> Iterator[Any]:
+        """Wait for the pair (loading or compiling holds no turn on the engine), then for
+        the engine's turn, yielding frames (the pair's line also in ``#model-status``); the
+        last item is (pair, held ticket). ``twin``: also wait for the same models on the
+        compiled engine (its line in ``#status`` only); the last item is then
+        ((pair, compiled pair), ticket)."""
+        for item in self.ready_pair(target, drafter, sess, precision, compile):
+            if isinstance(item, str):
+                yield Frame(status=item, model_status=item)
+            else:
+                pair = item
+        for item in self.ready_pair(target, drafter, sess, precision, True) if twin else ():
+            if isinstance(item, str):
+                yield Frame(status=item)
+            else:
+                pair = (pair, item)
+        for item in self.turn(sess):
+            yield Frame(status=item) if isinstance(item, str) else (pair, item)
+
+    def turn(self, sess: runs.Session) -> Iterator[Any]:
+        """Join the engine's line (the pair is ready by now); yield status lines while
+        waiting; the last item is the held :class:`mtp_viz.app.runtime.turns.Ticket`, which the caller leaves."""
+        ticket = self.engine.join()
+        try:
+            while not ticket.wait(0.5):
+                if sess.stop.is_set():
+                    raise UserError("Stopped while waiting for the engine.")
+                yield tokens.message_html(f"Waiting for the engine: {ahead_words(ticket.ahead, 'run')} "
+                                          "(one at a time, so timings never share the CPU)…")
+        except BaseException:  # Stop, or the visitor left: the place goes
+            ticket.leave()
+            raise
+        yield ticket
+
+
+__all__ = ["CUSTOM", "Gate", "compiled_line", "ran_in"]
