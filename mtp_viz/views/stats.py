@@ -278,6 +278,16 @@ def measurement_html(m, engine: Ran = Ran()) -> str:
                         m.clock, engine=(engine.engine, engine.label))
 
 
+def measure_result_html(m, engine: Ran = Ran()) -> str:
+    """Measure's result as the Measure tab shows it (``#measure-result``): its sentence and
+    basis, carrying ``data-speedup`` and ``data-basis`` like ``#compare``, and no element id
+    of its own (the badge on Decode holds ``#compare`` and its tables)."""
+    head = measurement_sentence(m, html.escape(engine.label, quote=False), bold=True)
+    over = measured_over(m.spec_tps, m.ar_tps, m.clock, m.threads, f"medians of {m.repeats} repeats, alternating")
+    return (f'<div class="mv-measure-result" data-speedup="{m.median:.4f}" data-basis="median of {m.repeats}">'
+            f'<h3>Measured</h3><p>{head}.</p><p><small>{over}</small></p></div>')
+
+
 def decoders_html(m, engine: Ran = Ran()) -> str:
     """Every decoder a Measure timed, against the fastest plain one, as the bench's table
     "Against the fastest plain decoder measured here" (``#measure-decoders``; each row

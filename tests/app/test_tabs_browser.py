@@ -120,7 +120,8 @@ def test_a_bad_tab_in_a_link_is_named_and_the_first_tab_opens(browser, server):
 
 def test_tabs_switch_by_click_and_keys_and_header_links_open_theirs(page):
     open_tab(page, "inside")
-    assert page.locator("#scrub").is_visible() and not page.locator("#run").is_visible()
+    assert page.locator("#charts-title").is_visible() and not page.locator("#run").is_visible()
+    assert not page.locator("#scrub").is_visible()        # the scrubber is Decode's, beside the panes
     width = page.locator("#timing-plot .main-svg").first.evaluate("e => e.getBoundingClientRect().width")
     assert width >= 0.9 * page.locator("#timing-plot").bounding_box()["width"]  # drawn hidden, sized when shown
     page.focus("#tab-inside-button")

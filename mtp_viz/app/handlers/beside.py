@@ -158,8 +158,8 @@ class Measuring:
             ticket.leave()
         sess.remember((target, drafter, precision), m.beside)
         notes += m.notes
-        result = stats.measurement_html(m, engine=pair.decoder.ran)
-        yield outputs(Frame(compare=result, measured=result) | message(
+        yield outputs(Frame(compare=stats.measurement_html(m, engine=pair.decoder.ran),
+                            measured=stats.measure_result_html(m, engine=pair.decoder.ran)) | message(
             f"Measured {n} repeats of each mode (spread ×{m.spread:.2f} between the fastest and slowest "
             "repeat's speedup)." + "".join(" " + x for x in notes), level="warn" if notes else "info"))
 
