@@ -1,16 +1,20 @@
 """In headless Chromium: Compiled engine ticked under More settings loads the bundled
 tiny pair compiled (a pair of its own), the model status says which graph compiles and
 then what compiling took, and the run's speedup badge says the compiled engine ran
-(``#compare[data-engine]``); unticked, the eager pair runs again. Compiling the tiny pair
-takes minutes of CPU on a cold inductor cache (the test starts the app with one of its
-own), so one compile serves every check."""
+(``#compare[data-engine]``); while it compiles, a plain ``/generate`` from another
+visitor finishes with transformers' tokens; unticked, the eager pair runs again.
+Compiling the tiny pair takes minutes of CPU on a cold inductor cache (the test starts
+the app with one of its own), so one compile serves every check."""
 from __future__ import annotations
 
 import pytest
 
 from browsing import PROMPT, open_settings
+from serving import generate_ids, transformers_greedy
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+PLAIN, N = "def add(a, b):\n    return", 24   # the other visitor's plain /generate
 
 
 def _serve_subprocess(tmp_path, env: dict) -> tuple:
@@ -53,8 +57,12 @@ def test_a_first_compiled_run_on_a_cold_cache_shows_progress_then_positive_times
     end with negative seconds and no speedup. Now ``#model-status`` (and ``#status``) say
     which graph of how many compiles, with the time left once one was timed; every graph
     compiles before the first token, so the runs report no compile of their own, positive
-    times and a speedup badge."""
+    times and a speedup badge. Before the engine's line, a plain ``/generate`` sent
+    meanwhile waited 318 s behind such a compile; now it finishes while the compile still
+    runs (an ordering, not a time: queued behind the run, it would have finished after
+    it) and gives transformers' tokens."""
     from browsing import new_page
+    reference = transformers_greedy(PLAIN, N)   # before the app starts: none of the compile's CPU
     proc, url = _serve_subprocess(tmp_path, {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
                                              "MTP_VIZ_THREADS": "1"})
     try:
@@ -69,6 +77,9 @@ def test_a_first_compiled_run_on_a_cold_cache_shows_progress_then_positive_times
         page.wait_for_selector("#model-status:has-text('graph 1 of')", timeout=120_000)
         assert "before its first run" in page.inner_text("#model-status")
         assert "graph 1 of" in page.inner_text("#status")
+        assert generate_ids(url, PLAIN, N) == reference   # another visitor, on the eager pair
+        assert "Compiled in" not in page.inner_text("#model-status")   # the compile still runs
+        assert "Done" not in page.inner_text("#status")
         page.wait_for_selector("#model-status:has-text('s left')", timeout=600_000)   # estimated once one was timed
         page.wait_for_selector("#status:has-text('Done')", timeout=900_000)
         compare = page.locator("#compare")

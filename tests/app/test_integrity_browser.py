@@ -1,5 +1,6 @@
 """Integrity under load, in a served app: the pair a visitor loaded is the pair that runs,
-and loading or compiling holds no other visitor.
+and loading holds no other visitor (that a cold compile holds none either is checked in
+test_compile_browser.py, beside the one cold compile it makes).
 
 Before ``engine.build``, two visitors pressing Load at once (bfloat16 and float16) in a
 locked-down app got pairs in the wrong precision in 2 of 3 trials, the default pair was
@@ -13,10 +14,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer   # before any app imports it on a thread
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401  before any app imports it on a thread
 
 from browsing import ARGS, CHROMIUM, new_page, open_settings
-from serving import serve
+from serving import generate_ids, serve, transformers_greedy
 
 pytestmark = pytest.mark.browser
 
@@ -45,32 +46,6 @@ def locked(tmp_path_factory):
     finally:
         for k, v in saved.items():
             os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
-
-
-def transformers_greedy(prompt: str, n: int) -> list[int]:
-    """transformers' own greedy continuation by the bundled target loaded alone, in float32.
-    Its load takes the process's build lock like every load in the app beside it: an
-    overlapping ``from_pretrained`` would corrupt both (see engine.build)."""
-    from mtp_viz.engine.build import building
-    from mtp_viz.paths import assets_dir
-    folder = assets_dir() / "tiny" / "target"
-    with building():
-        tok = AutoTokenizer.from_pretrained(folder)
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-    ids = tok(prompt, return_tensors="pt")["input_ids"]
-    out = model.generate(ids, do_sample=False, max_new_tokens=n, pad_token_id=tok.pad_token_id or 0)
-    return out[0, ids.shape[1]:].tolist()
-
-
-def generate_ids(url: str, **kw) -> list[int]:
-    from gradio_client import Client
-    client = Client(url, verbose=False)
-    try:
-        events = client.predict(prompt=PROMPT, max_new_tokens=N, chat=False, api_name="/generate", **kw)
-    finally:
-        client.close()
-    assert events[-1]["type"] == "done", events[-1]
-    return [e["token_id"] for e in events if e["type"] in ("accepted", "bonus", "token")]
 
 
 def test_two_visitors_pressing_load_at_once_each_get_their_precision_and_the_default_stays_whole(locked):
@@ -103,8 +78,8 @@ def test_two_visitors_pressing_load_at_once_each_get_their_precision_and_the_def
     assert {p.dtype for m in (default.target, default.drafter_model) for p in m.parameters()} == {torch.float32}
     assert torch.get_default_dtype() == torch.float32
     # greedy speculative and plain decoding of the default pair: transformers' own tokens
-    assert generate_ids(url) == reference
-    assert generate_ids(url, mode="autoregressive") == reference
+    assert generate_ids(url, PROMPT, N) == reference
+    assert generate_ids(url, PROMPT, N, mode="autoregressive") == reference
 
 
 def _precision(name: str):
@@ -163,45 +138,3 @@ def test_a_forged_choice_is_named_not_echoed():
         box.preprocess("x" * 100_000)
     assert str(e.value.message) == "Target precision: that value is not one of its choices."
     assert box.preprocess("float32") == "float32"
-
-
-@pytest.mark.slow
-def test_a_plain_generate_finishes_while_another_visitor_waits_for_a_cold_compile(tmp_path, monkeypatch):
-    """A visitor presses Run on the compiled engine (a cold inductor cache: a compile of a
-    minute or more); a plain /generate sent meanwhile finishes while that compile still
-    runs (an ordering, not a time: queued behind the run, as before the engine's line, it
-    would have finished after it) and gives transformers' tokens."""
-    import time
-
-    from playwright import sync_api
-
-    from mtp_viz.app.page import layout as ui
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))   # a cold compile
-    for var in ("MTP_VIZ_ALLOWED_MODELS", "MTP_VIZ_PRECISIONS"):   # an open deployment: compile offered
-        monkeypatch.delenv(var, raising=False)
-    demo = ui.build_demo(target="tiny")
-    url = serve(demo)
-    loader = demo.mtp_app.loader
-    reference = transformers_greedy(PROMPT, N)
-    try:
-        with sync_api.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-            page = new_page(browser)
-            page.goto(url)
-            page.wait_for_selector("#model-status:has-text('Ready')", timeout=180_000)
-            open_settings(page)
-            page.locator("#compile input").check()
-            page.fill("#prompt textarea", PROMPT)
-            page.click("#run")
-            page.wait_for_selector("#status:has-text('before its first run')", timeout=120_000)
-            deadline = time.monotonic() + 120
-            while loader.state("tiny", None, None, True).status != "loading" and time.monotonic() < deadline:
-                time.sleep(0.1)
-            assert loader.state("tiny", None, None, True).status == "loading"
-            assert generate_ids(url) == reference
-            assert loader.state("tiny", None, None, True).status == "loading"   # the compile still runs
-            page.wait_for_selector("#status:has-text('Done')", timeout=900_000)  # then the visitor's run (a cold compile: 4-13 min)
-            assert page.locator("#compare").get_attribute("data-engine") == "compiled"
-            browser.close()
-    finally:
-        demo.close()

@@ -2,7 +2,10 @@
 ``python app.py`` with the bundled tiny pair, three concurrent clients (a greedy run, a
 bad input, a client that leaves mid-stream), a visitor in headless Chromium whose vLLM
 run waits on a trickling server beside two greedy clients, a ten-run soak and a flood of
-one-off calls; and the bound on the sessions Gradio keeps (``MTP_VIZ_MAX_SESSIONS``)."""
+one-off calls; and the bound on the sessions Gradio keeps (``MTP_VIZ_MAX_SESSIONS``). Its
+compile check (a visitor's cold compile beside waves of plain clients: 10-13 minutes of
+CPU) is left to full runs by hand; CI's one cold compile in the app, with a plain
+``/generate`` finishing beside it, is test_compile_browser.py's."""
 from __future__ import annotations
 
 import importlib.util
@@ -15,7 +18,7 @@ import pytest
 
 from locations import ROOT
 
-pytestmark = pytest.mark.slow  # the load test runs a real app with waves of clients and a cold compile: minutes
+pytestmark = pytest.mark.slow  # the load test runs a real app with waves of clients: minutes
 
 SCRIPT = ROOT / "benchmarks" / "load_test.py"
 
@@ -31,7 +34,7 @@ def test_small_load_test_against_the_real_app(tmp_path):
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False"}
     proc = subprocess.run([sys.executable, str(SCRIPT), "--clients", "3", "--rounds", "1", "--soak", "10",
                            "--flood", "30", "--trickle", "2", "--trickle-repeats", "2", "--max-sessions", "10",
-                           "--compile", "2", "--compile-waves", "1",
+                           "--compile", "0",   # the cold compile beside plain visitors: test_compile_browser.py
                            "--out", str(tmp_path), "--max-seconds", "1500"],
                           env=env, capture_output=True, text=True, timeout=1560)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -50,11 +53,7 @@ def test_small_load_test_against_the_real_app(tmp_path):
     t = r["trickle_check"]
     assert t["held_nothing"] and t["still_waiting"] and t["stopped"] and t["problems"] == []
     assert t["latency_beside_p50_s"] > 0 and t["latency_alone_p50_s"] > 0
-    # a visitor's cold compile (another precision, the compiled engine) holds no plain client:
-    # the wave beside it ended while it still compiled, and that visitor's run then ran compiled
-    c = r["compile_check"]
-    assert c["held_nothing"] and c["still_compiling"] and c["engine"] == "compiled" and c["problems"] == []
-    assert c["latency_alone_p50_s"] > 0 and c["latency_beside_p90_s"] > 0
+    assert "compile_check" not in r
     s = r["soak"]
     assert (s["runs"], s["completed_runs"], s["cross_talk"], s["unexpected"]) == (10, 10, 0, 0)
     assert len(s["rss_mb"]) == 11 and s["rss_mb"][0][1] > 100  # a real server holding a real model
