@@ -77,8 +77,7 @@ def check(args: argparse.Namespace) -> tuple[float, ...]:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from mtp_viz.measure import machine
-    from mtp_viz.measure.profile import study
+    from mtp_viz.measure.profile import describe, study
     from mtp_viz.sources.models import load_pair
     from mtp_viz.views.profile import markdown
     alphas = check(args)
@@ -104,11 +103,7 @@ def run(args: argparse.Namespace) -> int:
             pairs["compiled"] = twin
     result = study(pairs, prompt_tokens=args.prompt_tokens, new_tokens=args.max_new_tokens, gamma=args.draft_tokens,
                    gamma_max=args.max_draft_tokens, alphas=alphas, repeats=args.repeats)
-    m = machine.machine()
-    result["meta"].update(target=args.target, weights=pair.weights, weights_label=pair.weights_label,
-                          shape_origin=pair.shape_origin, device=pair.device, host=m,
-                          precision=f"target {pair.precision['target']}, drafter {pair.precision['drafter']}",
-                          machine_line=machine.line(m))
+    describe(result, pair, args.target)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     table = markdown(result)

@@ -92,8 +92,15 @@ def peak_memory(device: str) -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
+def _check(stop: Any) -> None:
+    """Between two timed parts: a set ``stop`` (a :class:`threading.Event`) ends the profile."""
+    if stop is not None and stop.is_set():
+        from mtp_viz.errors import UserError
+        raise UserError("The profile was stopped.")
+
+
 def costs(pair: Any, engine: str, prompt_ids: list[int], gamma_max: int, repeats: int,
-          clock: Callable[[], float]) -> Costs:
+          clock: Callable[[], float], stop: Any = None) -> Costs:
     """The per-forward costs of ``pair`` on its decoder (see the module's docstring); the
     first pass over every shape is untimed (a compiled graph's first call compiles it)."""
     from mtp_viz.engine.drafters.base import DraftContext
@@ -107,6 +114,7 @@ def costs(pair: Any, engine: str, prompt_ids: list[int], gamma_max: int, repeats
     passes = repeats + 1
     need = len(prompt_ids) + passes * (len(widths) + 1) + gamma_max + 2
     for r in range(passes):  # a session per pass: the prefill is timed on a new cache each time
+        _check(stop)
         with dec.open(need) as kv:
             fwd, t = _timed(clock, device, lambda: kv.forward(prompt_ids, True, keep=1, prefill=True))
             kv.crop(0)
@@ -134,7 +142,7 @@ def costs(pair: Any, engine: str, prompt_ids: list[int], gamma_max: int, repeats
 
 
 def runs(pair: Any, engine: str, prompt_ids: list[int], n: int, gamma: int, alphas, repeats: int,
-         clock_for: Callable[[], Any], seed: int = 0) -> list[Run]:
+         clock_for: Callable[[], Any], seed: int = 0, stop: Any = None) -> list[Run]:
     """Whole greedy runs of ``n`` tokens: plain, then the MTP drafter at each set α,
     ``repeats`` times in rotated turns after one untimed warm-up of each."""
     from mtp_viz.engine import loop
@@ -156,11 +164,13 @@ def runs(pair: Any, engine: str, prompt_ids: list[int], n: int, gamma: int, alph
                                          clock=clock))
         arms[a] = spec
     for fn in list(arms.values())[1:]:
+        _check(stop)
         fn(time.perf_counter)                                  # warm-up (and any graph left to compile)
     done: dict[float | None, list] = {a: [] for a in arms}
     keys = list(arms)
     for r in range(repeats):
         for a in keys[r % len(keys):] + keys[:r % len(keys)]:
+            _check(stop)
             done[a].append(arms[a](clock_for()))
     out = []
     for a, streams in done.items():
@@ -200,9 +210,6 @@ def own_acceptance(pair: Any, prompt_ids: list[int], n: int, gamma: int) -> dict
             "tau": done.mean_accepted_length}
 
 
-
-
-
 def prompt_ids(pair: Any, tokens: int) -> list[int]:
     """A prompt of exactly ``tokens`` ids: the bundled suite's first prompt, repeated as
     needed and cut (the text itself does not change a forward's cost)."""
@@ -212,17 +219,19 @@ def prompt_ids(pair: Any, tokens: int) -> list[int]:
 
 
 def study(pairs: dict[str, Any], *, prompt_tokens: int = 32, new_tokens: int = 64, gamma: int = 4,
-          gamma_max: int = MAX_GAMMA, alphas=ALPHAS, repeats: int = 3, seed: int = 0) -> dict[str, Any]:
+          gamma_max: int = MAX_GAMMA, alphas=ALPHAS, repeats: int = 3, seed: int = 0,
+          stop: Any = None) -> dict[str, Any]:
     """The whole profile of one model pair on each engine of ``pairs`` (engine name -> the
     pair on it), JSON-ready: costs, whole runs, predictions (:mod:`mtp_viz.analysis.payoff`)
-    and, for real weights, the pair's own acceptance."""
+    and, for real weights, the pair's own acceptance. A set ``stop`` (a threading.Event)
+    ends it between two timed parts with one sentence (UserError)."""
     from mtp_viz.analysis import payoff
     from mtp_viz.sources.interleave import own_clock, running_clock
     first = next(iter(pairs.values()))
     ids = prompt_ids(first, prompt_tokens)
     now, basis = own_clock(first.device)
-    measured = {e: costs(p, e, ids, gamma_max, repeats, now) for e, p in pairs.items()}
-    whole = {e: runs(p, e, ids, new_tokens, gamma, alphas, repeats, lambda p=p: running_clock(p.device), seed)
+    measured = {e: costs(p, e, ids, gamma_max, repeats, now, stop) for e, p in pairs.items()}
+    whole = {e: runs(p, e, ids, new_tokens, gamma, alphas, repeats, lambda p=p: running_clock(p.device), seed, stop)
              for e, p in pairs.items()}
     fastest = min(measured.values(), key=lambda c: c.plain)
     plain_runs = {e: next(r for r in rs if r.alpha is None) for e, rs in whole.items()}
@@ -250,6 +259,7 @@ def study(pairs: dict[str, Any], *, prompt_tokens: int = 32, new_tokens: int = 6
         engines[e] = entry
     own = None
     if getattr(first, "weights", "real") == "real" and first.has_mtp:
+        _check(stop)
         own = own_acceptance(first, ids, new_tokens, gamma)
     return {"meta": {"prompt_tokens": len(ids), "new_tokens": new_tokens, "draft_tokens": gamma,
                      "max_draft_tokens": gamma_max, "alphas": list(alphas), "repeats": repeats, "clock": basis,
@@ -258,4 +268,19 @@ def study(pairs: dict[str, Any], *, prompt_tokens: int = 32, new_tokens: int = 6
                                                   "run_engine": fastest_run.engine,
                                                   "run_tokens_per_second": fastest_run.tokens_per_second},
             "own_acceptance": own}
-__all__ = ["ALPHAS", "Costs", "MAX_GAMMA", "Run", "costs", "own_acceptance", "peak_memory", "prompt_ids", "runs", "study"]
+
+
+def describe(result: dict[str, Any], pair: Any, target: str) -> dict[str, Any]:
+    """``result``'s meta given what it profiled and where: the target's name, its weights
+    (random: labelled), the shape's origin, the device, the precisions and the machine
+    (:mod:`mtp_viz.measure.machine`). The CLI's and the app's profiles alike."""
+    from mtp_viz.measure import machine
+    m = machine.machine()
+    result["meta"].update(target=target, weights=pair.weights, weights_label=pair.weights_label,
+                          shape_origin=pair.shape_origin, device=pair.device, host=m,
+                          precision=f"target {pair.precision['target']}, drafter {pair.precision['drafter']}",
+                          machine_line=machine.line(m))
+    return result
+
+
+__all__ = ["ALPHAS", "Costs", "MAX_GAMMA", "Run", "costs", "describe", "own_acceptance", "peak_memory", "prompt_ids", "runs", "study"]

@@ -1,12 +1,16 @@
 """A cost profile (:func:`mtp_viz.measure.profile.study`'s result) as a readable table.
 
-Pure: a dict in, markdown out. The same table is what ``mtp-viz profile`` prints and writes
-as ``profile.md``.
+Pure: a dict in, markdown, HTML or a plotly figure out. The markdown is what ``mtp-viz profile``
+prints and writes as ``profile.md``; the HTML and the figure are the app's Measure tab's
+(``#profile-result``, ``#profile-plot``): the same blocks (:func:`blocks`) in both.
 """
 from __future__ import annotations
 
+import html as _html
+from dataclasses import dataclass
 from typing import Any
 
+WAITING = "Press Profile: every forward's cost here, and the speedup it predicts."
 
 PARTED = ("A speculative run's greedy path parted from the plain run's: this precision rounds a "
           "verification of several tokens otherwise than a plain step, and where the target's top two "
@@ -24,64 +28,132 @@ def _alpha(a: float | None) -> str:
     return "never" if a is None else f"{a:.2f}"
 
 
-def markdown(result: dict[str, Any]) -> str:
+@dataclass(frozen=True)
+class Table:
+    head: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+
+
+def blocks(result: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The profile as a list of ``("title" | "h" | "p", text)`` and ``("table", Table)``
+    blocks: what :func:`markdown` and :func:`html` both render (one writer of its words)."""
     meta, fastest = result["meta"], result["fastest_plain"]
-    lines = [f"# Cost profile: {meta.get('target', '?')}", ""]
+    out: list[tuple[str, Any]] = [("title", f"Cost profile: {meta.get('target', '?')}")]
     if meta.get("weights_label"):
-        lines += [f"**{meta['weights_label']}** ({meta.get('shape_origin', '')} shape).", ""]
-    lines += [f"Machine: {meta.get('machine_line', '?')}.", "",
-              f"{meta.get('precision', '')}; prompt {meta['prompt_tokens']} tokens; {meta['new_tokens']} new tokens "
-              f"per run; medians of {meta['repeats']} repeats on the {meta['clock']} clock; peak memory "
-              f"{meta['peak_memory_bytes'] / 1e9:.2f} GB.", "", "## What each forward costs (ms)", ""]
+        out.append(("p", f"{meta['weights_label']} ({meta.get('shape_origin', '')} shape)."))
+    out += [("p", f"Machine: {meta.get('machine_line', '?')}."),
+            ("p", f"{meta.get('precision', '')}; prompt {meta['prompt_tokens']} tokens; {meta['new_tokens']} new "
+                  f"tokens per run; medians of {meta['repeats']} repeats on the {meta['clock']} clock; peak memory "
+                  f"{meta['peak_memory_bytes'] / 1e9:.2f} GB."),
+            ("h", "What each forward costs (ms)")]
     engines = result["engines"]
     widths = sorted({int(w) for e in engines.values() for w in e["costs"]["verify"]})
-    lines.append("| engine | plain step | " + " | ".join(f"verify {w}" for w in widths)
-                 + " | one draft | prefill / token | compile (s) |")
-    lines.append("|---" * (len(widths) + 5) + "|")
+    rows = []
     for name, e in engines.items():
         c = e["costs"]
-        lines.append(f"| {name} | {_ms(c['plain'])} | " + " | ".join(_ms(c["verify"].get(str(w))) for w in widths)
-                     + f" | {_ms(c['draft'])} | {_ms(c['prefill_per_token'])} | {c['compile_seconds']:.1f} |")
-    lines += ["", f"Verify w: the target over w tokens (w − 1 drafts) with the state MTP reads. The fastest plain "
-              f"step: {fastest['engine']}, {_ms(fastest['step_seconds'])} ms; the fastest plain run: "
-              f"{fastest['run_engine']}, {fastest['run_tokens_per_second']:.2f} tokens/s.", ""]
+        rows.append((name, _ms(c["plain"]), *(_ms(c["verify"].get(str(w))) for w in widths), _ms(c["draft"]),
+                     _ms(c["prefill_per_token"]), f"{c['compile_seconds']:.1f}"))
+    out += [("table", Table(("engine", "plain step", *(f"verify {w}" for w in widths), "one draft",
+                             "prefill / token", "compile (s)"), tuple(rows))),
+            ("p", f"Verify w: the target over w tokens (w − 1 drafts) with the state MTP reads. The fastest plain "
+                  f"step: {fastest['engine']}, {_ms(fastest['step_seconds'])} ms; the fastest plain run: "
+                  f"{fastest['run_engine']}, {fastest['run_tokens_per_second']:.2f} tokens/s.")]
     for name, e in engines.items():
         if "prediction" not in e:
             continue
         pred = e["prediction"]
         show = [a for a in (0.3, 0.5, 0.6, 0.7, 0.8, 0.9) if a in pred["alphas"]]
-        lines += [f"## Predicted speedup over the fastest plain decoder: {name} engine", "",
-                  "| γ | break-even α | " + " | ".join(f"α = {a:g}" for a in show) + " |",
-                  "|---" * (len(show) + 2) + "|"]
+        rows = []
         for g, row in pred["speedup"].items():
             by_alpha = dict(zip(pred["alphas"], row))
-            lines.append(f"| {g} | {_alpha(pred['break_even'][g])} | "
-                         + " | ".join(f"×{by_alpha[a]:.2f}" for a in show) + " |")
+            rows.append((str(g), _alpha(pred["break_even"][g]), *(f"×{by_alpha[a]:.2f}" for a in show)))
         at = {float(a): gs for a, gs in pred["best"].items()}   # float keys, or their JSON strings
         best = [f"α {a:g}: γ* = {at[a][0]} (×{at[a][1]:.2f})" for a in show]
-        lines += ["", "Best draft length: " + "; ".join(best) + ".", ""]
+        out += [("h", f"Predicted speedup over the fastest plain decoder: {name} engine"),
+                ("table", Table(("γ", "break-even α", *(f"α = {a:g}" for a in show)), tuple(rows))),
+                ("p", "Best draft length: " + "; ".join(best) + ".")]
         if e.get("runs"):
-            lines += [f"## Measured end to end: {name} engine, γ = {meta['draft_tokens']}", "",
-                      "| run | tokens/s | speedup over the fastest plain run | predicted | measured ÷ predicted "
-                      "| α the draws gave | predicted at it | measured ÷ predicted at it | drafts kept | same tokens as plain |",
-                      "|---|---|---|---|---|---|---|---|---|---|",
-                      f"| plain | {e['plain_run']['tokens_per_second']:.2f} | – | – | – | – | – | – | – | – |"]
+            rows = [("plain", f"{e['plain_run']['tokens_per_second']:.2f}", *("–",) * 8)]
             for r in e["runs"]:
-                lines.append(f"| {r['label']} | {r['tokens_per_second']:.2f} | ×{r['speedup']:.2f} | "
-                             f"×{r['predicted']:.2f} | {r['measured_over_predicted']:.2f} | "
-                             f"{r['realized_alpha']:.3f} | ×{r['predicted_at_realized_alpha']:.2f} | "
-                             f"{r['speedup'] / r['predicted_at_realized_alpha']:.2f} | "
-                             f"{r['acceptance']:.1%} | {'yes' if r['same_tokens'] else 'NO'} |")
-            lines.append("")
+                rows.append((r["label"], f"{r['tokens_per_second']:.2f}", f"×{r['speedup']:.2f}",
+                             f"×{r['predicted']:.2f}", f"{r['measured_over_predicted']:.2f}",
+                             f"{r['realized_alpha']:.3f}", f"×{r['predicted_at_realized_alpha']:.2f}",
+                             f"{r['speedup'] / r['predicted_at_realized_alpha']:.2f}", f"{r['acceptance']:.1%}",
+                             "yes" if r["same_tokens"] else "NO"))
+            out += [("h", f"Measured end to end: {name} engine, γ = {meta['draft_tokens']}"),
+                    ("table", Table(("run", "tokens/s", "speedup over the fastest plain run", "predicted",
+                                     "measured ÷ predicted", "α the draws gave", "predicted at it",
+                                     "measured ÷ predicted at it", "drafts kept", "same tokens as plain"),
+                                    tuple(rows)))]
             if not all(r["same_tokens"] for r in e["runs"]):
-                lines += [PARTED, ""]
+                out.append(("p", PARTED))
     own = result.get("own_acceptance")
     if own:
-        lines += [f"The pair's own drafter on this prompt: α = {own['alpha']:.3f} (maximum likelihood), "
-                  f"τ = {own['tau']:.2f} tokens per target forward, at γ = {own['gamma']}.", ""]
+        out.append(("p", f"The pair's own drafter on this prompt: α = {own['alpha']:.3f} (maximum likelihood), "
+                         f"τ = {own['tau']:.2f} tokens per target forward, at γ = {own['gamma']}."))
     elif meta.get("weights_label"):
-        lines += ["The pair's own acceptance is not measured: its weights are random, so its drafts are noise.", ""]
-    return "\n".join(lines)
+        out.append(("p", "The pair's own acceptance is not measured: its weights are random, so its drafts are noise."))
+    return out
 
 
-__all__ = ["markdown"]
+def markdown(result: dict[str, Any]) -> str:
+    """The profile as markdown: what ``mtp-viz profile`` prints and writes as ``profile.md``."""
+    lines: list[str] = []
+    for kind, b in blocks(result):
+        if kind == "table":
+            lines += ["| " + " | ".join(b.head) + " |", "|---" * len(b.head) + "|",
+                      *("| " + " | ".join(r) + " |" for r in b.rows), ""]
+        else:
+            lines += [{"title": "# ", "h": "## ", "p": ""}[kind] + b, ""]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def html(result: dict[str, Any]) -> str:
+    """The same blocks as escaped HTML (``#profile-result`` on the app's Measure tab);
+    every text is escaped, the numbers included (a model's name comes from a visitor)."""
+    esc = _html.escape
+    parts = []
+    for kind, b in blocks(result):
+        if kind == "table":
+            head = "".join(f"<th>{esc(h)}</th>" for h in b.head)
+            body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in b.rows)
+            parts.append(f'<div class="mv-scroll"><table class="mv-profile"><tr>{head}</tr>{body}</table></div>')
+        else:
+            tag = {"title": "h3", "h": "h4", "p": "p"}[kind]
+            parts.append(f"<{tag}>{esc(b)}</{tag}>")
+    return f'<div class="mv-profile-result">{"".join(parts)}</div>'
+
+
+def figure(result: dict[str, Any] | None):
+    """The predicted speedup over the fastest plain decoder against acceptance α, one
+    curve per draft length γ, the break-even line at ×1, and the runs measured at a set
+    acceptance as points at the α their draws gave (plotly; empty before a profile)."""
+    import plotly.graph_objects as go
+    layout = dict(title=dict(text="Predicted speedup over the fastest plain decoder", x=0.01, xanchor="left",
+                             font=dict(size=14)),
+                  height=320, margin=dict(l=56, r=12, t=40, b=48), template="none",
+                  legend=dict(orientation="h", y=-0.2), xaxis=dict(title=dict(text="acceptance α per draft"),
+                                                                   range=[0, 1]),
+                  yaxis=dict(title=dict(text="× the fastest plain decoder")),
+                  shapes=[dict(type="line", xref="paper", x0=0, x1=1, y0=1, y1=1,
+                               line=dict(color="#9ca3af", dash="dash"))])
+    engine = next((e for e in (result or {}).get("engines", {}).values() if "prediction" in e), None)
+    if engine is None:
+        layout.update(shapes=[], annotations=[dict(text=WAITING, showarrow=False, xref="paper", yref="paper",
+                                                   x=0.5, y=0.5, font=dict(size=13, color="#6b7280"))])
+        layout["xaxis"]["visible"] = layout["yaxis"]["visible"] = False
+        return go.Figure(data=[], layout=layout, _validate=False)
+    pred = engine["prediction"]
+    data = [dict(type="scatter", mode="lines", x=pred["alphas"], y=row, name=f"γ = {g}",
+                 hovertemplate=f"γ = {g}, α %{{x:.2f}}: ×%{{y:.2f}}<extra></extra>")
+            for g, row in pred["speedup"].items()]
+    runs = engine.get("runs") or []
+    if runs:
+        data.append(dict(type="scatter", mode="markers", x=[r["realized_alpha"] for r in runs],
+                         y=[r["speedup"] for r in runs], name=f"measured, γ = {result['meta']['draft_tokens']}",
+                         marker=dict(size=10, color="#111827", symbol="diamond"),
+                         hovertemplate="measured at α %{x:.3f}: ×%{y:.2f}<extra></extra>"))
+    return go.Figure(data=data, layout=layout, _validate=False)
+
+
+__all__ = ["Table", "blocks", "figure", "html", "markdown"]

@@ -543,3 +543,37 @@ def test_measure_puts_its_result_on_the_measure_tab_too():
     assert f'data-speedup="{speedup}"' in measured   # the same figure on both tabs
     # a Run leaves it: it is the last Measure's, not the run's
     assert all(isinstance(f[local.OUTPUTS.index("measured")], dict) for f in h.run(_values(), None))
+
+
+def test_profile_on_the_measure_tab_times_the_picked_pair_and_draws_its_prediction():
+    """Profile (#profile-run) passes the gate as Run does, times the loaded pair's forwards on
+    its engine with the real profile (mtp_viz.measure.profile.study), and shows the same
+    blocks as the CLI's table, escaped, with the machine it ran on; Stop ends it in one sentence."""
+    from mtp_viz.app.handlers.profile import REPEATS
+    from mtp_viz.sources.models import load_pair
+    h = _handlers(lambda t, d: load_pair(t, d))
+    frames = list(h.profiling.profile(_values(max_new_tokens=8), None))
+    status, result, figure, sess = frames[-1]
+    assert "Profiled in" in status and "Machine" not in status and "on this machine:" in status
+    assert '<table class="mv-profile">' in result and "What each forward costs (ms)" in result
+    assert f"medians of {REPEATS} repeats" in result and "acceptance set to 0.5; every forward real" in result
+    curves = [t for t in figure.data if t.mode == "lines"]
+    assert len(curves) == 8 and all(max(t.y) > 0 for t in curves)   # γ = 1 … 8 on the eager engine
+    measured = next(t for t in figure.data if t.mode == "markers")
+    assert len(measured.x) == 3 and all(0 <= a <= 1 for a in measured.x)
+    # Stop pressed while it profiles: one sentence, and the engine's turn free for the next press
+    gen = h.profiling.profile(_values(max_new_tokens=8), sess)
+    for status, *_ in gen:
+        if "Profiling on the" in status:
+            sess.stop.set()   # what #profile-stop does (Handlers.stop), before the first timed part
+            break
+    status = next(gen)[0]
+    assert "The profile was stopped." in status and "mv-msg-error" in status
+    assert "Profiled in" in list(h.profiling.profile(_values(max_new_tokens=8), sess))[-1][0]
+
+
+def test_profile_refuses_a_bad_field_in_one_sentence():
+    from mtp_viz.sources.models import load_pair
+    h = _handlers(lambda t, d: load_pair(t, d))
+    frames = list(h.profiling.profile(_values(max_new_tokens=32), None))
+    assert len(frames) == 1 and "between 1 and 16" in frames[0][0] and "mv-msg-error" in frames[0][0]

@@ -24,6 +24,7 @@ from mtp_viz.sources.settings import RunSettings
 
 from . import beside, form
 from .gate import CUSTOM, Gate
+from .profile import Profiling
 from .recorded import OUTPUTS, Recorded, message, outputs
 
 # #experts' line under its switch: before a pair is loaded, and for a mixture of experts
@@ -52,6 +53,7 @@ class Handlers(Recorded, beside.Measuring):
         # Run, Measure and /generate join it once their pair is ready (runtime.turns)
         self.engine = Turns(deploy.env_int("MTP_VIZ_CONCURRENCY", 1))
         self.gate = Gate(loader, presets, self.engine)   # which pair, waiting for it and for the engine
+        self.profiling = Profiling(self.gate, self.settings)   # the Measure tab's cost profile
         self.step_mode_ok = not zerogpu.zero_gpu()  # a paused run would hold the shared GPU
         self.empty_figures = empty_figures or charts.all_figures([])  # shared, never mutated
         self.downloads = export.Downloads()

@@ -32,7 +32,7 @@ from mtp_viz.engine.drafters import DRAFTERS
 from mtp_viz.engine.schedules import SCHEDULES
 from mtp_viz.sources.settings import DEFAULT_DRAFT_TOKENS, DEFAULT_MAX_NEW_TOKENS
 
-from . import inspector, tabs, teach, vllm, wiring
+from . import inspector, profile, tabs, teach, vllm, wiring
 from .controls import Dropdown
 
 # One line at 1280 px, so the first tab keeps its charts on screen; the Learn tab and the
@@ -284,6 +284,7 @@ def _page(app: AppState, first: FirstPair, choices: list, policy: ServerPolicy) 
         # Measure's result where its numbers are read (its badge also on Decode, in #compare)
         c["measured"] = gr.HTML(tokens.placeholder_html(MEASURE_WAITING), elem_id="measure-result", padding=False)
         c.update(theory=_theory(), what_if=teach.measure_sections())
+        c.update(profile.section(h))
     if policy.offered:
         with tabs.panel(tabs.SERVERS):
             _servers(app, policy)

@@ -22,6 +22,8 @@ from mtp_viz.prompts import Prompt, category_suite, code_suite, load_prompts
 
 from . import inspector, teach, vllm
 
+PROFILE_REMOTE = ("Profile times this app's own engine forward by forward; a server's are not ours to time "
+                  "one by one: pick a local pair of the same model, or press Measure for the server's speedup.")
 HIDDEN = dict(api_visibility="private")  # the page's own events; /generate is the one public API
 
 # The run form's fields: each is a Page attribute and the name its value goes by in
@@ -86,6 +88,12 @@ class Page:
     theory: gr.HTML
     measured: gr.HTML
     what_if: gr.HTML
+    # the cost profile, on the Measure tab (handlers.profile)
+    profile_btn: gr.Button
+    profile_stop: gr.Button
+    profile_status: gr.HTML
+    profile_result: gr.HTML
+    profile_plot: gr.Plot
     inspector_panel: gr.HTML
     anatomy_panel: gr.HTML
     # recorded runs
@@ -245,6 +253,16 @@ def _wire_runs(page: Page, h: Handlers, vh: VllmHandlers) -> dict[str, Any]:
                                  concurrency_limit=deploy.env_int("MTP_VIZ_VLLM_CONCURRENCY", 4), **shown)
     page.measure_btn.click(measure, set(form) | {page.session, page.repeats, page.measure_compiled, page.measure_peers},
                            outputs, **model_slot)
+
+    def profile(data: dict):
+        v = values(data)
+        if capabilities(v["model"]).remote:   # a server's forwards are not ours to time one by one
+            yield tokens.message_html(PROFILE_REMOTE, level="warn"), gr.skip(), gr.skip(), gr.skip()
+            return
+        yield from h.profiling.profile(v, data[page.session])
+    page.profile_btn.click(profile, set(form) | {page.session},
+                           [page.profile_status, page.profile_result, page.profile_plot, page.session], **model_slot)
+    page.profile_stop.click(h.stop, page.session, None, queue=False, **HIDDEN)
     recorded = dict(concurrency_limit=8, show_progress="hidden", **HIDDEN)  # no model: many at once
     trace = [page.session, page.speed]
     replay_ev = page.replay_btn.click(h.replay, trace, outputs, **recorded)
