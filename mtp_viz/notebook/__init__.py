@@ -7,6 +7,7 @@ happens, and the whole app over a pair already in memory.
     mtp_viz.show(rec)                                                # a recorded generate call
     demo = mtp_viz.launch(pair)                                      # the app, inline
     mtp_viz.notebook.embed_plotlyjs()   # once, first: charts that draw offline in any page
+    mtp_viz.notebook.quiet_known_noise()   # once, first: drop torchao's two notices on every load
 
 Outside a notebook :func:`show` prints the terminal view (the one ``mtp-viz generate``
 prints) instead. A front end like the CLI: it consumes a source's events, draws with
@@ -23,9 +24,10 @@ from typing import Any
 
 from mtp_viz.engine.events import Event
 from mtp_viz.errors import UserError, clip
+from mtp_viz.sources.noise import quiet_known_noise
 from mtp_viz.views.notebook import in_notebook
 
-__all__ = ["embed_plotlyjs", "in_notebook", "show", "show_anatomy", "show_events", "show_measurement", "show_side_by_side"]
+__all__ = ["embed_plotlyjs", "in_notebook", "quiet_known_noise", "show", "show_anatomy", "show_events", "show_measurement", "show_side_by_side"]
 
 FRAME_SECONDS = 0.25   # the inline view is redrawn at most this often while a run streams
 
