@@ -136,7 +136,10 @@ def test_presenter_mode_switches_type_and_token_colours(browser, url):
                              token.evaluate("e => getComputedStyle(e).backgroundColor"),
                              page.locator("#spec-output .mv-text").evaluate("e => parseFloat(getComputedStyle(e).fontSize)"),
                              page.locator("#legend .tok[data-kind='rejected']").evaluate(
-                                 "e => getComputedStyle(e).textDecorationColor"))
+                                 "e => getComputedStyle(e).textDecorationColor"),
+                             # the race's bottom (panes, legend, live charts) in the page, with tokens in the panes
+                             page.evaluate("() => Math.max(...['#legend', '#live-charts'].map(s => "
+                                           "document.querySelector(s).getBoundingClientRect().bottom + window.scrollY))"))
         finally:
             page.close()
     plain, presenter = styles[""], styles["?presenter=1"]
@@ -144,6 +147,7 @@ def test_presenter_mode_switches_type_and_token_colours(browser, url):
     assert presenter[1] == "rgb(204, 228, 246)" != plain[1]      # Okabe-Ito blue, not green
     assert presenter[3] == "rgb(213, 94, 0)" != plain[3]         # vermillion, not red
     assert presenter[2] >= 20 > plain[2]
+    assert presenter[4] <= 720 and plain[4] <= 720   # the larger type still fits a 1280×720 projector
 
 
 def test_the_tour_shows_once_and_stays_dismissed(browser, url):
