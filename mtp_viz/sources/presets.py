@@ -144,16 +144,26 @@ def cached(hub_id: str) -> bool:
 
 
 def check_reachable(spec: str) -> None:
-    """One sentence, at once, for a hub id that is neither cached nor reachable, naming the
-    closest preset: never tens of seconds of retries for a misspelt name offline. A name that
-    is no hub id at all is left to the loader, which says so."""
+    """One sentence, at once, for a hub id (or a preset's checkpoint) that is neither cached
+    nor reachable, naming the closest preset: never tens of seconds of retries for a
+    misspelt or unreachable name offline. A name that is no hub id at all is left to the
+    loader, which says so."""
     from huggingface_hub.utils import HFValidationError, validate_repo_id
     try:
         validate_repo_id(spec.strip())
     except HFValidationError:
         return
-    if spec.strip().lower() in PRESETS or is_local(spec) or cached(spec.strip()) or hub_reachable():
+    key = spec.strip().lower()
+    preset = PRESETS.get(key)
+    if is_local(spec) or (preset and not preset.download):
         return
+    hub_id = preset.target if preset else spec.strip()
+    if cached(hub_id) or hub_reachable():
+        return
+    if preset:   # a preset's checkpoint, not downloaded, with no Hub to download it from
+        raise UserError(f"{preset.key} ({hub_id}) is not in the local Hugging Face cache and the Hub cannot be "
+                        f"reached to download it ({preset.download}); use the bundled tiny pair, or "
+                        f"random weights at its real shape for timings (--weights random).")
     import difflib
     near = difflib.get_close_matches(spec.strip().lower(), list(PRESETS), n=1, cutoff=0.5)
     hint = f"did you mean {near[0]}? " if near else ""

@@ -132,3 +132,19 @@ def test_a_name_offline_is_refused_before_any_hub_call_with_the_closest_preset(m
         said = str(e.value)
         assert said.startswith(f"{name} is not a preset") and "the presets are tiny, e2b" in said
         assert (f"did you mean {near}?" in said) if near else "did you mean" not in said
+
+
+def test_a_preset_not_downloaded_is_refused_at_once_when_the_hub_cannot_be_reached(monkeypatch):
+    """e2b offline: one sentence before transformers is asked for a config (it was 28 s of
+    retries), naming the download and what runs instead."""
+    import transformers
+    asked = []
+    real = transformers.AutoConfig.from_pretrained
+    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", lambda *a, **k: asked.append(a) or real(*a, **k))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(UserError) as e:
+        load_pair("e2b")
+    assert asked == []
+    assert str(e.value).startswith("e2b (google/gemma-4-E2B-it) is not in the local Hugging Face cache")
+    assert "bundled tiny pair" in str(e.value) and "--weights random" in str(e.value)
+    assert load_pair("tiny").target_id   # the bundled pair ships: never refused
