@@ -141,6 +141,12 @@ def test_measure_reports_a_median_with_its_basis(page):
             .map(e => e.tagName + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right));
     }""")
     assert page.viewport_size["width"] == 1280 and not over, over
+    # the Measure tab has its own Measure button, the same event: its result lands there
+    page.click("#tab-measure-button")
+    page.evaluate("() => { const c = document.querySelector('#compare'); c.removeAttribute('data-basis'); }")
+    page.click("#measure-here")
+    page.wait_for_selector("#compare[data-basis^='median of']", state="attached", timeout=300_000)
+    assert f"median of {n} repeats" in page.inner_text("#measure-result")
 
 
 def test_race_replay_plays_both_runs(page):

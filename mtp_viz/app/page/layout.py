@@ -239,7 +239,7 @@ def _plots(figures: dict, row: list[charts.Chart]) -> dict[str, gr.Plot]:
                           visible="hidden" if c.id == EXPERTS_PLOT else True) for c in row}
 
 
-MEASURE_WAITING = ("Press Measure (beside Run, on Decode) for the speedup over repeats: both modes "
+MEASURE_WAITING = ("Press Measure (here, or beside Run on Decode) for the speedup over repeats: both modes "
                    "in turns, the median and range, and a call only when every repeat agrees.")
 
 
@@ -282,6 +282,8 @@ def _page(app: AppState, first: FirstPair, choices: list, policy: ServerPolicy) 
         c["anatomy_panel"] = inspector.anatomy_panel()
     with tabs.panel(tabs.MEASURE):
         # Measure's result where its numbers are read (its badge also on Decode, in #compare)
+        c["measure_here"] = gr.Button("Measure", variant="primary", elem_id="measure-here", scale=0, min_width=90,
+                                      size="sm")   # the same as Decode's #measure, where its numbers are read
         c["measured"] = gr.HTML(tokens.placeholder_html(MEASURE_WAITING), elem_id="measure-result", padding=False)
         c.update(theory=_theory(), what_if=teach.measure_sections())
         c.update(profile.section(h))

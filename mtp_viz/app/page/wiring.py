@@ -42,6 +42,7 @@ class Page:
     run_btn: gr.Button
     stop_btn: gr.Button
     measure_btn: gr.Button
+    measure_here: gr.Button     # the Measure tab's own Measure button: the same event as measure_btn
     replay_btn: gr.Button
     example: gr.Dropdown
     step_mode: gr.Checkbox
@@ -164,7 +165,7 @@ def wire(demo: gr.Blocks, page: Page, h: Handlers, vh: VllmHandlers, tabs: tuple
         ev.then(h.experts_switch, page.pair(), [page.experts, page.plots[charts.EXPERTS_PLOT]], queue=False,
                 show_progress="hidden", **HIDDEN)
     # a new run, a measurement, a race replay or a trace: the old token's inspector goes
-    gr.on([page.run_btn.click, page.measure_btn.click, page.replay_btn.click, page.trace_upload.upload,
+    gr.on([page.run_btn.click, page.measure_btn.click, page.measure_here.click, page.replay_btn.click, page.trace_upload.upload,
            page.trace_example.change], lambda: "", None, page.inspector_panel, queue=False, **HIDDEN)
     # input, not change: the range set after a run must not re-render the panes
     page.scrub.input(h.scrub, [page.session, page.scrub], page.outputs(), trigger_mode="always_last",
@@ -251,8 +252,8 @@ def _wire_runs(page: Page, h: Handlers, vh: VllmHandlers) -> dict[str, Any]:
     run_ev = local_go.change(run, set(form) | {page.session}, outputs, **model_slot)
     remote_ev = remote_go.change(run_remote, set(form) | {page.session}, outputs, concurrency_id="vllm",
                                  concurrency_limit=deploy.env_int("MTP_VIZ_VLLM_CONCURRENCY", 4), **shown)
-    page.measure_btn.click(measure, set(form) | {page.session, page.repeats, page.measure_compiled, page.measure_peers},
-                           outputs, **model_slot)
+    gr.on([page.measure_btn.click, page.measure_here.click], measure,
+          set(form) | {page.session, page.repeats, page.measure_compiled, page.measure_peers}, outputs, **model_slot)
 
     def profile(data: dict):
         v = values(data)
