@@ -1,0 +1,99 @@
+"""Where one plain step of the bundled pair goes on this CPU, eager and compiled, at one
+thread (issue 40: the compiled engine's speed did not carry over between CPUs).
+
+For each engine: greedy plain decoding of 64 tokens after an untimed warm-up, its tokens/s
+on the engine's own clock (median of --repeats); then one profiled run (torch.profiler,
+CPU), whose aten operators are listed by self time, and the matrix products it recorded
+replayed alone, with their shapes, in a tight loop: what the products alone cost per step
+on this CPU's BLAS, against the step's whole time. The rest is the graph's own kernels,
+the wrapper and the loop. Run alone on a quiet machine:
+
+    .venv/bin/python benchmarks/step_profile.py --out benchmarks/results/step-profile
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections import Counter
+from pathlib import Path
+
+import torch
+
+PROMPT = "def parse(line):\n    fields = []\n"
+MATMULS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::linear", "aten::matmul")
+
+
+def decode(pair, n: int):
+    events = list(pair.generate(PROMPT, mode="autoregressive", max_new_tokens=n, chat=False))
+    return events[-1]
+
+
+def products(prof) -> Counter:
+    """(op, shapes) -> calls, for the products with no product below them (what BLAS runs)."""
+    found = Counter()
+    for e in prof.events():
+        if e.name in ("aten::mm", "aten::addmm", "aten::bmm") and e.input_shapes:
+            found[(e.name, tuple(tuple(s) for s in e.input_shapes if s))] += 1
+    return found
+
+
+def replay(found: Counter, steps: int, repeats: int = 5) -> float:
+    """Seconds per step of the recorded products alone, each at its shape, float32."""
+    calls = []
+    for (name, shapes), count in found.items():
+        ts = [torch.randn(*s) for s in shapes[:3]]
+        fn = {"aten::mm": lambda a, b, *_: torch.mm(a, b), "aten::bmm": lambda a, b, *_: torch.bmm(a, b),
+              "aten::addmm": lambda c, a, b: torch.addmm(c, a, b)}[name]
+        calls.append((fn, ts, count / steps))
+    best = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        for fn, ts, per_step in calls:
+            for _ in range(max(1, round(per_step * 50))):
+                fn(*ts)
+        best.append((time.perf_counter() - t) / 50)
+    return statistics.median(best)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--out", default="benchmarks/results/step-profile")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    from mtp_viz.measure import machine
+    from mtp_viz.sources.models import load_pair
+    eager = load_pair("tiny")
+    t = time.perf_counter()
+    compiled = eager.compiled(settings=())
+    compile_s = time.perf_counter() - t
+    result = {"machine": machine.line(machine.machine()), "new_tokens": args.new_tokens,
+              "compile_seconds_at_load": compile_s, "engines": {}}
+    for name, pair in (("eager", eager), ("compiled", compiled)):
+        decode(pair, args.new_tokens)   # warm-up (and any graph left to compile)
+        rates = [decode(pair, args.new_tokens).tokens_per_second for _ in range(args.repeats)]
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
+            done = decode(pair, args.new_tokens)
+        steps = done.target_forwards
+        table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12)
+        found = products(prof)
+        alone = replay(found, steps)
+        step = 1 / statistics.median(rates)
+        result["engines"][name] = {
+            "tokens_per_second": statistics.median(rates), "repeats": rates, "step_ms": step * 1e3,
+            "products_per_step": sum(found.values()) / steps, "products_alone_ms": alone * 1e3,
+            "rest_ms": (step - alone) * 1e3, "profile": table}
+        print(f"{name}: {statistics.median(rates):.1f} tok/s ({step * 1e3:.2f} ms a token); "
+              f"{sum(found.values()) / steps:.0f} products a step, alone {alone * 1e3:.2f} ms; "
+              f"the rest {(step - alone) * 1e3:.2f} ms", flush=True)
+        print(table, flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "step_profile.json").write_text(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
