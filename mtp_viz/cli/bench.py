@@ -320,7 +320,7 @@ def _run(args, sampling, prompts, settings, precisions, n, repeats, quick, greed
         "clock": "/".join(sorted({r.clock for r in runs.records if r.mode != "peer"})),
     }
     result = reduction.reduce(meta, runs.records, runs.events, settings, arms, greedy, peers).as_dict()
-    by_precision = bench_precision.markdown(result)
+    by_precision = bench_precision.blocks(result)
     paths, failed = bench_report.write(result, Path(args.out), by_precision)
     print(bench_report.markdown(result, by_precision, wide=args.wide))
     print(f"wrote {', '.join(str(p) for p in paths)}", file=sys.stderr)

@@ -11,6 +11,7 @@ import sys
 
 from mtp_viz.errors import UserError
 from mtp_viz.sources.precision import Precision
+from mtp_viz.views.document import Table
 
 
 def parse(args) -> list[Precision]:
@@ -74,17 +75,16 @@ def _cell(row, title, key, fmt) -> str:
     return "–" if value is None else fmt.format(value)
 
 
-def markdown(result) -> list[str]:
-    """The precision table's lines (none for a bench of one pair)."""
+def blocks(result) -> list:
+    """The precision table as :mod:`mtp_viz.views.document` blocks (none for a bench of one pair)."""
     if len(result["meta"].get("precisions", [])) < 2:
         return []
-    lines = ["", "### By precision (target/drafter)", "",
-             "| " + " | ".join(t for t, _, _ in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(_cell(r, *c) for c in COLUMNS) + " |" for r in result["settings"]]
-    lines += ["", "speedup: over the plain decoding of the same target (median of repeats); plain tok/s: that "
-              "target's own; τ: tokens per target forward after the prefill; first draft: acceptance of the first "
-              "drafted position; drift: share of the plain greedy text that departs from the float32 target's "
-              "(per prompt 1 − common prefix ÷ tokens, averaged); parity: equal to transformers' assisted "
-              "decoding (enforced for float32 arithmetic; 'differs' in bfloat16/float16, where verification "
-              "rounds differently from one token at a time)."]
-    return lines
+    return [("h3", "By precision (target/drafter)"),
+            ("table", Table(tuple(t for t, _, _ in COLUMNS),
+                            tuple(tuple(_cell(r, *c) for c in COLUMNS) for r in result["settings"]))),
+            ("p", "speedup: over the plain decoding of the same target (median of repeats); plain tok/s: that "
+                  "target's own; τ: tokens per target forward after the prefill; first draft: acceptance of the "
+                  "first drafted position; drift: share of the plain greedy text that departs from the float32 "
+                  "target's (per prompt 1 − common prefix ÷ tokens, averaged); parity: equal to transformers' "
+                  "assisted decoding (enforced for float32 arithmetic; 'differs' in bfloat16/float16, where "
+                  "verification rounds differently from one token at a time).")]

@@ -9,7 +9,6 @@ the results in a fresh temporary folder instead and says where (:func:`save`).
 from __future__ import annotations
 
 import contextlib
-import html
 import json
 import os
 import platform
@@ -18,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from mtp_viz.errors import UserError, clip
+from mtp_viz.views import document
+from mtp_viz.views.document import Table
 
 OUTPUTS = ("bench.json", "bench.md", "bench.html")   # what a bench writes in --out
 
@@ -85,92 +86,91 @@ def _cells(row, columns=COLUMNS) -> list[str]:
     return out
 
 
-def markdown(result, extra: list[str] = (), wide: bool = True) -> str:
-    """The report as markdown; ``extra`` lines follow the main table (the table by
-    precision pair, :func:`mtp_viz.cli.bench_precision.markdown`). ``wide=False``: the
-    main table with the :data:`COMPACT` columns only (the terminal's, unless ``--wide``)."""
+def blocks(result, extra: list = (), wide: bool = True) -> list:
+    """The report as :mod:`mtp_viz.views.document` blocks; ``extra`` blocks follow the main
+    table (the table by precision pair, :func:`mtp_viz.cli.bench_precision.blocks`).
+    ``wide=False``: the main table with the :data:`COMPACT` columns only (the terminal's,
+    unless ``--wide``)."""
     columns = _columns(wide)
     m, ar = result["meta"], result["autoregressive"]
     pairs = m.get("precisions") or []
     several = (f"Precision pairs (target/drafter): {', '.join(pairs)}. Autoregressive, the first pair's "
                f"{pairs[0].split('/')[0]} target: ") if len(pairs) > 1 else "Autoregressive: "
-    lines = [
-        f"## mtp-viz bench: {m['target']}" + (f" + {m['drafter']}" if m.get("drafter") else ""),
-        "",
-        f"{m['prompts']} prompts, {m['max_new_tokens']} new tokens, {m['repeats']} repeat(s), "
-        f"temperature {m['temperature']}, stale_kv={m['stale_kv']}; torch {m['torch']}, "
-        f"transformers {m['transformers']}, {m['cpus']} CPUs ({m['torch_threads']} threads)"
-        + (f", {m['cuda']}" if m.get("cuda") else "") + ".",
-        *([f"Machine: {m['machine_line']}."] if m.get("machine_line") else []),
-        f"{several}{_f(ar['tokens_per_second'], '{:.1f}')} tok/s, "
-        f"{ar['target_forwards']} target forwards, {_f(ar['step_seconds'] * 1e3, '{:.2f}')} ms per step.",
-        "",
-        "| " + " | ".join(t for t, _, _ in columns) + " |",
-        "|" + "---|" * len(columns),
-    ]
-    lines += ["| " + " | ".join(_cells(r, columns)) + " |" for r in result["settings"]]
+    about = [f"{m['prompts']} prompts, {m['max_new_tokens']} new tokens, {m['repeats']} repeat(s), "
+             f"temperature {m['temperature']}, stale_kv={m['stale_kv']}; torch {m['torch']}, "
+             f"transformers {m['transformers']}, {m['cpus']} CPUs ({m['torch_threads']} threads)"
+             + (f", {m['cuda']}" if m.get("cuda") else "") + ".",
+             *([f"Machine: {m['machine_line']}."] if m.get("machine_line") else []),
+             f"{several}{_f(ar['tokens_per_second'], '{:.1f}')} tok/s, "
+             f"{ar['target_forwards']} target forwards, {_f(ar['step_seconds'] * 1e3, '{:.2f}')} ms per step."]
+    out = [("h2", f"mtp-viz bench: {m['target']}" + (f" + {m['drafter']}" if m.get("drafter") else "")),
+           ("p", "\n".join(about)),
+           ("table", Table(tuple(t for t, _, _ in columns), tuple(tuple(_cells(r, columns)) for r in result["settings"])))]
     if not wide:
-        lines += ["", f"({len(columns)} of {len(COLUMNS)} columns: bench.md and --wide have every one.)"]
-    lines += ["", f"Timed {CLOCKS.get(m.get('clock'), 'on wall time')}, from the prefill to the last token, "
-              "after an untimed warm-up of each run: as the app's Run and Measure and a notebook time."]
-    lines += ["", "speedup: tokens/s over autoregressive, end to end (median of repeats); call: faster or "
-              "slower when every repeat agrees, else too close to call (with one repeat, no call); decode: the "
-              "same without the prefill forward, which costs the same in every mode and is not part of "
-              "the theory; overhead: our wall time ÷ "
-              "transformers' (median of repeats; cpu: the same in process CPU time); fwd: target forwards; τ: tokens per "
-              "target forward after the prefill; "
-              "α: per-token acceptance (MLE); c: drafter step ÷ target step; v: one verification ÷ one "
-              "autoregressive step; predicted: (1−α^(γ+1))/((1−α)(γc+1)) (Leviathan et al.); meas/pred: decode "
-              "speedup ÷ predicted; pred with v: "
-              "the same with the measured verification cost, τ/(γc+v); γ*: best draft length for α, c."]
-    lines += list(extra) + decoders(result)
+        out.append(("p", f"({len(columns)} of {len(COLUMNS)} columns: bench.md and --wide have every one.)"))
+    out += [("p", f"Timed {CLOCKS.get(m.get('clock'), 'on wall time')}, from the prefill to the last token, "
+                  "after an untimed warm-up of each run: as the app's Run and Measure and a notebook time."),
+            ("p", "speedup: tokens/s over autoregressive, end to end (median of repeats); call: faster or "
+                  "slower when every repeat agrees, else too close to call (with one repeat, no call); decode: the "
+                  "same without the prefill forward, which costs the same in every mode and is not part of "
+                  "the theory; overhead: our wall time ÷ "
+                  "transformers' (median of repeats; cpu: the same in process CPU time); fwd: target forwards; τ: "
+                  "tokens per target forward after the prefill; "
+                  "α: per-token acceptance (MLE); c: drafter step ÷ target step; v: one verification ÷ one "
+                  "autoregressive step; predicted: (1−α^(γ+1))/((1−α)(γc+1)) (Leviathan et al.); meas/pred: decode "
+                  "speedup ÷ predicted; pred with v: "
+                  "the same with the measured verification cost, τ/(γc+v); γ*: best draft length for α, c.")]
+    out += list(extra) + decoders(result)
     vs = [r["verify_cost"] for r in result["settings"] if r.get("verify_cost")]
     if result.get("verify_slope") is not None and vs:
-        lines.append(f"One verification costs v = {min(vs):.2f}–{max(vs):.2f} autoregressive steps at these draft "
-                     f"lengths; fitted over them it grows by {result['verify_slope']:.3f} steps per drafted token "
-                     "(a least-squares slope, 0 when the fit falls; Leviathan et al. assume v = 1 at every length).")
+        out.append(("p", f"One verification costs v = {min(vs):.2f}–{max(vs):.2f} autoregressive steps at these "
+                         f"draft lengths; fitted over them it grows by {result['verify_slope']:.3f} steps per drafted "
+                         "token (a least-squares slope, 0 when the fit falls; Leviathan et al. assume v = 1 at every "
+                         "length)."))
     depth = max((len(r["per_position_conditional"]) for r in result["settings"]), default=0)
     if depth:
-        lines += ["", "### Acceptance by draft position (conditional / unconditional)", "",
-                  "| setting | " + " | ".join(str(k + 1) for k in range(depth)) + " |",
-                  "|---|" + "---|" * depth]
+        rows = []
         for r in result["settings"]:
             cond, unc = r["per_position_conditional"], r["per_position_unconditional"]
-            lines.append(f"| {r['setting']} | " + " | ".join(
-                f"{_f(cond[k], '{:.2f}')} / {_f(unc[k], '{:.2f}')}" if k < len(cond) else ""
-                for k in range(depth)) + " |")
+            rows.append((r["setting"], *(f"{_f(cond[k], '{:.2f}')} / {_f(unc[k], '{:.2f}')}" if k < len(cond) else ""
+                                         for k in range(depth))))
+        out += [("h3", "Acceptance by draft position (conditional / unconditional)"),
+                ("table", Table(("setting", *(str(k + 1) for k in range(depth))), tuple(rows)))]
     names = [r["setting"] for r in result["settings"]]
-    lines += ["", "### By category (speedup / α)", "",
-              "| category | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
-    for c in result["categories"]:
-        lines.append(f"| {c['category']} | " + " | ".join(
-            f"{_f(c[n]['speedup'], '×{:.2f}')} / {_f(c[n]['alpha'], '{:.2f}')}" for n in names) + " |")
-    return "\n".join(lines) + "\n"
+    rows = [(c["category"], *(f"{_f(c[n]['speedup'], '×{:.2f}')} / {_f(c[n]['alpha'], '{:.2f}')}" for n in names))
+            for c in result["categories"]]
+    out += [("h3", "By category (speedup / α)"), ("table", Table(("category", *names), tuple(rows)))]
+    return out
 
 
-def decoders(result) -> list[str]:
+def markdown(result, extra: list = (), wide: bool = True) -> str:
+    """The report as markdown (``bench.md``; the terminal's with ``wide=False``)."""
+    return document.markdown(blocks(result, extra, wide))
+
+
+def decoders(result) -> list:
     """Every plain decoder and every peer of the run, each against the fastest plain decoder
-    measured in it (bench.json's ``fastest_plain``), as markdown lines; none without one."""
+    measured in it (bench.json's ``fastest_plain``), as blocks; none without one."""
     fast = result.get("fastest_plain")
     if not fast:
         return []
-    lines = ["", "### Against the fastest plain decoder measured here", "",
-             f"Fastest plain decoder: {fast['decoder']}, {fast['tokens_per_second']:.1f} tok/s. Every row's "
-             "\"vs fastest plain\" is its tokens/s over that one's (medians of repeats, same prompts, same run).", "",
-             "| decoder | setting | tok/s | decode tok/s | accept | τ | vs fastest plain | same tokens |",
-             "|---|---|---|---|---|---|---|---|"]
+    rows = []
     for name, row in (result.get("autoregressive_by_precision") or {}).items():
-        lines.append(f"| mtp-viz {name} | plain | {_f(row['tokens_per_second'], '{:.1f}')} | – | – | – | "
-                     f"{_f(row.get('speedup_over_fastest_plain'), '×{:.2f}')} | – |")
+        rows.append((f"mtp-viz {name}", "plain", _f(row["tokens_per_second"], "{:.1f}"), "–", "–", "–",
+                     _f(row.get("speedup_over_fastest_plain"), "×{:.2f}"), "–"))
     for p in result.get("peers") or []:
         same = "–" if p["same_tokens_as_plain"] is None else ("yes" if p["same_tokens_as_plain"] else "NO")
-        lines.append(f"| {p['peer']} | {p['setting']} | {_f(p['tokens_per_second'], '{:.1f}')} | "
-                     f"{_f(p['decode_tokens_per_second'], '{:.1f}')} | {_f(p['acceptance_rate'], '{:.1%}')} | "
-                     f"{_f(p['tau'], '{:.2f}')} | {_f(p['speedup_over_fastest_plain'], '×{:.2f}')} | {same} |")
-    return lines
+        rows.append((p["peer"], p["setting"], _f(p["tokens_per_second"], "{:.1f}"),
+                     _f(p["decode_tokens_per_second"], "{:.1f}"), _f(p["acceptance_rate"], "{:.1%}"),
+                     _f(p["tau"], "{:.2f}"), _f(p["speedup_over_fastest_plain"], "×{:.2f}"), same))
+    return [("h3", "Against the fastest plain decoder measured here"),
+            ("p", f"Fastest plain decoder: {fast['decoder']}, {fast['tokens_per_second']:.1f} tok/s. Every row's "
+                  "\"vs fastest plain\" is its tokens/s over that one's (medians of repeats, same prompts, same run)."),
+            ("table", Table(("decoder", "setting", "tok/s", "decode tok/s", "accept", "τ", "vs fastest plain",
+                             "same tokens"), tuple(rows)))]
 
 
-def write(result, out: Path, extra: list[str] = ()) -> tuple[list[Path], str | None]:
+def write(result, out: Path, extra: list = ()) -> tuple[list[Path], str | None]:
     """bench.json, bench.md and bench.html in ``out`` (see :func:`save`)."""
     return save(out, {"bench.json": json.dumps(result, indent=1, ensure_ascii=False) + "\n",
                       "bench.md": markdown(result, extra), "bench.html": html_report(result, extra)})
@@ -302,13 +302,12 @@ def figures(result) -> list:
     return figs
 
 
-def html_report(result, extra: list[str] = ()) -> str:
+def html_report(result, extra: list = ()) -> str:
     """One self-contained page: plotly.js inline, so it opens offline."""
     parts = []
     for i, fig in enumerate(figures(result)):
         parts.append(fig.to_html(full_html=False, include_plotlyjs=(i == 0)))
-    md = markdown(result, extra)
-    table = _md_table_html(md)
+    table = document.html(blocks(result, extra))
     warn = ""
     if result["meta"].get("parity_failures"):
         warn = (f'<p style="color:#b00;font-weight:bold">PARITY FAILURE: '
@@ -317,30 +316,3 @@ def html_report(result, extra: list[str] = ()) -> str:
             "<style>body{font-family:sans-serif;margin:2em;max-width:1200px}"
             "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px;"
             "font-size:13px}</style></head><body>" + warn + table + "".join(parts) + "</body></html>")
-
-
-def _md_table_html(md: str) -> str:
-    """Render the markdown summary (headings, paragraphs, pipe tables) as escaped HTML."""
-    out, rows = [], []
-
-    def flush():
-        if rows:
-            head, *body = [r for r in rows if not set(r.replace("|", "")) <= {"-"}]
-            cell = lambda tag, r: "".join(f"<{tag}>{html.escape(c.strip())}</{tag}>"
-                                          for c in r.strip().strip("|").split("|"))
-            out.append("<table><tr>" + cell("th", head) + "</tr>"
-                       + "".join("<tr>" + cell("td", r) + "</tr>" for r in body) + "</table>")
-            rows.clear()
-    for line in md.splitlines():
-        if line.startswith("|"):
-            rows.append(line)
-            continue
-        flush()
-        if line.startswith("### "):
-            out.append(f"<h3>{html.escape(line[4:])}</h3>")
-        elif line.startswith("## "):
-            out.append(f"<h2>{html.escape(line[3:])}</h2>")
-        elif line.strip():
-            out.append(f"<p>{html.escape(line)}</p>")
-    flush()
-    return "".join(out)

@@ -24,6 +24,8 @@ from mtp_viz.sources.prometheus import delta
 from mtp_viz.sources.http import ServerError
 from mtp_viz.sources.servers import Servers
 from mtp_viz.sources import open_server
+from mtp_viz.views import document
+from mtp_viz.views.document import Table
 
 from .bench_report import save
 
@@ -99,11 +101,12 @@ def _sweep(servers: Servers, prompts, levels: list[int], requests: int | None,
 def _write(result: dict[str, Any], swept: traffic.TrafficResult | None, out: Path) -> int:
     if swept is not None:
         result.update(swept.as_dict())
-    md = markdown(result) + ("\n" + traffic_markdown(result) if swept is not None else "")
+    report = blocks(result) + (traffic_blocks(result) if swept is not None else [])
+    md = document.markdown(report)
     files = {"bench.json": json.dumps(result, indent=1, ensure_ascii=False) + "\n", "bench.md": md}
     if swept is not None:
         from mtp_viz.views.traffic import figures
-        files["bench.html"] = _html(md, figures(swept.rows))
+        files["bench.html"] = _html(report, figures(swept.rows))
     written, failed = save(out, files)
     if not failed and "bench.html" not in files:  # an earlier bench's report (--force) is not this one's
         with contextlib.suppress(OSError):
@@ -115,13 +118,11 @@ def _write(result: dict[str, Any], swept: traffic.TrafficResult | None, out: Pat
     return 0
 
 
-def _html(md: str, figures) -> str:
+def _html(report: list, figures) -> str:
     """The report as one offline page: its tables, then the traffic charts (plotly.js inlined once)."""
     import html
 
     import plotly.io as pio
-
-    from .bench_report import _md_table_html
 
     def plain(fig) -> dict:  # built unvalidated with template "none": plotly's writer wants a template object
         d = fig.to_dict()
@@ -132,61 +133,58 @@ def _html(md: str, figures) -> str:
     return ('<!doctype html><html lang="en"><head><meta charset="utf-8"><title>mtp-viz bench: vLLM servers</title>'
             '<style>body{font-family:system-ui,sans-serif;max-width:1100px;margin:24px auto;padding:0 16px}'
             'table{border-collapse:collapse}td,th{border:1px solid #d1d5db;padding:3px 8px}</style></head><body>'
-            f'<h1>{html.escape("mtp-viz bench: vLLM servers")}</h1>{_md_table_html(md)}{plots}</body></html>')
+            f'<h1>{html.escape("mtp-viz bench: vLLM servers")}</h1>{document.html(report)}{plots}</body></html>')
 
 
 def _f(x, fmt="{:.2f}"):
     return "–" if x is None else fmt.format(x)
 
 
-def markdown(result) -> str:
+def blocks(result) -> list:
+    """A server bench as :mod:`mtp_viz.views.document` blocks."""
     m, sp, bl, sc = result["meta"], result["speculative"], result["baseline"], result["server_counters"]
     same = sp["same_tokens_as_baseline"]
-    lines = [
-        f"## mtp-viz bench: {m.get('software', 'vLLM')} server {m['server']}"
-        + (f" vs {m['baseline_server']}" if m["baseline_server"] else ""),
-        *(["", f"Software: {m['software']} {m['software_version']}"
-           + (f" (baseline: {m['baseline_software_version']})" if m.get("baseline_software_version") else "") + "."]
-          if m.get("software_version") else []),
-        "", f"{m['model']}, {m['draft_tokens']} drafts per step; {m['prompts']} prompts, "
-        f"{m['max_new_tokens']} new tokens, {m['repeats']} repeat(s), temperature {m['temperature']}.", "",
-        "| server | tok/s | speedup | accept | α | τ | same tokens |", "|---|---|---|---|---|---|---|",
-        f"| baseline ({'it speculates too' if m['baseline_speculates'] else 'no speculation'}) | "
-        f"{_f(bl['tokens_per_second'], '{:.1f}')} | ×1.00 | | | | |"
-        if m["baseline_server"] else "| baseline | – (no --baseline-server) | | | | | |",
-        f"| speculative | {_f(sp['tokens_per_second'], '{:.1f}')} | {_f(sp['speedup'], '×{:.2f}')} | "
-        f"{_f(sp['acceptance_rate'], '{:.1%}')} | {_f(sp['alpha'], '{:.3f}')} | {_f(sp['tau'])} | "
-        + ("–" if same is None else "yes" if same else f"NO ({sp['runs_differing_from_baseline']} runs)") + " |",
-        "", "### Acceptance by draft position (conditional / unconditional)", "",
-        "| source | " + " | ".join(str(k + 1) for k in range(len(sc["per_position_conditional"]))) + " |",
-        "|---|" + "---|" * len(sc["per_position_conditional"]),
-        "| these requests | " + " | ".join(
-            f"{_f(c)} / {_f(u)}" for c, u in zip(sp["per_position_conditional"], sp["per_position_unconditional"])) + " |",
-        "| server counters | " + " | ".join(
-            f"{_f(c)} / {_f(u)}" for c, u in zip(sc["per_position_conditional"], sc["per_position_unconditional"])) + " |",
-        "", f"Server counters over the run (all its traffic): {sc['verify_steps']:.0f} verify steps, "
-        f"acceptance {_f(sc['acceptance_rate'], '{:.1%}')}, τ {_f(sc['tau'])}.", "",
-        "speedup: tokens/s over the baseline server's, client wall time (median of repeats); accept: accepted ÷ "
-        "drafted; α: per-token acceptance (MLE); τ: tokens per verify step after the prefill, bonus "
-        "included; same tokens: greedy output identical to the baseline's.", "",
-        "| category | speedup | α |", "|---|---|---|"]
-    lines += [f"| {c['category']} | {_f(c['speedup'], '×{:.2f}')} | {_f(c['alpha'], '{:.2f}')} |"
-              for c in result["categories"]]
-    return "\n".join(lines) + "\n"
+    out = [("h2", f"mtp-viz bench: {m.get('software', 'vLLM')} server {m['server']}"
+                  + (f" vs {m['baseline_server']}" if m["baseline_server"] else ""))]
+    if m.get("software_version"):
+        out.append(("p", f"Software: {m['software']} {m['software_version']}"
+                         + (f" (baseline: {m['baseline_software_version']})" if m.get("baseline_software_version") else "")
+                         + "."))
+    baseline = ((f"baseline ({'it speculates too' if m['baseline_speculates'] else 'no speculation'})",
+                 _f(bl["tokens_per_second"], "{:.1f}"), "×1.00", "", "", "", "")
+                if m["baseline_server"] else ("baseline", "– (no --baseline-server)", "", "", "", "", ""))
+    spec = ("speculative", _f(sp["tokens_per_second"], "{:.1f}"), _f(sp["speedup"], "×{:.2f}"),
+            _f(sp["acceptance_rate"], "{:.1%}"), _f(sp["alpha"], "{:.3f}"), _f(sp["tau"]),
+            "–" if same is None else "yes" if same else f"NO ({sp['runs_differing_from_baseline']} runs)")
+    depth = len(sc["per_position_conditional"])
+    out += [("p", f"{m['model']}, {m['draft_tokens']} drafts per step; {m['prompts']} prompts, "
+                  f"{m['max_new_tokens']} new tokens, {m['repeats']} repeat(s), temperature {m['temperature']}."),
+            ("table", Table(("server", "tok/s", "speedup", "accept", "α", "τ", "same tokens"), (baseline, spec))),
+            ("h3", "Acceptance by draft position (conditional / unconditional)"),
+            ("table", Table(("source", *(str(k + 1) for k in range(depth))), (
+                ("these requests", *(f"{_f(c)} / {_f(u)}" for c, u in zip(sp["per_position_conditional"],
+                                                                           sp["per_position_unconditional"]))),
+                ("server counters", *(f"{_f(c)} / {_f(u)}" for c, u in zip(sc["per_position_conditional"],
+                                                                            sc["per_position_unconditional"])))))),
+            ("p", f"Server counters over the run (all its traffic): {sc['verify_steps']:.0f} verify steps, "
+                  f"acceptance {_f(sc['acceptance_rate'], '{:.1%}')}, τ {_f(sc['tau'])}."),
+            ("p", "speedup: tokens/s over the baseline server's, client wall time (median of repeats); accept: "
+                  "accepted ÷ drafted; α: per-token acceptance (MLE); τ: tokens per verify step after the prefill, "
+                  "bonus included; same tokens: greedy output identical to the baseline's."),
+            ("table", Table(("category", "speedup", "α"), tuple(
+                (c["category"], _f(c["speedup"], "×{:.2f}"), _f(c["alpha"], "{:.2f}")) for c in result["categories"])))]
+    return out
 
 
-def traffic_markdown(result: dict[str, Any]) -> str:
-    """The traffic table of the report (bench.json's ``traffic`` rows)."""
-    f = lambda x, fmt: "–" if x is None else fmt.format(x)  # noqa: E731
-    lines = ["### Under load: concurrent requests", "",
-             "| concurrency | server | requests | tok/s | TTFT p50 ms | TPOT p50 / p90 ms | accept | τ | speedup "
-             "| per-user ×|", "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in result["traffic"]:
-        lines.append(f"| {r['concurrency']} | {r['server']} | {r['requests']} | {f(r['tokens_per_second'], '{:.1f}')} "
-                     f"| {f(r['ttft_ms_p50'], '{:.0f}')} | {f(r['tpot_ms_p50'], '{:.1f}')} / "
-                     f"{f(r['tpot_ms_p90'], '{:.1f}')} | {f(r['acceptance_rate'], '{:.1%}')} | {f(r['tau'], '{:.2f}')} "
-                     f"| {f(r['speedup'], '×{:.2f}')} | {f(r['tpot_ratio'], '×{:.2f}')} |")
+def traffic_blocks(result: dict[str, Any]) -> list:
+    """The traffic table of the report (bench.json's ``traffic`` rows), as blocks."""
+    rows = tuple((str(r["concurrency"]), str(r["server"]), str(r["requests"]), _f(r["tokens_per_second"], "{:.1f}"),
+                  _f(r["ttft_ms_p50"], "{:.0f}"), f"{_f(r['tpot_ms_p50'], '{:.1f}')} / {_f(r['tpot_ms_p90'], '{:.1f}')}",
+                  _f(r["acceptance_rate"], "{:.1%}"), _f(r["tau"], "{:.2f}"), _f(r["speedup"], "×{:.2f}"),
+                  _f(r["tpot_ratio"], "×{:.2f}")) for r in result["traffic"])
     same = result.get("same_tokens")
-    lines += ["", "Greedy outputs identical on both servers at every level: "
-              + ("–" if same is None else "yes" if same else "NO") + "."]
-    return "\n".join(lines) + "\n"
+    return [("h3", "Under load: concurrent requests"),
+            ("table", Table(("concurrency", "server", "requests", "tok/s", "TTFT p50 ms", "TPOT p50 / p90 ms",
+                             "accept", "τ", "speedup", "per-user ×"), rows)),
+            ("p", "Greedy outputs identical on both servers at every level: "
+                  + ("–" if same is None else "yes" if same else "NO") + ".")]

@@ -6,9 +6,10 @@ prints and writes as ``profile.md``; the HTML and the figure are the app's Measu
 """
 from __future__ import annotations
 
-import html as _html
-from dataclasses import dataclass
 from typing import Any
+
+from . import document
+from .document import Block, Table
 
 WAITING = "Press Profile: every forward's cost here, and the speedup it predicts."
 
@@ -28,24 +29,18 @@ def _alpha(a: float | None) -> str:
     return "never" if a is None else f"{a:.2f}"
 
 
-@dataclass(frozen=True)
-class Table:
-    head: tuple[str, ...]
-    rows: tuple[tuple[str, ...], ...]
-
-
 def blocks(result: dict[str, Any]) -> list[tuple[str, Any]]:
-    """The profile as a list of ``("title" | "h" | "p", text)`` and ``("table", Table)``
-    blocks: what :func:`markdown` and :func:`html` both render (one writer of its words)."""
+    """The profile as :mod:`.document` blocks: what :func:`markdown` and :func:`html` both
+    render (one writer of its words)."""
     meta, fastest = result["meta"], result["fastest_plain"]
-    out: list[tuple[str, Any]] = [("title", f"Cost profile: {meta.get('target', '?')}")]
+    out: list[Block] = [("h1", f"Cost profile: {meta.get('target', '?')}")]
     if meta.get("weights_label"):
         out.append(("p", f"{meta['weights_label']} ({meta.get('shape_origin', '')} shape)."))
     out += [("p", f"Machine: {meta.get('machine_line', '?')}."),
             ("p", f"{meta.get('precision', '')}; prompt {meta['prompt_tokens']} tokens; {meta['new_tokens']} new "
                   f"tokens per run; medians of {meta['repeats']} repeats on the {meta['clock']} clock; peak memory "
                   f"{meta['peak_memory_bytes'] / 1e9:.2f} GB."),
-            ("h", "What each forward costs (ms)")]
+            ("h2", "What each forward costs (ms)")]
     engines = result["engines"]
     widths = sorted({int(w) for e in engines.values() for w in e["costs"]["verify"]})
     rows = []
@@ -69,7 +64,7 @@ def blocks(result: dict[str, Any]) -> list[tuple[str, Any]]:
             rows.append((str(g), _alpha(pred["break_even"][g]), *(f"×{by_alpha[a]:.2f}" for a in show)))
         at = {float(a): gs for a, gs in pred["best"].items()}   # float keys, or their JSON strings
         best = [f"α {a:g}: γ* = {at[a][0]} (×{at[a][1]:.2f})" for a in show]
-        out += [("h", f"Predicted speedup over the fastest plain decoder: {name} engine"),
+        out += [("h2", f"Predicted speedup over the fastest plain decoder: {name} engine"),
                 ("table", Table(("γ", "break-even α", *(f"α = {a:g}" for a in show)), tuple(rows))),
                 ("p", "Best draft length: " + "; ".join(best) + ".")]
         if e.get("runs"):
@@ -80,7 +75,7 @@ def blocks(result: dict[str, Any]) -> list[tuple[str, Any]]:
                              f"{r['realized_alpha']:.3f}", f"×{r['predicted_at_realized_alpha']:.2f}",
                              f"{r['speedup'] / r['predicted_at_realized_alpha']:.2f}", f"{r['acceptance']:.1%}",
                              "yes" if r["same_tokens"] else "NO"))
-            out += [("h", f"Measured end to end: {name} engine, γ = {meta['draft_tokens']}"),
+            out += [("h2", f"Measured end to end: {name} engine, γ = {meta['draft_tokens']}"),
                     ("table", Table(("run", "tokens/s", "speedup over the fastest plain run", "predicted",
                                      "measured ÷ predicted", "α the draws gave", "predicted at it",
                                      "measured ÷ predicted at it", "drafts kept", "same tokens as plain"),
@@ -98,30 +93,12 @@ def blocks(result: dict[str, Any]) -> list[tuple[str, Any]]:
 
 def markdown(result: dict[str, Any]) -> str:
     """The profile as markdown: what ``mtp-viz profile`` prints and writes as ``profile.md``."""
-    lines: list[str] = []
-    for kind, b in blocks(result):
-        if kind == "table":
-            lines += ["| " + " | ".join(b.head) + " |", "|---" * len(b.head) + "|",
-                      *("| " + " | ".join(r) + " |" for r in b.rows), ""]
-        else:
-            lines += [{"title": "# ", "h": "## ", "p": ""}[kind] + b, ""]
-    return "\n".join(lines).rstrip("\n") + "\n"
+    return document.markdown(blocks(result))
 
 
 def html(result: dict[str, Any]) -> str:
-    """The same blocks as escaped HTML (``#profile-result`` on the app's Measure tab);
-    every text is escaped, the numbers included (a model's name comes from a visitor)."""
-    esc = _html.escape
-    parts = []
-    for kind, b in blocks(result):
-        if kind == "table":
-            head = "".join(f"<th>{esc(h)}</th>" for h in b.head)
-            body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in b.rows)
-            parts.append(f'<div class="mv-scroll"><table class="mv-profile"><tr>{head}</tr>{body}</table></div>')
-        else:
-            tag = {"title": "h3", "h": "h4", "p": "p"}[kind]
-            parts.append(f"<{tag}>{esc(b)}</{tag}>")
-    return f'<div class="mv-profile-result">{"".join(parts)}</div>'
+    """The same blocks as escaped HTML (``#profile-result`` on the app's Measure tab)."""
+    return f'<div class="mv-profile-result">{document.html(blocks(result), "mv-profile")}</div>'
 
 
 def figure(result: dict[str, Any] | None):
@@ -156,4 +133,4 @@ def figure(result: dict[str, Any] | None):
     return go.Figure(data=data, layout=layout, _validate=False)
 
 
-__all__ = ["Table", "blocks", "figure", "html", "markdown"]
+__all__ = ["blocks", "figure", "html", "markdown"]
