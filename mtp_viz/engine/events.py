@@ -33,11 +33,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, ClassVar
 
 __all__ = [
     "Event", "Start", "Drafted", "Accepted", "Rejected", "Bonus", "Token", "Step", "Done",
-    "Error", "Ran", "event_from_dict", "EVENT_TYPES",
+    "Error", "Ran", "event_from_dict", "verdicts", "EVENT_TYPES",
 ]
 
 
@@ -278,6 +279,35 @@ class Error(Event):
 EVENT_TYPES: dict[str, type[Event]] = {
     c.type: c for c in (Start, Drafted, Accepted, Rejected, Bonus, Token, Step, Done, Error)
 }
+
+
+def verdicts(step: int, drafts: Sequence[int], kept: int, bonus: int | None, *,
+             text: Callable[[int, int], str], p: Sequence[float], p_bonus: float,
+             q: Sequence[float] | None = None, rejected: Iterable[int] | None = None,
+             drafted: int | None = None, extra: Callable[[str, int], dict] | None = None) -> Iterator[Event]:
+    """One verification step's verdict, in order: the rule every source follows (the engine,
+    transformers' recorder, the servers), written once.
+
+    - :class:`Accepted` for each kept draft, ``drafts[:kept]``;
+    - :class:`Rejected` for ``drafts[i]``, ``i`` in ``rejected`` (default: every draft from
+      ``kept`` on, each drafted after a token no longer in the sequence);
+    - :class:`Bonus` for the target's own token ``bonus`` at index ``kept`` (None: a cut
+      dropped it): a "correction" when it replaced a rejected draft (``kept < drafted``,
+      ``drafted`` defaulting to ``len(drafts)``), else an "extension".
+
+    ``text(i, token)`` is the piece token ``i`` of the step adds (``i = kept`` for the bonus);
+    ``p[i]`` and ``q[i]`` the target's and the drafter's probability of draft ``i`` (q: 1.0 when
+    not known); ``extra(kind, i)`` an event's recorded top candidates."""
+    extra = extra or (lambda kind, i: {})
+    for i in range(kept):
+        yield Accepted(step, i, drafts[i], text(i, drafts[i]), p[i], q[i] if q is not None else 1.0,
+                       **extra("accepted", i))
+    for i in (range(kept, len(drafts)) if rejected is None else rejected):
+        yield Rejected(step, i, drafts[i], text(i, drafts[i]), p[i], q[i] if q is not None else 1.0,
+                       **extra("rejected", i))
+    if bonus is not None:
+        kind = "correction" if kept < (len(drafts) if drafted is None else drafted) else "extension"
+        yield Bonus(step, bonus, text(kept, bonus), p_bonus, kept, kind, **extra("bonus", kept))
 
 
 def event_from_dict(d: dict[str, Any]) -> Event:

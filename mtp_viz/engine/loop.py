@@ -29,7 +29,7 @@ import torch
 
 from .decoder import Forward, Session, as_decoder
 from .drafters.base import DraftContext, Drafter, Proposal
-from .events import Accepted, Bonus, Done, Drafted, Event, Rejected, Start, Step, Token
+from .events import Done, Drafted, Event, Start, Step, Token, verdicts
 from .experts import NO_TAP, ExpertTap, moe_shape
 from .sampling import Sampler, Sampling, accept, softmax_at
 from .schedules import Schedule, make_schedule
@@ -310,22 +310,12 @@ def _q(proposal: Proposal, i: int) -> float:
 
 
 def _verdict_events(step, ids, proposal, p_tok, n, new, text, extra=no_fields) -> Iterator[Event]:
-    """accepted (kept drafts), rejected (from the first disagreement on), bonus;
-    ``extra(kind, index)`` gives each event's recorded top candidates."""
+    """The step's verdict (:func:`mtp_viz.engine.events.verdicts`): drafts kept up to the
+    first disagreement (or a cut), rejected from it on, then the target's own token."""
     drafts = proposal.tokens
-    kept = min(n, len(new))
-    ctx = list(ids)
-    for i in range(kept):
-        yield Accepted(step, i, drafts[i], text.piece(ctx, drafts[i]), p_tok[i], _q(proposal, i),
-                       **extra("accepted", i))
-        ctx.append(drafts[i])
-    for i in range(n, len(drafts)):
-        yield Rejected(step, i, drafts[i], text.piece(ids + drafts[:i], drafts[i]), p_tok[i],
-                       _q(proposal, i), **extra("rejected", i))
-    if len(new) > n:
-        tok = new[n]
-        kind = "correction" if n < len(drafts) else "extension"
-        yield Bonus(step, tok, text.piece(ctx, tok), p_tok[-1], n, kind, **extra("bonus", n))
+    return verdicts(step, drafts, min(n, len(new)), new[n] if len(new) > n else None,
+                    text=lambda i, tok: text.piece(ids + drafts[:i], tok), p=p_tok, p_bonus=p_tok[-1],
+                    q=proposal.q_tokens, rejected=range(n, len(drafts)), extra=extra)
 
 
 def _done(ids, prompt_ids, tally: Tally, watch: Stopwatch, stop_reason, text) -> Done:

@@ -7,7 +7,7 @@ import functools
 import time
 from typing import Any, Callable
 
-from mtp_viz.engine.events import Accepted, Bonus, Done, Drafted, Error, Event, Rejected, Start, Step
+from mtp_viz.engine.events import Done, Drafted, Error, Event, Start, Step, verdicts
 
 CHECKED_WITH = "5.24.0"    # the transformers version whose _assisted_decoding these hooks were read from
 # the candidate generator's class -> what Start.settings["drafter"] calls it (as the engine's drafters do)
@@ -210,17 +210,12 @@ class Call:
 
     def _verdict(self, drafts, q, p, kept, agreed, new, rejected: bool) -> None:
         """accepted (kept drafts), rejected (from the first disagreement on; after a cut
-        only when known), bonus (the target's own token, unless a cut dropped it)."""
-        ctx = list(self.ids)
-        for i in range(kept):
-            self.events.append(Accepted(self.step, i, drafts[i], self._piece(ctx, drafts[i]), p[i], q[i]))
-            ctx.append(drafts[i])
-        for i in range(agreed, len(drafts) if rejected else agreed):
-            self.events.append(Rejected(self.step, i, drafts[i], self._piece(self.ids + drafts[:i], drafts[i]),
-                                        p[i], q[i]))
-        if len(new) > kept:
-            kind = "correction" if kept < len(drafts) else "extension"
-            self.events.append(Bonus(self.step, new[kept], self._piece(ctx, new[kept]), p[-1], kept, kind))
+        only when known), bonus (the target's own token, unless a cut dropped it):
+        :func:`mtp_viz.engine.events.verdicts`."""
+        ids = list(self.ids)
+        self.events.extend(verdicts(self.step, drafts, kept, new[kept] if len(new) > kept else None,
+                                    text=lambda i, tok: self._piece(ids + drafts[:i], tok), p=p, p_bonus=p[-1],
+                                    q=q, rejected=range(agreed, len(drafts) if rejected else agreed)))
 
     def _piece(self, ctx, tok) -> str:
         return self.detok.piece(ctx, tok) if self.detok else ""

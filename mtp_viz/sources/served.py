@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
-from mtp_viz.engine.events import Accepted, Bonus, Done, Event, Step
+from mtp_viz.engine.events import Bonus, Done, Event, Step, verdicts
 
 MAX_TOKEN_ID = 2**31 - 1     # a token id is a vocabulary index; anything past this is not one
 MAX_DRAFT = 256              # drafts in one step at most (as a trace's draft length)
@@ -61,11 +61,10 @@ def step_events(tokens: Sequence[Received], accepted: Sequence[int], drafted: Se
             raise Mismatch("more steps than tokens")
         at += len(new)
         step = i + 2
-        for k, tok in enumerate(new[:n]):
-            yield Accepted(step, k, tok.token_id, tok.text, tok.p)
-        if len(new) > n:
-            tok = new[n]
-            yield Bonus(step, tok.token_id, tok.text, tok.p, n, "correction" if n < d else "extension")
+        # a server names its kept drafts and its own token, not the drafts it rejected
+        yield from verdicts(step, [t.token_id for t in new[:n]], min(n, len(new)),
+                            new[n].token_id if len(new) > n else None, text=lambda k, _: new[k].text,
+                            p=[t.p for t in new], p_bonus=new[-1].p, rejected=(), drafted=d)
         cut = "" if len(new) == n + 1 else (finish if finish in ("eos", "max_new_tokens") else "eos")
         yield Step(step, d, n, len(new), next_draft_len=drafted[i + 1] if i + 1 < len(drafted) else 0,
                    reason="server", cut=cut, t=new[-1].t)
