@@ -215,6 +215,14 @@ class Summary:
     per_position_conditional: list = field(default_factory=list)
     per_position_unconditional: list = field(default_factory=list)
 
+    @property
+    def tau(self) -> float | None:
+        """τ after the prefill: tokens per verification, the bonus included, over the forwards
+        that follow each generation's prefill, (tokens − generations) ÷ (forwards − generations);
+        None before any verification. The one formula the bench, peers and servers report."""
+        verifications = self.target_forwards - self.generations
+        return (self.new_tokens - self.generations) / verifications if verifications > 0 else None
+
     def to_dict(self) -> dict:
         return asdict(self)
 

@@ -112,13 +112,8 @@ def peer_rows(peers: Sequence[PeerArm], records: Sequence[Record], events: dict[
             median(list(tps_by_repeat(mine, PEER, p.label).values())),
             median(list(tps_by_repeat(mine, PEER, p.label, decode=True).values())),
             summ.acceptance_rate if summ and p.speculates else None,
-            _tau(summ) if summ and p.speculates else None, same))
+            summ.tau if summ and p.speculates else None, same))
     return rows
-
-
-def _tau(summ) -> float | None:
-    forwards = summ.target_forwards - summ.generations
-    return (summ.new_tokens - summ.generations) / forwards if forwards > 0 else None
 
 
 __all__ = ["PEER", "PeerArm", "PeerRow", "open_peers", "peer_rows"]

@@ -79,9 +79,7 @@ def reduce(records: Sequence[Record], streams: Sequence[tuple[Prompt, list]], co
             "tokens_per_second": median(list(tps_by_repeat(records, SPECULATIVE).values())),
             "speedup": speedup(records, SPECULATIVE, ""),
             "acceptance_rate": s.acceptance_rate, "alpha": s.alpha,
-            # τ after the prefill: (tokens − one per generation) ÷ verify steps
-            "tau": (s.new_tokens - s.generations) / (s.target_forwards - s.generations)
-            if s.target_forwards > s.generations else None,
+            "tau": s.tau,   # after the prefill (metrics.Summary.tau)
             "mean_draft_len": s.mean_draft_len,
             "per_position_conditional": s.per_position_conditional,
             "per_position_unconditional": s.per_position_unconditional,
