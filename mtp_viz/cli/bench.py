@@ -287,7 +287,7 @@ def compile_plan(base: RunSettings, prompts, settings) -> list[RunSettings]:
 def _run(args, sampling, prompts, settings, precisions, n, repeats, quick, greedy, peer_urls=()) -> int:
     from tqdm.auto import tqdm
 
-    from mtp_viz.measure import arms as reduction
+    from mtp_viz.measure.arms import reduce as reduce_arms
     from mtp_viz.measure.peers import open_peers
     from mtp_viz.measure.session import interleaved, tasks
     # the peers first: a server that is not there is one sentence before a model loads
@@ -319,7 +319,7 @@ def _run(args, sampling, prompts, settings, precisions, n, repeats, quick, greed
         "peers": [p.url for p in peers],
         "clock": "/".join(sorted({r.clock for r in runs.records if r.mode != "peer"})),
     }
-    result = reduction.reduce(meta, runs.records, runs.events, settings, arms, greedy, peers).as_dict()
+    result = reduce_arms(meta, runs.records, runs.events, settings, arms, greedy, peers).as_dict()
     by_precision = bench_precision.blocks(result)
     paths, failed = bench_report.write(result, Path(args.out), by_precision)
     print(bench_report.markdown(result, by_precision, wide=args.wide))

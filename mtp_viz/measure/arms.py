@@ -28,7 +28,7 @@ from typing import Any, Sequence
 from mtp_viz.analysis import metrics
 from mtp_viz.sources.precision import Precision
 
-from . import reduce as reduction
+from . import reduce as one_arm   # one arm's records reduced (this module: every arm's)
 from .records import AUTOREGRESSIVE, LOCAL_LABELS, Record, RunKey, Setting
 from .peers import PeerRow, peer_rows
 from .reduce import CategoryRow, PlainRow, SettingRow
@@ -113,7 +113,7 @@ def fastest(plain: dict[str, PlainRow], peers: Sequence[PeerRow]) -> dict[str, A
     Every row's ``speedup_over_fastest_plain`` is its tokens per second over this one's."""
     rates = {f"mtp-viz {name}": row.tokens_per_second for name, row in plain.items()}
     rates.update({p.peer: p.tokens_per_second for p in peers if p.setting == "plain"})
-    return reduction.fastest(rates)
+    return one_arm.fastest(rates)
 
 
 def reduce(meta: dict[str, Any], records: Sequence[Record], events: dict[RunKey, list],
@@ -128,10 +128,10 @@ def reduce(meta: dict[str, Any], records: Sequence[Record], events: dict[RunKey,
     for arm in arms:
         own = [r for r in records if arm.owns(r.key)]
         own_events = {RunKey(k.mode, k.setting): v for k, v in events.items() if arm.owns(k)}
-        sub = reduction.reduce(own, own_events, settings)
+        sub = one_arm.reduce(own, own_events, settings)
         plain[arm.label if arm.several_engines else arm.precision.target] = dataclasses.replace(
             sub.autoregressive, engine=arm.engine)
-        of = reduction.ArmOf(arm.precision.target, arm.precision.drafter, arm.label, arm.engine,
+        of = one_arm.ArmOf(arm.precision.target, arm.precision.drafter, arm.label, arm.engine,
                              drift.get(arm.precision.target), arm.exact, arm.has_reference,
                              sub.autoregressive.tokens_per_second, sub.verify_slope)
         rename = {s.name: f"{s.name} {arm.label}" if several else s.name for s in settings}

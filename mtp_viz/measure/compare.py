@@ -29,7 +29,7 @@ from .runner import Runner
 
 
 @dataclass(frozen=True)
-class Decoder:
+class DecoderRow:
     """A decoder Measure timed beside the pair's own two modes."""
     name: str                         # as a sentence names it: "the compiled engine", "llama.cpp"
     engine: str                       # what its runs' start events said ran: "compiled", "llamacpp", "vllm"
@@ -47,7 +47,7 @@ class Measurement:
     ar_tps: float
     threads: int
     clock: str = "wall"                # what the runs' seconds read: "cpu" (the engine thread's) or "wall"
-    beside: tuple[Decoder, ...] = ()   # the other decoders timed in the same rotation
+    beside: tuple[DecoderRow, ...] = ()   # the other decoders timed in the same rotation
     notes: tuple[str, ...] = ()        # one sentence per decoder left out (a peer of another model)
     engine: str = "this engine"        # the measured engine's plain decoding, as ``fastest_plain`` names it
     repeats: int = field(init=False)
@@ -169,14 +169,14 @@ def measure(pair: Any, s: RunSettings, repeats: int, stop: threading.Event | Non
                        pair.decoder.ran.label)
 
 
-def _row(arm: Any, recs: list[Record], plain: dict[int, tuple] | None) -> Decoder:
+def _row(arm: Any, recs: list[Record], plain: dict[int, tuple] | None) -> DecoderRow:
     """A decoder's figures: its median rate over repeats (pooled per repeat, as the bench's)."""
     first = recs[0]
     rate = median(list(tps_by_repeat(recs, first.mode, first.setting).values()))
     peer = isinstance(arm, PeerArm)
     same = None if plain is None else all(plain.get(r.repeat) in (None, r.ids) for r in recs)
-    return Decoder(peer_name(arm) if peer else arm.name, first.engine or arm.engine,
+    return DecoderRow(peer_name(arm) if peer else arm.name, first.engine or arm.engine,
                    "mtp" if peer and arm.speculates else "plain", rate, first.clock, same)
 
 
-__all__ = ["Decoder", "Measurement", "PlainArm", "measure", "peer_base", "peer_name"]
+__all__ = ["DecoderRow", "Measurement", "PlainArm", "measure", "peer_base", "peer_name"]

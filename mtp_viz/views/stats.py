@@ -175,7 +175,7 @@ def compare_html(spec: RunStats, ar: RunStats, *, greedy: bool, faster: Iterable
     """The speedup of one run of each mode and, under greedy decoding, whether both
     outputs are token-identical. One run each cannot name a winner: the figure says
     what it is and points to Measure. ``faster``: plain decoders of the same model a
-    Measure timed in this session (:class:`mtp_viz.measure.compare.Decoder`); the fastest
+    Measure timed in this session (:class:`mtp_viz.measure.compare.DecoderRow`); the fastest
     that beats this run's plain decoding is named in one sentence (:func:`faster_plain_html`)."""
     engine, compiling = engine_both(spec, ar), spec.compile_seconds + ar.compile_seconds
     threads = spec.threads   # as the run recorded them: what torch had, not what was asked
@@ -241,7 +241,7 @@ def _over(spec: RunStats, ar: RunStats) -> str:
 
 
 def faster_plain(decoders: Iterable, engine: str, plain_tps: float):
-    """The fastest plain decoder of ``decoders`` (:class:`mtp_viz.measure.compare.Decoder`)
+    """The fastest plain decoder of ``decoders`` (:class:`mtp_viz.measure.compare.DecoderRow`)
     other than ``engine`` and faster than its plain decoding's ``plain_tps``; None if none is."""
     fast = [d for d in decoders if d.setting == "plain" and d.engine != engine
             and (d.tokens_per_second or 0) > plain_tps > 0]

@@ -21,7 +21,7 @@ from mtp_viz.app.runtime.guard import ServerPolicy
 from mtp_viz.engine.events import Ran, Start
 from mtp_viz.errors import UserError
 from mtp_viz.measure import arms, reduce
-from mtp_viz.measure.compare import Decoder, Measurement
+from mtp_viz.measure.compare import DecoderRow, Measurement
 from mtp_viz.sources.settings import RunSettings
 from mtp_viz.views import stats
 from streams import EVIL, ar_run, spec_run
@@ -38,7 +38,7 @@ def _compare(faster=()) -> str:
 
 
 def _decoder(name="llama.cpp", engine="llamacpp", setting="plain", tps=None, clock="wall", same=True):
-    return Decoder(name, engine, setting, tps if tps is not None else 3 * _plain_tps(), clock, same)
+    return DecoderRow(name, engine, setting, tps if tps is not None else 3 * _plain_tps(), clock, same)
 
 
 def _fastest(page: str) -> dict[str, str]:
@@ -84,9 +84,9 @@ def _measurement(*beside, ar=100.0, spec=190.0) -> Measurement:
 
 
 def test_measure_names_the_fastest_plain_decoder_and_tables_every_decoder():
-    m = _measurement(Decoder("the compiled engine", "compiled", "plain", 250.0, "cpu", True),
-                     Decoder("llama.cpp", "llamacpp", "plain", 300.0, "wall", True),
-                     Decoder("llama.cpp #1", "llamacpp", "mtp", 400.0, "wall", True))
+    m = _measurement(DecoderRow("the compiled engine", "compiled", "plain", 250.0, "cpu", True),
+                     DecoderRow("llama.cpp", "llamacpp", "plain", 300.0, "wall", True),
+                     DecoderRow("llama.cpp #1", "llamacpp", "mtp", 400.0, "wall", True))
     page = stats.measurement_html(m, Ran())
     assert _fastest(page)["data-fastest-plain"] == "llama.cpp" and "<b>300</b>" in page
     rows = re.findall(r'<tr data-decoder="([^"]*)"[^>]*data-setting="(\w+)" data-tps="([\d.]+)" '
@@ -104,7 +104,7 @@ def test_measure_names_the_fastest_plain_decoder_and_tables_every_decoder():
 
 def test_measure_alone_or_fastest_itself_says_no_more():
     assert "measure-decoders" not in stats.measurement_html(_measurement(), Ran())
-    slower = stats.measurement_html(_measurement(Decoder("llama.cpp", "llamacpp", "plain", 50.0, "wall", True)), Ran())
+    slower = stats.measurement_html(_measurement(DecoderRow("llama.cpp", "llamacpp", "plain", 50.0, "wall", True)), Ran())
     assert "data-fastest-plain" not in slower and 'data-decoder="this eager engine"' in slower
     assert re.search(r'data-setting="plain" data-tps="100.000" data-over-fastest="1.0000" data-fastest>', slower)
 
