@@ -109,9 +109,9 @@ def main() -> int:
     from mtp_viz.sources.settings import RunSettings
     t = time.perf_counter()
     plan = RunSettings("x" * len(ids), modes=("autoregressive",), max_new_tokens=n, chat=False)
-    twin = pair.compiled(settings=[plan])   # its graphs now, before any timing
+    compiled_pair = pair.compiled(settings=[plan])   # its graphs now, before any timing
     compiled_s = time.perf_counter() - t
-    print(f"compiled in {compiled_s:.0f} s ({twin.compile_note or twin.engine})", file=sys.stderr)
+    print(f"compiled in {compiled_s:.0f} s ({compiled_pair.compile_note or compiled_pair.engine})", file=sys.stderr)
 
     def ours():
         t = time.perf_counter()
@@ -120,7 +120,7 @@ def main() -> int:
 
     def compiled():
         t = time.perf_counter()
-        done = list(loop.autoregressive(twin.decoder, ids, max_new_tokens=n))[-1]
+        done = list(loop.autoregressive(compiled_pair.decoder, ids, max_new_tokens=n))[-1]
         return {"seconds": time.perf_counter() - t, "tokens": done.new_tokens, "ids": list(done.generated_ids)}
 
     def transformers_generate():
@@ -134,7 +134,7 @@ def main() -> int:
     results = {"meta": {"target": args.target, "weights": "random", "precision": "bfloat16",
                         "prompt_tokens": len(ids), "new_tokens": n, "repeats": repeats, "build_seconds": built,
                         "step_bytes": per_token_bytes, "clock": "wall",
-                        "compile_seconds": compiled_s, "compile_note": twin.compile_note}, "threads": {}}
+                        "compile_seconds": compiled_s, "compile_note": compiled_pair.compile_note}, "threads": {}}
     log = out / "llama-server.log"
     for threads in [int(x) for x in args.threads.split(",")]:
         torch.set_num_threads(threads)

@@ -39,14 +39,14 @@ def compiled(pairs, runs=()) -> list:
     from .generate import compile_progress
     out = []
     for p in pairs:
-        twin = p.compiled(settings=runs, progress=compile_progress("mtp-viz bench"))
-        note = twin.compile_note
+        compiled_pair = p.compiled(settings=runs, progress=compile_progress("mtp-viz bench"))
+        note = compiled_pair.compile_note
         if note:
             print(f"mtp-viz bench: {note}", file=sys.stderr)
             continue
         print(f"mtp-viz bench: compiled {p.precision['target']}/{p.precision['drafter']} in "
-              f"{twin.compile_seconds:.1f} s", file=sys.stderr)
-        out.append(twin)
+              f"{compiled_pair.compile_seconds:.1f} s", file=sys.stderr)
+        out.append(compiled_pair)
     return out
 
 

@@ -96,11 +96,11 @@ def run(args: argparse.Namespace) -> int:
         from .generate import compile_progress
         plan = RunSettings("x" * args.prompt_tokens, max_new_tokens=args.max_new_tokens, chat=False,
                            draft_tokens=args.draft_tokens)
-        twin = pair.compiled(settings=[plan], progress=compile_progress("mtp-viz profile"))
-        if twin.compile_note:
-            print(f"mtp-viz profile: {twin.compile_note}", file=sys.stderr)
+        compiled_pair = pair.compiled(settings=[plan], progress=compile_progress("mtp-viz profile"))
+        if compiled_pair.compile_note:
+            print(f"mtp-viz profile: {compiled_pair.compile_note}", file=sys.stderr)
         else:
-            pairs["compiled"] = twin
+            pairs["compiled"] = compiled_pair
     result = study(pairs, prompt_tokens=args.prompt_tokens, new_tokens=args.max_new_tokens, gamma=args.draft_tokens,
                    gamma_max=args.max_draft_tokens, alphas=alphas, repeats=args.repeats)
     describe(result, pair, args.target)

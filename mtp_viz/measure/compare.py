@@ -123,8 +123,8 @@ def measure(pair: Any, s: RunSettings, repeats: int, stop: threading.Event | Non
     base = dataclasses.replace(s, top=0, experts=False, stale_kv=False)  # timed as the bench times: no extras
     runner = Runner(pair, base)
     setting = Setting(s.schedule, s.draft_tokens or runner.drafter.default_draft_tokens)
-    twin = PlainArm(compiled, base) if compiled is not None else None
-    beside = ([twin] if twin else []) + list(peers)
+    compiled_pair = PlainArm(compiled, base) if compiled is not None else None
+    beside = ([compiled_pair] if compiled_pair else []) + list(peers)
     todo: list[tuple[str, Any, Setting | None]] = [(SPECULATIVE, runner, setting), (AUTOREGRESSIVE, runner, None)]
     todo += [(arm.mode, arm, None) for arm in beside]   # a peer runs its one mode, on itself
     notes: list[str] = []
@@ -157,8 +157,8 @@ def measure(pair: Any, s: RunSettings, repeats: int, stop: threading.Event | Non
                 records[i].append(dataclasses.replace(rec, repeat=r))
     finally:
         runner.close()
-        if twin is not None:
-            twin.close()
+        if compiled_pair is not None:
+            compiled_pair.close()
     own = records[0] + records[1]
     tps = {m: statistics.median(x.new_tokens / x.seconds for x in own if x.mode == m)
            for m in (SPECULATIVE, AUTOREGRESSIVE)}

@@ -46,7 +46,7 @@ def compile_pair(pair: Any, mode: str | None = None, settings: Iterable[RunSetti
     return pair.compile_note
 
 
-def compiled_twin(pair: Any, mode: str | None = None, settings: Iterable[RunSettings] = (),
+def compiled_copy(pair: Any, mode: str | None = None, settings: Iterable[RunSettings] = (),
                   progress: Callable[[Any], None] | None = None) -> Any:
     """The same models as a pair of their own on the compiled engine (``pair`` stays
     eager; nothing is copied), compiled now for ``settings``: what the bench compares against it."""
@@ -121,4 +121,4 @@ def _compile(pair: Any, settings: list[RunSettings], progress, schedule: Any = N
         pair.draft_step = None
 
 
-__all__ = ["DEFAULT_RUN", "compile_pair", "compiled_twin", "needed", "prepare"]
+__all__ = ["DEFAULT_RUN", "compile_pair", "compiled_copy", "needed", "prepare"]

@@ -60,9 +60,9 @@ class ModelPair:
 
     def compiled(self, mode: str | None = None, settings=(), progress=None) -> "ModelPair":
         """The same models as a pair of its own on the compiled engine, compiled now
-        (:func:`mtp_viz.sources.compiling.compiled_twin`); this one stays eager."""
-        from .compiling import compiled_twin
-        return compiled_twin(self, mode, settings, progress)
+        (:func:`mtp_viz.sources.compiling.compiled_copy`); this one stays eager."""
+        from .compiling import compiled_copy
+        return compiled_copy(self, mode, settings, progress)
 
     def compile(self, mode: str | None = None, settings=(), progress=None) -> str:
         """Switch this pair to the compiled engine (:func:`mtp_viz.sources.compiling.compile_pair`),

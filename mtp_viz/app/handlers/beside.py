@@ -114,39 +114,39 @@ class Measuring:
             n = form.whole(repeats, "Repeats")
             if not 2 <= n <= 15:
                 raise UserError("Measure takes between 2 and 15 repeats.")
-            twin = form.flag(compiled, "Measure beside the compiled engine") if compiled is not None else False
-            twin = twin and not compile   # a compiled pair is its own compiled engine
-            if twin:
+            with_compiled = form.flag(compiled, "Measure beside the compiled engine") if compiled is not None else False
+            with_compiled = with_compiled and not compile   # a compiled pair is its own compiled engine
+            if with_compiled:
                 self.loader.allow.check_build(precision, True)
             urls = self.peers.check(peers)
-            for item in self.gate.waits(target, drafter, sess, precision, compile, twin=twin):
+            for item in self.gate.waits(target, drafter, sess, precision, compile, with_compiled=with_compiled):
                 if isinstance(item, Frame):
                     yield outputs(item, sess)
                 else:
                     pair, ticket = item
-            pair, twin = pair if twin else (pair, None)
+            pair, compiled_pair = pair if with_compiled else (pair, None)
         except UserError as e:
             yield outputs(message(str(e), level="error"), sess)
             return
-        notes = [f"Measure left out the compiled engine: {_lower(twin.compile_note)}"] \
-            if twin is not None and getattr(twin, "fast", None) is None else []
-        twin = None if notes else twin
+        notes = [f"Measure left out the compiled engine: {_lower(compiled_pair.compile_note)}"] \
+            if compiled_pair is not None and getattr(compiled_pair, "fast", None) is None else []
+        compiled_pair = None if notes else compiled_pair
         arms: list = []
         try:
             for f in self._compiled(pair, s.only("speculative", "autoregressive"), sess, asked):
                 yield outputs(f, sess)
-            for line in runs.compile_lines(twin, s.only("autoregressive"), sess.stop) if twin else ():
+            for line in runs.compile_lines(compiled_pair, s.only("autoregressive"), sess.stop) if compiled_pair else ():
                 yield outputs(Frame(status=line), sess)
             if urls:
                 yield outputs(message("Asking the peer servers what they are…"), sess)
                 arms, left = open_peers(urls, compare.peer_base(pair, s))
                 notes += left
-            more = len(arms) + (twin is not None)
+            more = len(arms) + (compiled_pair is not None)
             yield outputs(message(f"Measuring: {n} repeats of both modes" + (
                 f" and of {more} decoder{'s' if more > 1 else ''} beside them" if more else "")
                 + ", in turns, nothing rendered meanwhile…"), sess)
             with work.working(sess.stop):  # the app's close stops it first
-                m = compare.measure(pair, s, n, sess.stop, compiled=twin, peers=arms,
+                m = compare.measure(pair, s, n, sess.stop, compiled=compiled_pair, peers=arms,
                                     told=lambda e: failure(urls, e) if isinstance(e, ServerError) else str(e))
         except ServerError as e:   # a peer that failed mid-way: named by its place, never its address
             yield outputs(message(failure(urls, e), level="error"), sess)

@@ -185,10 +185,10 @@ class Gate:
         yield st.pair
 
     def waits(self, target: str, drafter: str | None, sess: runs.Session, precision: Precision | None = None,
-               compile: bool = False, twin: bool = False) -> Iterator[Any]:
+               compile: bool = False, with_compiled: bool = False) -> Iterator[Any]:
         """Wait for the pair (loading or compiling holds no turn on the engine), then for
         the engine's turn, yielding frames (the pair's line also in ``#model-status``); the
-        last item is (pair, held ticket). ``twin``: also wait for the same models on the
+        last item is (pair, held ticket). ``with_compiled``: also wait for the same models on the
         compiled engine (its line in ``#status`` only); the last item is then
         ((pair, compiled pair), ticket)."""
         for item in self.ready_pair(target, drafter, sess, precision, compile):
@@ -196,7 +196,7 @@ class Gate:
                 yield Frame(status=item, model_status=item)
             else:
                 pair = item
-        for item in self.ready_pair(target, drafter, sess, precision, True) if twin else ():
+        for item in self.ready_pair(target, drafter, sess, precision, True) if with_compiled else ():
             if isinstance(item, str):
                 yield Frame(status=item)
             else:
