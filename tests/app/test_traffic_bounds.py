@@ -134,7 +134,7 @@ def test_a_non_vllm_server_is_one_sentence_without_status_path_or_port_in_the_tr
 
 def _vllm_handlers(policy):
     h = Handlers(service.PairLoader(lambda t, d: None), deploy.presets(OPEN), ("tiny", None), 64, 256)
-    return vllm_handlers.VllmHandlers(h, policy)
+    return vllm_handlers.ServerHandlers(h, policy)
 
 
 def _values(url, **kw):

@@ -186,7 +186,7 @@ def test_theory_panel_and_timing_chart_say_vllm_reports_no_timings():
 
 def _handlers(policy):
     h = Handlers(service.PairLoader(lambda t, d: None), deploy.presets(OPEN), ("tiny", None), 64, 256)
-    return vllm_handlers.VllmHandlers(h, policy)
+    return vllm_handlers.ServerHandlers(h, policy)
 
 
 def _values(**kw):

@@ -56,9 +56,9 @@ def capabilities(key: str) -> Capabilities:
     return ServerSource.capabilities if key == VLLM else LocalSource.capabilities
 
 
-class VllmHandlers:
-    """Handlers of the vLLM source and the dashboard; the form checks are the local
-    engine's (:meth:`Handlers.settings`)."""
+class ServerHandlers:
+    """Handlers of a server source (vLLM or llama.cpp, told apart by what it answers) and the
+    dashboard; the form checks are the local engine's (:meth:`Handlers.settings`)."""
 
     def __init__(self, h: Handlers, policy: ServerPolicy):
         self.h, self.policy = h, policy
@@ -186,4 +186,4 @@ class Watch:
     history: list[tuple[float, SpecDecodeCounters]] = field(default_factory=list)
 
 
-__all__ = ["DASHBOARD_SECONDS", "HINT", "VLLM", "VllmHandlers", "Watch", "capabilities"]
+__all__ = ["DASHBOARD_SECONDS", "HINT", "VLLM", "ServerHandlers", "Watch", "capabilities"]

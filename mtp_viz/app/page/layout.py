@@ -23,7 +23,7 @@ import gradio as gr
 from mtp_viz.app.handlers.beside import Peers
 from mtp_viz.app.handlers.local import CUSTOM, EXPERTS_WAITING, Handlers
 from mtp_viz.app.handlers.traffic import TrafficHandlers
-from mtp_viz.app.handlers.vllm import VllmHandlers
+from mtp_viz.app.handlers.vllm import ServerHandlers
 from mtp_viz.app.runtime import deploy, runs, service, work
 from mtp_viz.app.runtime.guard import ServerPolicy
 from mtp_viz.views import charts, explain, export, stats, tokens
@@ -45,7 +45,7 @@ class AppState:
     """What the page runs on, shared by all its sessions: ``demo.mtp_app``."""
     loader: service.PairLoader      # the process's model pairs
     handlers: Handlers              # the local engine's and the recorded runs' handlers
-    vllm: VllmHandlers         # the vLLM source's and the dashboard's
+    vllm: ServerHandlers         # the vLLM source's and the dashboard's
 
     @property
     def default(self) -> tuple[str, str | None]:
@@ -331,7 +331,7 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
     choices += vllm.choices(policy)
     h = Handlers(loader, presets, (first.target, first.drafter), deploy.env_cap(), deploy.env_prompt_cap(),
                  empty_figures=charts.all_figures([]), peers=Peers(policy))
-    app = AppState(loader, h, VllmHandlers(h, policy))
+    app = AppState(loader, h, ServerHandlers(h, policy))
     # delete_cache: uploads and downloads leave Gradio's cache after an hour (a Space runs for weeks)
     with App(title="mtp-viz: speculative decoding, made visible", delete_cache=(1800, 3600)) as demo:
         page, shown = _page(app, first, choices, policy)

@@ -8,7 +8,7 @@ from typing import Any
 import gradio as gr
 
 from mtp_viz.app.handlers.traffic import MAX_TOKENS, Sweep, TrafficHandlers
-from mtp_viz.app.handlers.vllm import DASHBOARD_SECONDS, VLLM, VllmHandlers
+from mtp_viz.app.handlers.vllm import DASHBOARD_SECONDS, VLLM, ServerHandlers
 from mtp_viz.app.runtime.guard import ServerPolicy
 from mtp_viz.measure.traffic import example_levels
 from mtp_viz.views import dashboard, tokens
@@ -43,7 +43,7 @@ def source_row(policy: ServerPolicy, visible: bool = False) -> SourceControls:
     return SourceControls(row, url, baseline)
 
 
-def dashboard_section(vh: VllmHandlers) -> None:
+def dashboard_section(vh: ServerHandlers) -> None:
     """The "vLLM dashboard" section (``#vllm-dashboard``), last on the page: a heading like
     the other sections' (a lone tab at the bottom of a long page read as a stray bar)."""
     first = vh.policy.listed[0] if vh.policy.locked and vh.policy.listed else ""

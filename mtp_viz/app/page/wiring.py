@@ -15,7 +15,7 @@ import gradio as gr
 
 from mtp_viz.app.handlers import links
 from mtp_viz.app.handlers.local import CUSTOM, OUTPUTS, Handlers
-from mtp_viz.app.handlers.vllm import HINT, VllmHandlers, capabilities
+from mtp_viz.app.handlers.vllm import HINT, ServerHandlers, capabilities
 from mtp_viz.app.runtime import deploy, service
 from mtp_viz.views import charts, tokens
 from mtp_viz.prompts import Prompt, category_suite, code_suite, load_prompts
@@ -146,7 +146,7 @@ def hint_html(presets: dict, key: str, note: str = "") -> str:
 
 # ---------------------------------------------------------------- events
 
-def wire(demo: gr.Blocks, page: Page, h: Handlers, vh: VllmHandlers, tabs: tuple[str, ...] = ()) -> None:
+def wire(demo: gr.Blocks, page: Page, h: Handlers, vh: ServerHandlers, tabs: tuple[str, ...] = ()) -> None:
     """Every event of the main page (``tabs``: the page's tab ids, which a link may name)."""
     loads = _wire_model(demo, page, h, vh, tabs)
     started = _wire_runs(page, h, vh)
@@ -177,7 +177,7 @@ def wire(demo: gr.Blocks, page: Page, h: Handlers, vh: VllmHandlers, tabs: tuple
     page.next_btn.click(h.next_step, page.session, page.status, queue=False, **HIDDEN)
 
 
-def _wire_model(demo: gr.Blocks, page: Page, h: Handlers, vh: VllmHandlers, tabs: tuple[str, ...]) -> list:
+def _wire_model(demo: gr.Blocks, page: Page, h: Handlers, vh: ServerHandlers, tabs: tuple[str, ...]) -> list:
     """The picker, Load, the deep link (which sets the controls and says where the pair it
     names stands, never loading or compiling it: the visitor presses Load or Run) and the
     loading timer. Returns the events that report a pair's loading, for what follows them."""
@@ -212,7 +212,7 @@ def _wire_model(demo: gr.Blocks, page: Page, h: Handlers, vh: VllmHandlers, tabs
     return loads
 
 
-def _wire_runs(page: Page, h: Handlers, vh: VllmHandlers) -> dict[str, Any]:
+def _wire_runs(page: Page, h: Handlers, vh: ServerHandlers) -> dict[str, Any]:
     """Run and Measure (on the picked source), Race replay and the two ways to replay a
     trace. Returns the events that fill the panes, by name.
 
