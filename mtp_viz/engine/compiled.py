@@ -62,7 +62,7 @@ import torch
 
 from .build import turn
 from .config import text_config
-from .decoder import EagerDecoder, Forward, Session
+from .decoder import EagerDecoder, Forward, RunCache
 from .events import Ran
 from .static import StaticKV, twin, visible
 
@@ -180,11 +180,11 @@ class FastTarget:
         self._lock = threading.Lock()
         self._free: dict[int, list[StaticKV]] = {}
 
-    def open(self, need: int) -> Session:
+    def open(self, need: int) -> RunCache:
         """A run's session: a static cache from the pool, or, past the largest capacity,
         the eager model's (the start event's ``engine`` then says "eager")."""
         cache = self.new_cache(need)
-        return Session(self, cache) if cache is not None else EagerDecoder(self.model).open(need)
+        return RunCache(self, cache) if cache is not None else EagerDecoder(self.model).open(need)
 
     # -- the cache pool: one run's cache goes back for the next run (same buffers, same graphs)
     def new_cache(self, need: int) -> StaticKV | None:

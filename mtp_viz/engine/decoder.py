@@ -1,7 +1,7 @@
 """What the loop runs: one small interface for the eager and the compiled engine.
 
 A :class:`Decoder` is the target as the loop sees it. ``open(need)`` gives a
-:class:`Session`, one run's KV cache for ``need`` positions with the decoder that fills
+:class:`RunCache`, one run's KV cache for ``need`` positions with the decoder that fills
 it; the session's ``forward`` appends tokens and returns a :class:`Forward`, ``crop``
 drops rejected entries, ``close`` hands the cache back. The loop never asks which
 engine it has: :class:`EagerDecoder` wraps a transformers model and transformers'
@@ -37,14 +37,14 @@ class Decoder(Protocol):
     ran: Ran               # what a run's start event says ran; ``routing``: whether hooks on
     model: Any             # ``model`` (the eager transformers model) see its forwards
 
-    def open(self, need: int) -> "Session": ...
+    def open(self, need: int) -> "RunCache": ...
     def forward(self, cache: Any, tokens: list[int], want_state: bool, keep: int,
                 prefill: bool = False) -> Forward: ...
     def release(self, cache: Any) -> None: ...
 
 
 @dataclass
-class Session:
+class RunCache:
     """One run's cache and the decoder that fills it."""
     decoder: Decoder
     cache: Any
@@ -66,7 +66,7 @@ class Session:
     def close(self) -> None:
         self.decoder.release(self.cache)
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> "RunCache":
         return self
 
     def __exit__(self, *exc) -> None:
@@ -81,11 +81,11 @@ class EagerDecoder:
         self.model = model
         self.device = model.device
 
-    def open(self, need: int) -> Session:
+    def open(self, need: int) -> RunCache:
         from transformers import DynamicCache
         cache = DynamicCache(config=self.model.config)
         cache.activate_past_recording()  # sliding-window layers can then be rolled back
-        return Session(self, cache)
+        return RunCache(self, cache)
 
     @torch.inference_mode()
     def forward(self, cache, tokens: list[int], want_state: bool, keep: int, prefill: bool = False) -> Forward:
@@ -121,4 +121,4 @@ class EagerDraftStep:
         return out.logits[0, -1], out.last_hidden_state, 0.0
 
 
-__all__ = ["Decoder", "EagerDecoder", "EagerDraftStep", "Forward", "Session", "as_decoder"]
+__all__ = ["Decoder", "EagerDecoder", "EagerDraftStep", "Forward", "RunCache", "as_decoder"]

@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from .decoder import Forward, Session, as_decoder
+from .decoder import Forward, RunCache, as_decoder
 from .drafters.base import DraftContext, Drafter, Proposal
 from .events import Done, Drafted, Event, Start, Step, Token, verdicts
 from .experts import NO_TAP, ExpertTap, moe_shape
@@ -71,7 +71,7 @@ def crop_shared_kv(shared_kv: dict, drop: int) -> dict:
     return {t: (k[:, :, :-drop], v[:, :, :-drop]) for t, (k, v) in shared_kv.items()}
 
 
-def _open(target, need: int, experts: bool) -> Session:
+def _open(target, need: int, experts: bool) -> RunCache:
     """The run's session on ``target``'s decoder (a transformers model decodes eagerly)."""
     decoder = as_decoder(target)
     if experts and not decoder.ran.routing:
@@ -135,7 +135,7 @@ def autoregressive_need(prompt: int, new: int) -> int:
     return prompt + new + 1
 
 
-def _speculative(kv: Session, drafter: Drafter, prompt_ids: list[int], schedule: Schedule,
+def _speculative(kv: RunCache, drafter: Drafter, prompt_ids: list[int], schedule: Schedule,
                  g: Generation) -> Iterator[Event]:
     text, sampler = _Text(g.detok), Sampler(g.sampling, device=kv.decoder.model.device)
     ids = list(prompt_ids)
@@ -224,7 +224,7 @@ def _draft(drafter: Drafter, ctx: DraftContext, k: int, pick, schedule: Schedule
     return proposal, lap.seconds
 
 
-def _verify(kv: Session, newest: list[int], drafts: list[int], want_state: bool, tap, watch: Stopwatch,
+def _verify(kv: RunCache, newest: list[int], drafts: list[int], want_state: bool, tap, watch: Stopwatch,
             prefill: bool = False) -> tuple[Forward, float, tuple[int, ...]]:
     """One target forward over ``newest`` and the drafts, its seconds on the engine's
     clock, and the distinct experts per layer ``tap`` counted in it (() unless counting;
@@ -238,7 +238,7 @@ def _verify(kv: Session, newest: list[int], drafts: list[int], want_state: bool,
     return fwd, lap.seconds, tap.take()
 
 
-def run_setting(kv: Session, g: Generation) -> dict:
+def run_setting(kv: RunCache, g: Generation) -> dict:
     """The start event's settings both modes share."""
     return {"max_new_tokens": g.max_new_tokens, **g.sampling.as_dict(), "clock": clock_basis(g.clock),
             "threads": torch.get_num_threads(), "experts": experts_setting(kv.decoder.model, g.experts), "engine": kv.engine,
@@ -338,7 +338,7 @@ def autoregressive(target, prompt_ids: Sequence[int], *, max_new_tokens: int = 6
         yield from _autoregressive(kv, list(prompt_ids), g)
 
 
-def _autoregressive(kv: Session, prompt_ids: list[int], g: Generation) -> Iterator[Event]:
+def _autoregressive(kv: RunCache, prompt_ids: list[int], g: Generation) -> Iterator[Event]:
     text, sampler = _Text(g.detok), Sampler(g.sampling, device=kv.decoder.model.device)
     tops = TopK(g.top, sampler, detok=g.detok) if g.top else None
     ids = list(prompt_ids)
