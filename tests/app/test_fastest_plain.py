@@ -165,18 +165,18 @@ def _status(frames) -> list[str]:
     ("", "yes", "Measure beside the compiled engine must be true or false"),
 ])
 def test_bad_peers_are_one_sentence_before_anything_loads(peers, compiled, sentence):
-    status = _status(_handlers().measure(_values(), 3, None, compiled, peers))
+    status = _status(_handlers().measuring.measure(_values(), 3, None, compiled, peers))
     assert len(status) == 1 and "mv-msg-error" in status[0] and sentence in html.unescape(status[0])
 
 
 def test_a_locked_deployment_times_only_the_servers_it_lists():
     locked = deploy.AllowList("tiny")
     h = _handlers(locked, peers="http://127.0.0.1:8081")
-    [refused] = _status(h.measure(_values(), 3, None, None, "http://10.0.0.5:8080"))
+    [refused] = _status(h.measuring.measure(_values(), 3, None, None, "http://10.0.0.5:8080"))
     assert "only connects to the vLLM servers it lists" in refused and "10.0.0.5" not in refused
     assert h.peers.default == "http://127.0.0.1:8081"
     assert h.peers.check("http://127.0.0.1:8081/v1/") == ["http://127.0.0.1:8081"]   # its own peers pass
-    [no_compile] = _status(h.measure(_values(), 3, None, True, ""))
+    [no_compile] = _status(h.measuring.measure(_values(), 3, None, True, ""))
     assert "does not offer the compiled engine" in no_compile
 
 

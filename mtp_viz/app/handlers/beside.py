@@ -12,7 +12,7 @@ goes on with the rest.
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from mtp_viz.app.runtime import runs, work
 from mtp_viz.app.runtime.guard import ServerPolicy, canonical
@@ -95,8 +95,11 @@ def open_peers(urls: Sequence[str], base: RunSettings) -> tuple[list[PeerArm], l
 
 
 class Measuring:
-    """Measure's handler, mixed into :class:`mtp_viz.app.handlers.local.Handlers` (it uses
-    its form checks, its waits for a pair and the engine's turn, and ``peers``)."""
+    """Measure's handler: composed of the page's :class:`.gate.Gate` (the pair, its waits and
+    the engine's turn), the peers it may time beside the pair, and the form check."""
+
+    def __init__(self, gate: Any, peers: Peers, settings: Callable[[dict[str, Any]], Any]):
+        self.gate, self.peers, self.settings = gate, peers, settings
 
     def measure(self, values: dict[str, Any], repeats: Any, sess: runs.Session | None, compiled: Any = None,
                 peers: Any = None):
@@ -117,7 +120,7 @@ class Measuring:
             with_compiled = form.flag(compiled, "Measure beside the compiled engine") if compiled is not None else False
             with_compiled = with_compiled and not compile   # a compiled pair is its own compiled engine
             if with_compiled:
-                self.loader.allow.check_build(precision, True)
+                self.gate.loader.allow.check_build(precision, True)
             urls = self.peers.check(peers)
             for item in self.gate.waits(target, drafter, sess, precision, compile, with_compiled=with_compiled):
                 if isinstance(item, Frame):
@@ -133,7 +136,7 @@ class Measuring:
         compiled_pair = None if notes else compiled_pair
         arms: list = []
         try:
-            for f in self._compiled(pair, s.only("speculative", "autoregressive"), sess, asked):
+            for f in self.gate.compile_frames(pair, s.only("speculative", "autoregressive"), sess, asked):
                 yield outputs(f, sess)
             for line in runs.compile_lines(compiled_pair, s.only("autoregressive"), sess.stop) if compiled_pair else ():
                 yield outputs(Frame(status=line), sess)

@@ -15,6 +15,7 @@ from mtp_viz.app.runtime.service import Load
 from mtp_viz.app.runtime.turns import Turns, ahead_words
 from mtp_viz.errors import UserError, clip
 from mtp_viz.sources.precision import Precision
+from mtp_viz.sources.settings import RunSettings
 from mtp_viz.views import tokens
 from mtp_viz.views.frame import Frame
 
@@ -203,6 +204,17 @@ class Gate:
                 pair = (pair, item)
         for item in self.turn(sess):
             yield Frame(status=item) if isinstance(item, str) else (pair, item)
+
+    def compile_frames(self, pair: Any, s: RunSettings, sess: runs.Session, asked: tuple) -> Iterator[Frame]:
+        """A compiled pair's missing graphs for ``s``, compiled before the run's first token,
+        with progress in ``#status`` and ``#model-status`` (no frame when none is missing);
+        then the pair's line again (what compiling took, now)."""
+        compiled = False
+        for line in runs.compile_lines(pair, s, sess.stop):
+            compiled = True
+            yield Frame(status=line, model_status=line)
+        if compiled:
+            yield Frame(model_status=self.model_line(*asked))
 
     def turn(self, sess: runs.Session) -> Iterator[Any]:
         """Join the engine's line (the pair is ready by now); yield status lines while

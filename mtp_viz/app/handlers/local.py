@@ -39,7 +39,7 @@ def refused(e: UserError) -> Frame:
     return message(str(e), level="error") | Frame(spec=tokens.placeholder_html("No run: " + str(e)))
 
 
-class Handlers(Recorded, beside.Measuring):
+class Handlers(Recorded):
     """One instance per demo, shared by all sessions (per-session state travels in
     ``gr.State`` as a :class:`runs.Session`)."""
 
@@ -54,6 +54,7 @@ class Handlers(Recorded, beside.Measuring):
         self.engine = Turns(deploy.env_int("MTP_VIZ_CONCURRENCY", 1))
         self.gate = Gate(loader, presets, self.engine)   # which pair, waiting for it and for the engine
         self.profiling = Profiling(self.gate, self.settings)   # the Measure tab's cost profile
+        self.measuring = beside.Measuring(self.gate, self.peers, self.settings)   # Measure, beside Run
         self.step_mode_ok = not zerogpu.zero_gpu()  # a paused run would hold the shared GPU
         self.empty_figures = empty_figures or charts.all_figures([])  # shared, never mutated
         self.downloads = export.Downloads()
@@ -110,7 +111,7 @@ class Handlers(Recorded, beside.Measuring):
             yield outputs(refused(e), sess, gr.update(interactive=False))
             return
         try:
-            for f in self._compiled(pair, s, sess, (target, drafter, precision, compile)):
+            for f in self.gate.compile_frames(pair, s, sess, (target, drafter, precision, compile)):
                 yield outputs(f)
             for f in runs.compare_frames(self.source(pair, sess), s, sess,
                                          frame_interval=deploy.env_frame_interval()):
@@ -120,17 +121,6 @@ class Handlers(Recorded, beside.Measuring):
         finally:
             ticket.leave()
         yield outputs(Frame(), replay=gr.update(interactive=bool(sess.spec and sess.ar)))
-
-    def _compiled(self, pair: Any, s: RunSettings, sess: runs.Session, asked: tuple) -> Iterator[Frame]:
-        """A compiled pair's missing graphs for ``s``, compiled before the run's first token,
-        with progress in ``#status`` and ``#model-status`` (no frame when none is missing);
-        then the pair's line again (what compiling took, now)."""
-        compiled = False
-        for line in runs.compile_lines(pair, s, sess.stop):
-            compiled = True
-            yield Frame(status=line, model_status=line)
-        if compiled:
-            yield Frame(model_status=self.gate.model_line(*asked))
 
     @staticmethod
     def stop(sess: runs.Session | None) -> None:

@@ -241,7 +241,7 @@ def _wire_runs(page: Page, h: Handlers, vh: ServerHandlers) -> dict[str, Any]:
     def measure(data: dict):
         v = values(data)
         if capabilities(v["model"]).repeatable:
-            yield from h.measure(v, data[page.repeats], data[page.session], data[page.measure_compiled],
+            yield from h.measuring.measure(v, data[page.repeats], data[page.session], data[page.measure_compiled],
                                  data[page.measure_peers])
         else:  # says how to measure a server
             yield from vh.measure(v, data[page.repeats], data[page.session])
