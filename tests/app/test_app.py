@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from factories import gemma_assistant, gemma_target
-from mtp_viz.app.handlers import local
+from mtp_viz.app.handlers import local, recorded
 from mtp_viz.app.runtime import deploy, runs, service
 from mtp_viz.measure import compare as measure
 from mtp_viz.analysis import stream
@@ -297,18 +297,18 @@ def test_handlers_run_streams_both_panes_and_keeps_the_session():
     spec_i, ar_i = local.OUTPUTS.index("spec"), local.OUTPUTS.index("ar")
     assert 'data-kind="accepted"' in [f[spec_i] for f in frames if isinstance(f[spec_i], str)][-1]
     assert 'data-kind="token"' in [f[ar_i] for f in frames if isinstance(f[ar_i], str)][-1]
-    assert "Replay done" in _status(list(local.Handlers.replay(sess, 100.0)))[-1]
+    assert "Replay done" in _status(list(recorded.Traces.replay(sess, 100.0)))[-1]
 
 
 def test_a_run_downloads_as_a_trace_that_replays_without_a_model(tmp_path):
     pair = FakePair()
     h = _handlers(lambda t, d: pair)
     sess = list(h.run(_values(), None))[0][len(local.OUTPUTS)]
-    path = h.download_files(sess)[0]["value"]
+    path = h.traces.download_files(sess)[0]["value"]
     from mtp_viz.sources import trace
     assert trace.read(path) == spec_run() + ar_run()
     h2 = _handlers(lambda t, d: pytest.fail("a trace replay must not load a model"))
-    frames = list(h2.replay_trace(path, None, 100.0))
+    frames = list(h2.traces.replay_trace(path, None, 100.0))
     sess2 = frames[0][len(local.OUTPUTS)]
     assert sess2.spec == spec_run() and sess2.ar == ar_run()
     assert "Replay done" in _status(frames)[-1]
@@ -317,31 +317,31 @@ def test_a_run_downloads_as_a_trace_that_replays_without_a_model(tmp_path):
     assert all(not isinstance(frames[-1][local.OUTPUTS.index(k)], dict) for k in PLOTS)  # charts
     bad = tmp_path / "bad.jsonl"
     bad.write_text("<script>/etc/secret</script>")
-    msgs = _status(list(h2.replay_trace(str(bad), None, 100.0)))
+    msgs = _status(list(h2.traces.replay_trace(str(bad), None, 100.0)))
     assert msgs == [view.message_html("Line 1 of the trace is not JSON.", level="error")]
-    assert all(u["interactive"] is False for u in h2.download_files(None))
+    assert all(u["interactive"] is False for u in h2.traces.download_files(None))
 
 
 def test_example_traces_are_offered_by_name_and_replay():
     h = _handlers(lambda t, d: pytest.fail("no model"))
-    choices = h.example_traces()
+    choices = h.traces.example_traces()
     assert choices and all("/" not in stem for _, stem in choices)
-    frames = list(h.replay_example(choices[0][1], None, 100.0))
+    frames = list(h.traces.replay_example(choices[0][1], None, 100.0))
     assert "Replay done" in _status(frames)[-1]
-    assert "mv-msg-error" in _status(list(h.replay_example("../../etc/passwd", None, 1.0)))[-1]
+    assert "mv-msg-error" in _status(list(h.traces.replay_example("../../etc/passwd", None, 1.0)))[-1]
 
 
 def test_scrub_shows_the_run_after_a_step_and_the_baseline_at_that_moment():
     sess = runs.Session()
     sess.spec, sess.ar = spec_run(), ar_run()
-    assert local.Handlers.scrub_range(sess)["maximum"] == 3
-    f = local.Handlers.scrub(sess, 2.0)
+    assert recorded.Traces.scrub_range(sess)["maximum"] == 3
+    f = recorded.Traces.scrub(sess, 2.0)
     spec_i, ar_i = local.OUTPUTS.index("spec"), local.OUTPUTS.index("ar")
     assert f[spec_i] == view.tokens_html(stream.events_through_step(spec_run(), 2))
     assert f[ar_i] == view.tokens_html(stream.events_until(ar_run(), 0.02)[0])   # step 2 ended at t=0.02
     assert "After step 2" in f[0]
-    assert "mv-msg-warn" in local.Handlers.scrub(None, 1)[0]
-    assert local.Handlers.scrub_range(None)["interactive"] is False
+    assert "mv-msg-warn" in recorded.Traces.scrub(None, 1)[0]
+    assert recorded.Traces.scrub_range(None)["interactive"] is False
 
 
 def test_load_errors_clear_the_waiting_pane():

@@ -63,7 +63,7 @@ def slots():
 
 
 def test_the_upload_limit_is_the_readers_max_bytes():
-    assert recorded.MAX_UPLOAD_BYTES == trace.MAX_BYTES == local.Handlers.MAX_UPLOAD_BYTES
+    assert recorded.MAX_UPLOAD_BYTES == trace.MAX_BYTES == recorded.Traces.MAX_UPLOAD_BYTES
     assert recorded.MAX_PARSES == 2
 
 
@@ -75,7 +75,7 @@ def test_an_oversize_upload_is_refused_by_its_size_unread_and_without_a_parse_sl
         f.truncate(200_000_000)
     h = _handlers()
     before = _bytes_read()
-    frames = list(h.replay_trace(str(path), None, 100.0))
+    frames = list(h.traces.replay_trace(str(path), None, 100.0))
     assert _bytes_read() - before < 100_000
     assert _statuses(frames) == [tokens.message_html(trace.too_large(), level="error")]
     assert str(tmp_path) not in frames[0][STATUS]
@@ -93,7 +93,7 @@ def test_a_trace_nested_600_deep_is_a_visible_sentence_under_any_recursion_limit
     try:
         if limit:
             sys.setrecursionlimit(limit)
-        frames = list(_handlers().replay_trace(str(path), None, 100.0))
+        frames = list(_handlers().traces.replay_trace(str(path), None, 100.0))
     finally:
         sys.setrecursionlimit(before)
     assert _statuses(frames) == [tokens.message_html(DEEP, level="error")]
@@ -101,7 +101,7 @@ def test_a_trace_nested_600_deep_is_a_visible_sentence_under_any_recursion_limit
 
 def test_a_visitor_past_the_parse_slots_sees_it_wait_then_one_sentence(tmp_path, slots, monkeypatch):
     monkeypatch.setattr(recorded, "PARSE_WAIT", 0.0)
-    frames = list(_handlers().replay_trace(_trace(tmp_path), None, 100.0))
+    frames = list(_handlers().traces.replay_trace(_trace(tmp_path), None, 100.0))
     assert _statuses(frames) == [tokens.message_html(recorded.WAITING),
                                  tokens.message_html(recorded.BUSY, level="error")]
 
@@ -131,7 +131,7 @@ def test_four_visitors_at_once_parse_two_at_a_time_and_all_replay(tmp_path, monk
 
     def visitor(i):
         statuses = []
-        for frame in h.replay_trace(path, None, 100.0):
+        for frame in h.traces.replay_trace(path, None, 100.0):
             said = _statuses([frame])
             statuses += said
             if said == [tokens.message_html(recorded.WAITING)]:
@@ -180,7 +180,7 @@ def test_gradio_given_the_limit_refuses_a_larger_upload_as_it_arrives(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     ui.launch(demo, host="127.0.0.1", port=port, prevent_thread_lock=True, quiet=True, share=False,
-              ssr_mode=False, max_file_size=local.Handlers.MAX_UPLOAD_BYTES)
+              ssr_mode=False, max_file_size=recorded.Traces.MAX_UPLOAD_BYTES)
     try:
         url = f"http://127.0.0.1:{port}/gradio_api/upload"
         limit = recorded.MAX_UPLOAD_BYTES

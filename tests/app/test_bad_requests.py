@@ -130,7 +130,7 @@ def test_a_replay_of_a_very_long_trace_ends_at_its_bound(monkeypatch):
     sess = runs.Session()
     late = lambda e: dataclasses.replace(e, t=3000.0) if hasattr(e, "t") and e.type == "step" else e  # noqa: E731
     sess.spec, sess.ar = [late(e) for e in spec_run()], ar_run()
-    frames = list(local.Handlers.replay(sess, 1.0))
+    frames = list(recorded.Traces.replay(sess, 1.0))
     status = frames[-1][local.OUTPUTS.index("status")]
     assert "stopped after" in status and "Replay done" in status
     spec = frames[-1][local.OUTPUTS.index("spec")]
@@ -139,12 +139,12 @@ def test_a_replay_of_a_very_long_trace_ends_at_its_bound(monkeypatch):
 
 @pytest.mark.parametrize("speed", [0, -1, float("nan"), float("inf"), "fast", 1e9])
 def test_a_bad_replay_speed_is_one_sentence(speed):
-    from mtp_viz.app.handlers import local
+    from mtp_viz.app.handlers import local, recorded
     from mtp_viz.app.runtime import runs
     from streams import ar_run, spec_run
     sess = runs.Session()
     sess.spec, sess.ar = spec_run(), ar_run()
-    frames = list(local.Handlers.replay(sess, speed))
+    frames = list(recorded.Traces.replay(sess, speed))
     assert len(frames) == 1 and "replay speed" in frames[0][local.OUTPUTS.index("status")]
 
 

@@ -25,7 +25,7 @@ from mtp_viz.sources.settings import RunSettings
 from . import beside, form
 from .gate import CUSTOM, Gate
 from .profile import Profiling
-from .recorded import OUTPUTS, Recorded, message, outputs
+from .recorded import OUTPUTS, Traces, message, outputs
 
 # #experts' line under its switch: before a pair is loaded, and for a mixture of experts
 EXPERTS_WAITING = "For a mixture-of-experts target (the 26B-A4B); on offer once such a pair is loaded."
@@ -39,7 +39,7 @@ def refused(e: UserError) -> Frame:
     return message(str(e), level="error") | Frame(spec=tokens.placeholder_html("No run: " + str(e)))
 
 
-class Handlers(Recorded):
+class Handlers:
     """One instance per demo, shared by all sessions (per-session state travels in
     ``gr.State`` as a :class:`runs.Session`)."""
 
@@ -58,6 +58,7 @@ class Handlers(Recorded):
         self.step_mode_ok = not zerogpu.zero_gpu()  # a paused run would hold the shared GPU
         self.empty_figures = empty_figures or charts.all_figures([])  # shared, never mutated
         self.downloads = export.Downloads()
+        self.traces = Traces(self.empty_figures, self.downloads)   # replay, traces, scrubber, downloads
 
     def experts_switch(self, key: str, custom_target: str, custom_drafter: str, target_precision: Any = None,
                        drafter_precision: Any = None, compiled: Any = None):

@@ -78,9 +78,13 @@ def message(text: str, level: str = "info") -> Frame:
     return Frame(status=tokens.message_html(text, level=level))
 
 
-class Recorded:
-    """Mixed into :class:`mtp_viz.app.handlers.local.Handlers`; uses its ``downloads`` and
-    ``empty_figures``."""
+class Traces:
+    """The recorded runs' handlers: race replay, a trace's upload or example, the scrubber and
+    the downloads; composed into :class:`mtp_viz.app.handlers.local.Handlers` as ``traces``,
+    with the page's empty charts and its downloads folder."""
+
+    def __init__(self, empty_figures: dict, downloads: Any):
+        self.empty_figures, self.downloads = empty_figures, downloads
 
     MAX_UPLOAD_BYTES = MAX_UPLOAD_BYTES  # for the page: launch(max_file_size=Handlers.MAX_UPLOAD_BYTES)
 
@@ -219,4 +223,4 @@ class Recorded:
         return path
 
 
-__all__ = ["MAX_PARSES", "MAX_UPLOAD_BYTES", "OUTPUTS", "PARSE_WAIT", "Recorded", "message", "outputs", "read_trace"]
+__all__ = ["MAX_PARSES", "MAX_UPLOAD_BYTES", "OUTPUTS", "PARSE_WAIT", "Traces", "message", "outputs", "read_trace"]

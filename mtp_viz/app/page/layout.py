@@ -21,6 +21,7 @@ from typing import Any
 import gradio as gr
 
 from mtp_viz.app.handlers.beside import Peers
+from mtp_viz.app.handlers.recorded import Traces
 from mtp_viz.app.handlers.local import CUSTOM, EXPERTS_WAITING, Handlers
 from mtp_viz.app.handlers.traffic import TrafficHandlers
 from mtp_viz.app.handlers.vllm import ServerHandlers
@@ -160,7 +161,7 @@ def _traces(h: Handlers) -> dict[str, Any]:
     """Example traces, upload, the downloads and the scrubber, on Decode below the panes
     they change (the first screen stays the run's)."""
     with gr.Row(elem_id="trace-row", equal_height=True):
-        trace_example = Dropdown(h.example_traces(), value=None, label="Example trace (no model needed)",
+        trace_example = Dropdown(h.traces.example_traces(), value=None, label="Example trace (no model needed)",
                                     elem_id="trace-examples", scale=3, filterable=False)
         trace_upload = gr.File(label="Replay a trace (.jsonl)", file_types=[".jsonl", ".json", ".txt"],
                                type="filepath", elem_id="trace-upload", height=100, scale=3)
@@ -366,7 +367,7 @@ def launch(demo: gr.Blocks, *, host: str | None = None, port: int | None = None,
     work.stop_at_exit()
     demo.queue(default_concurrency_limit=deploy.env_int("MTP_VIZ_CONCURRENCY", 1),
                max_size=deploy.env_int("MTP_VIZ_QUEUE_SIZE", 32))
-    kwargs.setdefault("max_file_size", Handlers.MAX_UPLOAD_BYTES)  # a larger upload is refused as it arrives
+    kwargs.setdefault("max_file_size", Traces.MAX_UPLOAD_BYTES)  # a larger upload is refused as it arrives
     return demo.launch(server_name=host, server_port=port,
                        **{**launch_kwargs(), "state_session_capacity": deploy.env_sessions(), **kwargs})
 

@@ -151,9 +151,9 @@ def wire(demo: gr.Blocks, page: Page, h: Handlers, vh: ServerHandlers, tabs: tup
     loads = _wire_model(demo, page, h, vh, tabs)
     started = _wire_runs(page, h, vh)
     for ev in started.values():  # download and scrub what the panes show
-        ev.then(h.download_files, page.session, [page.trace_download, page.export_html, page.export_csv],
+        ev.then(h.traces.download_files, page.session, [page.trace_download, page.export_html, page.export_csv],
                 queue=False, **HIDDEN).then(
-            h.scrub_range, page.session, page.scrub, queue=False, **HIDDEN).then(
+            h.traces.scrub_range, page.session, page.scrub, queue=False, **HIDDEN).then(
             teach.what_if_update, page.session, page.what_if, queue=False, **HIDDEN)
     # a run may have loaded its pair: the model status then says what it runs in
     started["run"].then(h.gate.status_line, page.pair(), page.model_status, queue=False, show_progress="hidden",
@@ -168,7 +168,7 @@ def wire(demo: gr.Blocks, page: Page, h: Handlers, vh: ServerHandlers, tabs: tup
     gr.on([page.run_btn.click, page.measure_btn.click, page.measure_here.click, page.replay_btn.click, page.trace_upload.upload,
            page.trace_example.change], lambda: "", None, page.inspector_panel, queue=False, **HIDDEN)
     # input, not change: the range set after a run must not re-render the panes
-    page.scrub.input(h.scrub, [page.session, page.scrub], page.outputs(), trigger_mode="always_last",
+    page.scrub.input(h.traces.scrub, [page.session, page.scrub], page.outputs(), trigger_mode="always_last",
                      show_progress="hidden", concurrency_limit=8, **HIDDEN)
     page.stop_btn.click(h.stop, page.session, None, queue=False, **HIDDEN,
                         cancels=[started["replay"], started["upload"], started["example"]])
@@ -266,9 +266,9 @@ def _wire_runs(page: Page, h: Handlers, vh: ServerHandlers) -> dict[str, Any]:
     page.profile_stop.click(h.stop, page.session, None, queue=False, **HIDDEN)
     recorded = dict(concurrency_limit=8, show_progress="hidden", **HIDDEN)  # no model: many at once
     trace = [page.session, page.speed]
-    replay_ev = page.replay_btn.click(h.replay, trace, outputs, **recorded)
-    upload_ev = page.trace_upload.upload(h.replay_trace, [page.trace_upload, *trace], outputs, **recorded)
-    example_ev = page.trace_example.change(h.replay_example, [page.trace_example, *trace], outputs, **recorded)
+    replay_ev = page.replay_btn.click(h.traces.replay, trace, outputs, **recorded)
+    upload_ev = page.trace_upload.upload(h.traces.replay_trace, [page.trace_upload, *trace], outputs, **recorded)
+    example_ev = page.trace_example.change(h.traces.replay_example, [page.trace_example, *trace], outputs, **recorded)
     return {"run": run_ev, "remote": remote_ev, "upload": upload_ev, "example": example_ev, "replay": replay_ev}
 
 
