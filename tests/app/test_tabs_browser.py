@@ -139,10 +139,14 @@ def test_tabs_switch_by_click_and_keys_and_header_links_open_theirs(page):
 def test_what_waits_for_data_says_so_and_the_experts_chart_is_not_shown_on_a_dense_pair(page):
     text = page.inner_text("#compare-panel")
     assert WAITING in text            # no lone ⓘ where the badges will be
-    assert "Run a prompt to fill this chart." in page.inner_text("#acceptance-plot")
+    # plotly draws a chart's annotation after the page is ready: wait for it (it failed on a
+    # loaded machine when read at once), then every waiting chart says what fills it
+    page.wait_for_function("t => (document.querySelector('#acceptance-plot')?.innerText || '').includes(t)",
+                           arg="Run a prompt to fill this chart.", timeout=30_000)
     first = traffic.WAITING.split(";")[0]
     for plot in ("traffic-speedup-plot", "traffic-throughput-plot", "traffic-acceptance-plot"):
-        assert first in page.locator(f"#{plot}").text_content(), plot
+        page.wait_for_function("([p, t]) => (document.querySelector('#' + p)?.textContent || '').includes(t)",
+                               arg=[plot, first], timeout=30_000)
     # the bundled pair is dense: Count experts says why, and its chart is not shown on any tab
     open_settings(page)
     page.wait_for_selector("#experts input[disabled]", state="attached", timeout=60_000)
