@@ -36,7 +36,7 @@ MAX_PARSES = 2          # traces parsed at once, all sessions together: parsing 
 PARSE_WAIT = 30.0       # seconds a trace waits for a parse slot (a 5 MB parse takes about one)
 PARSES = threading.BoundedSemaphore(MAX_PARSES)
 # The largest trace upload, in bytes: the reader's own bound. The page passes it to Gradio's
-# launch as ``max_file_size`` (``Handlers.MAX_UPLOAD_BYTES``), whose upload route refuses a
+# launch as ``max_file_size`` (``Traces.MAX_UPLOAD_BYTES``), whose upload route refuses a
 # larger file as it arrives; read_trace refuses one by its size too.
 MAX_UPLOAD_BYTES = trace.MAX_BYTES
 WAITING = "Waiting to read the trace: other visitors' traces are being read."
@@ -86,7 +86,7 @@ class Traces:
     def __init__(self, empty_figures: dict, downloads: Any):
         self.empty_figures, self.downloads = empty_figures, downloads
 
-    MAX_UPLOAD_BYTES = MAX_UPLOAD_BYTES  # for the page: launch(max_file_size=Handlers.MAX_UPLOAD_BYTES)
+    MAX_UPLOAD_BYTES = MAX_UPLOAD_BYTES  # for the page: launch(max_file_size=Traces.MAX_UPLOAD_BYTES)
 
     @staticmethod
     def replay(sess: runs.Session | None, speed: Any):
