@@ -34,6 +34,7 @@ from .experts import NO_TAP, ExpertTap, moe_shape
 from .sampling import Sampler, Sampling, accept, softmax_at
 from .schedules import Schedule, make_schedule
 from .stopwatch import Stopwatch
+from .text import TAIL
 from .topk import TopK, no_fields
 
 
@@ -182,8 +183,9 @@ def _speculative(kv: RunCache, drafter: Drafter, prompt_ids: list[int], schedule
                                    min(next_k, budget), pick, schedule, watch)
         tally.drafter_forwards += proposal.forwards
         q_top = tops.drafted(ids, proposal.tokens) if tops else [{}] * len(proposal.tokens)
+        tail = ids[-TAIL:]   # a piece reads the context's last TAIL tokens only
         for i, tok in enumerate(proposal.tokens):
-            yield Drafted(step, i, tok, text.piece(ids + proposal.tokens[:i], tok), _q(proposal, i), **q_top[i])
+            yield Drafted(step, i, tok, text.piece(tail + proposal.tokens[:i], tok), _q(proposal, i), **q_top[i])
         if proposal.tokens:
             _hold(g.pause, "drafted", watch)
 
@@ -312,9 +314,9 @@ def _q(proposal: Proposal, i: int) -> float:
 def _verdict_events(step, ids, proposal, p_tok, n, new, text, extra=no_fields) -> Iterator[Event]:
     """The step's verdict (:func:`mtp_viz.engine.events.verdicts`): drafts kept up to the
     first disagreement (or a cut), rejected from it on, then the target's own token."""
-    drafts = proposal.tokens
+    drafts, tail = proposal.tokens, ids[-TAIL:]   # a piece reads the context's last TAIL tokens only
     return verdicts(step, drafts, min(n, len(new)), new[n] if len(new) > n else None,
-                    text=lambda i, tok: text.piece(ids + drafts[:i], tok), p=p_tok, p_bonus=p_tok[-1],
+                    text=lambda i, tok: text.piece(tail + drafts[:i], tok), p=p_tok, p_bonus=p_tok[-1],
                     q=proposal.q_tokens, rejected=range(n, len(drafts)), extra=extra)
 
 

@@ -8,6 +8,7 @@ import time
 from typing import Any, Callable
 
 from mtp_viz.engine.events import Done, Drafted, Error, Event, Start, Step, verdicts
+from mtp_viz.engine.text import TAIL
 
 CHECKED_WITH = "5.24.0"    # the transformers version whose _assisted_decoding these hooks were read from
 # the candidate generator's class -> what Start.settings["drafter"] calls it (as the engine's drafters do)
@@ -212,9 +213,9 @@ class Call:
         """accepted (kept drafts), rejected (from the first disagreement on; after a cut
         only when known), bonus (the target's own token, unless a cut dropped it):
         :func:`mtp_viz.engine.events.verdicts`."""
-        ids = list(self.ids)
+        tail = self.ids[-TAIL:]   # a piece reads the context's last TAIL tokens only
         self.events.extend(verdicts(self.step, drafts, kept, new[kept] if len(new) > kept else None,
-                                    text=lambda i, tok: self._piece(ids + drafts[:i], tok), p=p, p_bonus=p[-1],
+                                    text=lambda i, tok: self._piece(tail + drafts[:i], tok), p=p, p_bonus=p[-1],
                                     q=q, rejected=range(agreed, len(drafts) if rejected else agreed)))
 
     def _piece(self, ctx, tok) -> str:

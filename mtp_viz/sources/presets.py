@@ -165,7 +165,7 @@ def check_reachable(spec: str) -> None:
                         f"reached to download it ({preset.download}); use the bundled tiny pair, or "
                         f"random weights at its real shape for timings (--weights random).")
     import difflib
-    near = difflib.get_close_matches(spec.strip().lower(), list(PRESETS), n=1, cutoff=0.5)
+    near = difflib.get_close_matches(key, list(PRESETS), n=1, cutoff=0.5)
     hint = f"did you mean {near[0]}? " if near else ""
     raise UserError(f"{clip(spec)} is not a preset, a model folder or in the local Hugging Face cache, and the "
                     f"Hub cannot be reached; {hint}the presets are {', '.join(PRESETS)}.")

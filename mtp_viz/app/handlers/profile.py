@@ -64,8 +64,9 @@ class Profiling:
         gamma = s.draft_tokens or 4
         failed = ""
         try:
-            for line in runs.compile_lines(pair, s, sess.stop):   # a compiled pair's graphs for the form's γ
-                yield line, gr.skip(), gr.skip(), sess
+            for f in self.gate.compile_frames(pair, s, sess, (target, drafter, precision, compile)):
+                if f.status:   # a compiled pair's graphs for the form's γ, as before a run
+                    yield f.status, gr.skip(), gr.skip(), sess
             yield tokens.message_html(
                 f"Profiling on the {pair.engine} engine: every forward's cost, {REPEATS} repeats, then whole runs of "
                 f"{s.max_new_tokens} tokens at a set acceptance; nothing rendered meanwhile…"), gr.skip(), gr.skip(), sess

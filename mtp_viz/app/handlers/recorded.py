@@ -83,10 +83,10 @@ class Traces:
     the downloads; composed into :class:`mtp_viz.app.handlers.local.Handlers` as ``traces``,
     with the page's empty charts and its downloads folder."""
 
+    MAX_UPLOAD_BYTES = MAX_UPLOAD_BYTES  # for the page: launch(max_file_size=Traces.MAX_UPLOAD_BYTES)
+
     def __init__(self, empty_figures: dict, downloads: Any):
         self.empty_figures, self.downloads = empty_figures, downloads
-
-    MAX_UPLOAD_BYTES = MAX_UPLOAD_BYTES  # for the page: launch(max_file_size=Traces.MAX_UPLOAD_BYTES)
 
     @staticmethod
     def replay(sess: runs.Session | None, speed: Any):
