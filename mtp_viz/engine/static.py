@@ -1,6 +1,7 @@
 """The compiled engine's static pieces (:mod:`.compiled`): a KV cache of fixed length,
 the masks that apply the sliding window to it, and the twin of a model that attends
-through them (its weights shared, its attention function its own)."""
+through them (its weights shared, its attention function and its matrix-vector products
+its own)."""
 from __future__ import annotations
 
 import copy
@@ -38,11 +39,38 @@ def _register_attention() -> None:
         AttentionInterface.register(ATTENTION, static_attention)
 
 
+class StreamedLinear(torch.nn.Linear):
+    """A linear layer whose few-row products, inside a compiled graph, are a reduction
+    inductor writes itself instead of a BLAS call. A decode step multiplies one row (a
+    verification 2-17) by every weight matrix once, so it is bound by reading the weights:
+    y[r, n] = Σ_k W[n, k]·x[r, k], written weight-major ([N, rows, K] summed over K), reads
+    each row of W once from memory and dots it with every input row while it is in L1.
+    On a 2-core AVX-512 EPYC at one thread MKL's single-row path streamed the bundled
+    target's 62 MB of float32 weights at 8.4 GB/s, this at 17 GB/s (docs/compiled.md).
+    For bfloat16 weights only one row gains (inductor's several-row bfloat16 reduction was
+    slower than oneDNN's product), so wider products of those stay BLAS's. Outside a
+    graph (a long prompt's eager prefill) and for quantized weights (a tensor subclass
+    with its own kernel) it is ``nn.Linear``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.weight
+        rows = x.numel() // x.shape[-1]
+        if not torch.compiler.is_compiling() or not (rows == 1 or w.dtype == torch.float32):
+            return torch.nn.functional.linear(x, w, self.bias)
+        y = (w[:, None, :] * x.reshape(1, rows, x.shape[-1])).sum(-1).t()   # [rows, N]
+        y = y.reshape(*x.shape[:-1], w.shape[0])
+        return y if self.bias is None else y + self.bias
+
+
 def twin(model):
     """A copy of ``model`` sharing every parameter (nothing of size is copied) with a
-    config of its own, set to :data:`ATTENTION`."""
+    config of its own, set to :data:`ATTENTION`, and its linear layers streamed
+    (:class:`StreamedLinear`)."""
     _register_attention()
     other = copy.deepcopy(model, memo={id(p): p for p in model.parameters()})
+    for m in other.modules():
+        if type(m) is torch.nn.Linear and type(m.weight) is torch.nn.Parameter and m.weight.is_floating_point():
+            m.__class__ = StreamedLinear   # the same module, its forward streamed
     for config in {id(c): c for c in (other.config, getattr(other.config, "get_text_config", lambda: None)())
                    if c is not None}.values():
         config._attn_implementation = ATTENTION
@@ -86,4 +114,4 @@ class StaticKV:
             self.crop(-self.length)
 
 
-__all__ = ["ATTENTION", "StaticKV", "static_attention", "twin", "visible"]
+__all__ = ["ATTENTION", "StaticKV", "StreamedLinear", "static_attention", "twin", "visible"]
