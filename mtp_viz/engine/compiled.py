@@ -13,12 +13,14 @@ graph per forward shape (``torch.compile``, inductor), with speculative decoding
   masks follow. Rejected entries need no erasing: the next forward writes over them, and
   no query ever sees a key beyond its own position.
 - **Shapes.** A verification of k drafts sends k + 1 tokens; it is padded to the next
-  width of :data:`WIDTHS` (1, 2, 3, 5, 9, 17), so a run compiles a handful of graphs,
-  not one per draft length. A prompt of up to 17 tokens goes through the graph of its
-  width too (:func:`prefill_width`) where that graph is compiled (else eagerly: a new
-  prompt length never waits for a compile); a longer one runs eagerly, where its cost is
-  the arithmetic (about 0.3 ms a token on the bundled pair), which a graph does not cut,
-  while chunks of 17 would each pay a step's fixed cost again. Padding
+  width of :data:`WIDTHS` (1, 2, 3, 5, 9, 17), or to a wider one already compiled
+  (:meth:`FastTarget.width`), so a run compiles a handful of graphs, not one per draft
+  length. A prompt goes through a compiled graph that holds it (else eagerly: a new
+  prompt length never waits for a compile); one longer than 17 tokens runs eagerly, where
+  its cost is the arithmetic (about 0.3 ms a token on the bundled pair), which a graph
+  does not cut, while chunks of 17 would each pay a step's fixed cost again (a graph costs
+  3.4 ms at width 1 and 9.7 ms at 17 there; eagerly, 17 tokens take 18.9 ms and 76 take
+  35 ms, where chunks of 17 took 48). Padding
   sits after the real tokens, so causality keeps it out of their attention; its cache
   entries are cropped straight away. The cache length
   is a capacity of :data:`CAPACITIES`, the smallest holding prompt + new tokens + 17.
@@ -76,13 +78,6 @@ GEMMA4_CLASSES = ("Gemma4ForCausalLM", "Gemma4ForConditionalGeneration",        
 def width_for(n: int) -> int:
     """The compiled width a forward of n tokens is padded to (n itself past the largest)."""
     return next((w for w in WIDTHS if w >= n), n)
-
-
-def prefill_width(n: int) -> int | None:
-    """The graph width a prompt of n tokens goes through; None past the largest (eager).
-    Measured on the bundled pair, one thread: a graph costs 3.4 ms at width 1 and 9.7 ms
-    at 17; eagerly, 17 tokens take 18.9 ms and 76 take 35 ms, where chunks of 17 took 48."""
-    return width_for(n) if n <= WIDTHS[-1] else None
 
 
 def capacity_for(need: int) -> int | None:
@@ -216,16 +211,30 @@ class FastTarget:
     @torch.inference_mode()
     def forward(self, kv: StaticKV, tokens: list[int], want_state: bool, keep: int, prefill: bool = False) -> Forward:
         """The loop's target forward over ``tokens`` appended to ``kv`` (see
-        :class:`~.decoder.Forward`), through the graph of its width. ``prefill``: the
-        prompt, through the graph of its width where that graph is compiled (a run's plan
-        compiles it before the first token, :mod:`.graphs`), else eagerly: a new prompt
-        length never stalls a run on a compile."""
-        width = prefill_width(len(tokens))
-        if prefill and (width is None or not self.has_graph((kv.capacity, width, want_state))):
+        :class:`~.decoder.Forward`), through a graph (:meth:`width`). ``prefill``: the
+        prompt, through a compiled graph that holds it, else eagerly: a new prompt length
+        never stalls a run on a compile."""
+        width = self.width(kv.capacity, len(tokens), want_state, prefill)
+        if width is None:
             return self.eager(kv, tokens, want_state, keep)
         start = kv.length
-        logits, hidden, shared, compile_s = self._run(kv, tokens, want_state, width_for(len(tokens)), graph=True)
+        logits, hidden, shared, compile_s = self._run(kv, tokens, want_state, width, graph=True)
         return self._reduce(kv, start, len(tokens), logits, hidden, shared, keep, compile_s)
+
+    def width(self, capacity: int, n: int, want_state: bool, prefill: bool = False) -> int | None:
+        """The graph width ``n`` tokens go through: their own (:func:`width_for`) where it is
+        compiled, else the narrowest compiled width that holds them (a run planned for
+        verifications of 4 drafts pads its last, shorter ones to 5: one graph fewer to
+        compile for each width it skips, a few tenths of a millisecond more for those
+        steps), else their own, compiled now; for the prompt (``prefill``) None instead,
+        and eagerly past the widest graph."""
+        own = width_for(n)
+        if self.has_graph((capacity, own, want_state)):
+            return own
+        wider = [w for c, w, s in self.graph.shapes.seconds if (c, s) == (capacity, want_state) and w >= n]
+        if wider:
+            return min(wider)
+        return None if prefill or n > WIDTHS[-1] else own
 
     def has_graph(self, shape: tuple) -> bool:
         """Whether the graph of ``shape`` (capacity, width, with the state) is compiled."""
@@ -342,5 +351,5 @@ def compile_support(model) -> str:
     return ""
 
 
-__all__ = ["CAPACITIES", "Compiled", "FastDraftStep", "FastTarget", "WIDTHS", "capacity_for", "compile_support", "prefill_width",
+__all__ = ["CAPACITIES", "Compiled", "FastDraftStep", "FastTarget", "WIDTHS", "capacity_for", "compile_support",
            "fallback_sentence", "own_graph", "width_for"]

@@ -21,7 +21,9 @@ whose longest draft is L, as :mod:`.loop` runs them):
   forward is a graph, once a run makes N >= 2 tokens;
 - a verification of k drafts sends k + 1 tokens: k from 0 (the last token of a run has
   no room for drafts) to min(L, N - 2) (a step leaves room for its own token);
-  the baseline sends one;
+  the baseline sends one; a run that drafts L tokens every step (a constant schedule
+  with a drafter that drafts what it is asked, as MTP does) needs only the width of
+  min(L, N - 2) drafts: its last, shorter verifications pad up to it;
 - the MTP drafter drafts after a verification that left room (at most N - 2 tokens made):
   its full-attention K/V then hold S positions, P <= S <= P + N - 2, padded to the
   capacity holding S (eager past the largest).
@@ -59,17 +61,22 @@ class Graph:
                 "draft": "the MTP drafter's step"}[self.kind] + f" ({self.capacity}-position cache)"
 
 
-def speculative_graphs(prompt: int, new: int, longest: int, *, state: bool = True, draft: bool = True) -> set[Graph]:
+def speculative_graphs(prompt: int, new: int, longest: int, *, state: bool = True, draft: bool = True,
+                       fixed: bool = False) -> set[Graph]:
     """The graphs a speculative run of ``new`` tokens after ``prompt`` can meet, its
     schedule drafting at most ``longest`` tokens at a time; ``state``: the drafter reads
-    the target's state (verify graphs, else step graphs); ``draft``: its step is compiled."""
+    the target's state (verify graphs, else step graphs); ``draft``: its step is compiled;
+    ``fixed``: every step drafts ``longest`` but the run's last few (a constant schedule
+    and a drafter that drafts what it is asked), whose verifications pad up to the same
+    width (:meth:`~.compiled.FastTarget.width`), so one width is all it needs."""
     out: set[Graph] = set()
     capacity = capacity_for(speculative_need(prompt, new))
     kind = "verify" if state else "step"
     if new < 2:
         return out
     if capacity is not None:
-        out |= {Graph(kind, capacity, width_for(k + 1)) for k in range(min(longest, new - 2) + 1)}
+        most = min(longest, new - 2)
+        out |= {Graph(kind, capacity, width_for(k + 1)) for k in range(0 if not fixed else most, most + 1)}
     if draft and new >= 3:
         out |= {Graph("draft", c) for c in {capacity_for(s) for s in range(prompt, prompt + new - 1)} if c in CAPACITIES}
     return out

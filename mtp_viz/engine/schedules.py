@@ -45,6 +45,12 @@ class Schedule:
         else ``cap`` (what the compiled engine compiles for before a run)."""
         return self.cap if self.adapts else self._clamp(self.initial)
 
+    @property
+    def fixed(self) -> bool:
+        """Whether every step asks for :attr:`longest` drafts (the constant schedule: it
+        neither adapts nor stops a draft early)."""
+        return not self.adapts and type(self).keep_drafting is Schedule.keep_drafting
+
     def update(self, *, drafted: int, accepted: int, draft_seconds: float = 0.0,
                verify_seconds: float = 0.0) -> tuple[int, str]:
         """Called after each verification; returns (next draft length, reason)."""

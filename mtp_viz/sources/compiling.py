@@ -75,7 +75,9 @@ def needed(pair: Any, s: RunSettings, schedule: Any = None) -> list:
             schedule = make_schedule(s.schedule, initial=s.draft_tokens or d.default_draft_tokens,
                                      cap=MAX_DRAFT_TOKENS)
         drafts = pair.draft_step is not None and getattr(d, "step", None) is pair.draft_step  # MTP, compiled
-        out |= graphs.speculative_graphs(prompt, new, schedule.longest, state=d.needs_target_state, draft=drafts)
+        # an MTP drafter drafts every token asked: under a constant schedule each step is as wide
+        out |= graphs.speculative_graphs(prompt, new, schedule.longest, state=d.needs_target_state, draft=drafts,
+                                         fixed=schedule.fixed and d.needs_target_state)
     todo = sorted(out - graphs.compiled_graphs(pair.fast, pair.draft_step), key=lambda g: (g.kind == "draft", g))
     # the drafter's step (much smaller) second: once one graph of each side is timed, the estimate holds
     drafts = [g for g in todo if g.kind == "draft"]

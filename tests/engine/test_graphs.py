@@ -28,6 +28,28 @@ def test_a_default_run_needs_its_widths_one_capacity_and_one_draft_step():
     # a drafter that reads only tokens: the target's forwards without the state, no draft step
     assert graphs.speculative_graphs(20, 64, 8, state=False, draft=False) == {
         Graph("step", 256, w) for w in (1, 2, 3, 5, 9)}
+    # 4 drafts every step (a constant schedule, MTP): the last, shorter steps pad up to 5
+    assert graphs.speculative_graphs(20, 64, 4, fixed=True) == {Graph("verify", 256, 5), Graph("draft", 256)}
+    assert graphs.speculative_graphs(9, 3, 4, fixed=True) == {Graph("verify", 256, 2), Graph("draft", 256)}
+
+
+@pytest.mark.parametrize("name, fixed", [("constant", True), ("confidence", False), ("heuristic", False),
+                                         ("optimal", False)])
+def test_only_the_constant_schedule_drafts_its_longest_every_step(name, fixed):
+    assert make_schedule(name, initial=4).fixed is fixed
+
+
+def test_a_verification_pads_up_to_a_wider_compiled_graph(models):
+    _, _, fast, _ = models
+    fast.graph.shapes.seconds = {(256, 5, True): 0.0}
+    assert [fast.width(256, n, True) for n in (1, 3, 5)] == [5, 5, 5]
+    assert fast.width(256, 6, True) == 9          # none holds it: its own width, compiled then
+    assert fast.width(256, 1, False) == 1         # another kind of graph: its own
+    assert fast.width(256, 6, True, prefill=True) is None   # a prompt that no graph holds: eager
+    assert fast.width(512, 3, True, prefill=True) is None
+    fast.graph.shapes.seconds = {(256, 2, True): 0.0, (256, 5, True): 0.0}
+    assert [fast.width(256, n, True) for n in (1, 2, 3)] == [2, 2, 5]
+    fast.graph.shapes.seconds = {}
 
 
 def test_a_run_across_a_capacity_needs_the_draft_step_at_both():
@@ -112,17 +134,26 @@ def models():
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(prompt=st.one_of(st.integers(1, 40), st.integers(215, 258)), new=st.integers(1, 40),
-       k=st.integers(1, 8), schedule=st.sampled_from(["constant", "heuristic"]), seed=st.integers(0, 99))
+       k=st.integers(1, 8), schedule=st.sampled_from(["constant", "heuristic", "confidence"]), seed=st.integers(0, 99))
 def test_the_plan_holds_every_graph_a_run_asks_for(models, prompt, new, k, schedule, seed):
     target, assistant, fast, step = models
     ids = torch.randint(3, 512, (prompt,), generator=torch.Generator().manual_seed(seed)).tolist()
     sched = make_schedule(schedule, initial=k, cap=loop.MAX_DRAFT)
+    plan = graphs.speculative_graphs(prompt, new, sched.longest, fixed=sched.fixed)
     fast.used, step.used = set(), set()
+    as_compiled(fast, plan)
     for _ in loop.speculative(fast, MTPDrafter(assistant, target, step), ids, max_new_tokens=new, schedule=sched):
         pass
-    assert fast.used | step.used <= graphs.speculative_graphs(prompt, new, sched.longest)
+    assert fast.used | step.used <= plan
     assert bool(fast.used) == (new >= 2)   # every forward after the prompt's is a graph
-    fast.used = set()
+    fast.used, plan = set(), graphs.autoregressive_graphs(prompt, new)
+    as_compiled(fast, plan)
     for _ in loop.autoregressive(fast, ids, max_new_tokens=new):
         pass
-    assert fast.used <= graphs.autoregressive_graphs(prompt, new)
+    assert fast.used <= plan
+    fast.graph.shapes.seconds = {}
+
+
+def as_compiled(fast, plan) -> None:
+    """The recording target picks its widths as if ``plan`` were compiled."""
+    fast.graph.shapes.seconds = {(g.capacity, g.width, g.kind == "verify"): 0.0 for g in plan if g.kind != "draft"}

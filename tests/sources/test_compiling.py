@@ -38,7 +38,7 @@ def test_after_compiling_for_a_run_the_run_compiles_nothing(pair):
     told = []
     assert pair.compile(settings=[s], progress=told.append) == ""
     prompt = len(pair.encode(PROMPT, chat=False))
-    planned = graphs.speculative_graphs(prompt, 40, 3) | graphs.autoregressive_graphs(prompt, 40)
+    planned = graphs.speculative_graphs(prompt, 40, 3, fixed=True) | graphs.autoregressive_graphs(prompt, 40)
     # every graph once, in order, each "k of n"
     assert [(p.index, p.total) for p in told] == [(k, len(planned)) for k in range(1, len(planned) + 1)]
     assert {p.graph for p in told} == planned == graphs.compiled_graphs(pair.fast, pair.draft_step)
