@@ -5,8 +5,11 @@ For each engine: greedy plain decoding of 64 tokens after an untimed warm-up, it
 on the engine's own clock (median of --repeats); then one profiled run (torch.profiler,
 CPU), whose aten operators are listed by self time, and the matrix products it recorded
 replayed alone, with their shapes, in a tight loop: what the products alone cost per step
-on this CPU's BLAS, against the step's whole time. The rest is the graph's own kernels,
-the wrapper and the loop. Run alone on a quiet machine:
+on this CPU's BLAS, against the step's whole time. The compiled engine runs its linear
+layers inside the graph (``engine.static.StreamedLinear``), so for it the products alone
+are the twin's linear layers, each over its own weights at one row, in one compiled graph
+of their own; and the graph's call is read from the profile. The rest is the graph's other
+kernels, dynamo's guards and bytecode, and the loop. Run alone on a quiet machine:
 
     .venv/bin/python benchmarks/step_profile.py --out benchmarks/results/step-profile
 """
@@ -57,6 +60,33 @@ def replay(found: Counter, steps: int, repeats: int = 5) -> float:
     return statistics.median(best)
 
 
+def streamed(fast, repeats: int = 5) -> float:
+    """Seconds per step of the compiled twin's linear layers alone: each over its own
+    weights at one row, in one compiled graph (C++ wrapper, as the engine's)."""
+    from mtp_viz.engine.static import StreamedLinear
+    layers = [m for m in fast.twin.modules() if isinstance(m, StreamedLinear)]
+    xs = [torch.randn(1, m.in_features, dtype=m.weight.dtype) for m in layers]
+
+    def run(*xs):
+        return [m(x) for m, x in zip(layers, xs)]
+    graph = torch.compile(run, fullgraph=True, dynamic=False, options={"cpp_wrapper": True})
+    with torch.inference_mode():
+        graph(*xs)
+        best = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            for _ in range(50):
+                graph(*xs)
+            best.append((time.perf_counter() - t) / 50)
+    return statistics.median(best)
+
+
+def graph_call(prof, steps: int) -> float | None:
+    """Seconds per step inside the compiled graphs' calls (the profile's "Call CompiledFxGraph")."""
+    total = sum(e.self_cpu_time_total for e in prof.key_averages() if e.key.startswith("## Call CompiledFxGraph"))
+    return total / 1e6 / steps if total else None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--new-tokens", type=int, default=64)
@@ -80,15 +110,20 @@ def main() -> None:
         steps = done.target_forwards
         table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12)
         found = products(prof)
-        alone = replay(found, steps)
+        fast = getattr(pair, "fast", None)
+        alone = streamed(fast) if fast is not None else replay(found, steps)
+        count = sum(1 for m in fast.twin.modules() if hasattr(m, "in_features")) if fast else sum(found.values()) / steps
+        in_graph = graph_call(prof, steps)
         step = 1 / statistics.median(rates)
         result["engines"][name] = {
             "tokens_per_second": statistics.median(rates), "repeats": rates, "step_ms": step * 1e3,
-            "products_per_step": sum(found.values()) / steps, "products_alone_ms": alone * 1e3,
+            "products_per_step": count, "products_alone_ms": alone * 1e3,
+            "graph_call_ms": in_graph * 1e3 if in_graph else None,
             "rest_ms": (step - alone) * 1e3, "profile": table}
         print(f"{name}: {statistics.median(rates):.1f} tok/s ({step * 1e3:.2f} ms a token); "
-              f"{sum(found.values()) / steps:.0f} products a step, alone {alone * 1e3:.2f} ms; "
-              f"the rest {(step - alone) * 1e3:.2f} ms", flush=True)
+              f"{count:.0f} products a step, alone {alone * 1e3:.2f} ms; "
+              + (f"the graph's call {in_graph * 1e3:.2f} ms; " if in_graph else "")
+              + f"the rest {(step - alone) * 1e3:.2f} ms", flush=True)
         print(table, flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

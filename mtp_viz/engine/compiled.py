@@ -236,6 +236,12 @@ class FastTarget:
             return min(wider)
         return None if prefill or n > WIDTHS[-1] else own
 
+    @torch.inference_mode()
+    def build(self, kv: StaticKV, width: int, want_state: bool) -> None:
+        """Compile the graph of ``width`` at ``kv``'s capacity (a run's forward would pad to
+        a wider one already compiled: :meth:`width`), through the call a run makes."""
+        self._run(kv, [self.pad] * width, want_state, width, graph=True)
+
     def has_graph(self, shape: tuple) -> bool:
         """Whether the graph of ``shape`` (capacity, width, with the state) is compiled."""
         return shape in self.graph.shapes.seconds

@@ -160,12 +160,12 @@ def compile_graphs(fast, step, graphs: list[Graph], embed: torch.nn.Module,
 def _build(fast, step, g: Graph, embed: torch.nn.Module) -> None:
     """One graph, compiled by the call a run makes: a cache at its capacity (made, as a
     run's, outside inference mode: it is cropped outside it), then a forward of
-    ``g.width`` tokens; a draft step on zero K/V of its shapes, taken from an eager
+    ``g.width`` tokens at that width (:meth:`~.compiled.FastTarget.build`); a draft step on zero K/V of its shapes, taken from an eager
     forward of one token."""
     kv = fast.new_cache(g.capacity if g.kind != "draft" else 1)
     try:
         if g.kind != "draft":
-            fast.forward(kv, [fast.pad] * g.width, g.kind == "verify", keep=1)
+            fast.build(kv, g.width, g.kind == "verify")
             return
         first = fast.eager(kv, [fast.pad], True, keep=1)
     finally:

@@ -254,17 +254,18 @@ def test_a_run_that_needs_new_graphs_compiles_them_first_with_progress_in_both_s
     pair.compile(settings=[RunSettings("w10 w11 w12", max_new_tokens=8, draft_tokens=2, chat=False)])
     loader = service.PairLoader(lambda target, drafter, **asked: pair)
     h = local.Handlers(loader, deploy.presets(loader.allow), ("tiny", None), cap=16, prompt_cap=64)
-    missing = compiling.needed(pair, RunSettings("w10 w11 w12", max_new_tokens=16, draft_tokens=8, chat=False))
-    assert [g.width for g in missing] == [9]   # 8 drafts every step: the last, shorter ones pad up
+    asked = RunSettings("w10 w11 w12", max_new_tokens=16, draft_tokens=8, chat=False, schedule="confidence")
+    missing = compiling.needed(pair, asked)
+    assert [g.width for g in missing] == [1, 2, 5, 9]   # drafts of any length up to 8; 3 compiled above
     values = dict(prompt="w10 w11 w12", model="tiny", custom_target="", custom_drafter="", max_new_tokens=16,
-                  draft_tokens=8, schedule="constant", drafter_kind="mtp", decoding="greedy", temperature=0.8,
+                  draft_tokens=8, schedule="confidence", drafter_kind="mtp", decoding="greedy", temperature=0.8,
                   top_p=0.95, top_k=0, seed=0, chat=False, baseline=True, compile=True)
     frames = list(h.run(values, None))
     status, model = _slot(frames, "status"), _slot(frames, "model_status")
     for lines in (status, model):
-        assert any("Compiling this run&#x27;s graphs before its first token, graph 1 of 1: the target over 9 tokens"
+        assert any("Compiling this run&#x27;s graphs before its first token, graph 1 of 4: the target over 1 token"
                    in line for line in lines), lines
     assert "Done." in status[-1] and "Compiled in" in model[-1]
     compare = _slot(frames, "compare")[-1]
     assert "data-speedup=" in compare and "not in the timings" not in compare
-    assert compiling.needed(pair, RunSettings("w10 w11 w12", max_new_tokens=16, draft_tokens=8, chat=False)) == []
+    assert compiling.needed(pair, asked) == []

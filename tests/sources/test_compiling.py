@@ -73,14 +73,15 @@ def test_a_new_prompt_length_compiles_nothing(pair):
 
 
 def test_a_run_with_new_shapes_compiles_them_before_its_first_token(pair):
-    """An adaptive schedule can draft 16 tokens: its widths 9 and 17 are compiled by the
-    run's own preparation, before the loop starts, and never inside it."""
+    """An adaptive schedule can draft any length up to 16: every width but the constant
+    schedule's 5 (compiled above) is compiled by the run's own preparation, before the loop
+    starts, and never inside it."""
     s = RunSettings(PROMPT, max_new_tokens=40, chat=False, schedule="heuristic", modes=("speculative",))
     missing = compiling.needed(pair, s)
-    assert missing == [graphs.Graph("verify", 256, 9), graphs.Graph("verify", 256, 17)]
+    assert missing == [graphs.Graph("verify", 256, w) for w in (1, 2, 3, 9, 17)]
     told = []
     assert compiling.prepare(pair, [s], progress=told.append) > 0
-    assert [(p.index, p.total, p.graph) for p in told] == [(1, 2, missing[0]), (2, 2, missing[1])]
+    assert [(p.index, p.total, p.graph) for p in told] == [(i + 1, 5, g) for i, g in enumerate(missing)]
     assert told[1].left is not None          # estimated from what the first one took
     before = built()
     done = [e for _, e in LocalSource(pair).runs(s) if isinstance(e, Done)]
