@@ -58,3 +58,13 @@ def test_a_registered_engine_runs_with_no_other_edit(spare, tmp_path, capsys):
                  "--jsonl", "--engine", spare]) == 0
     events = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
     assert events[0]["type"] == "start" and events[-1]["new_tokens"] == 6
+
+
+def test_the_bench_puts_each_pair_on_a_registered_engine(spare, capsys):
+    from mtp_viz.cli import bench_precision
+    from mtp_viz.sources.models import load_pairs
+    [pair] = load_pairs("tiny")
+    [other] = bench_precision.on_engine([pair], spare)
+    assert other is not pair and other.target is pair.target and other.mounted is not None
+    assert pair.mounted is None and not other.compile_note and other.fast is None
+    assert "compiled" not in capsys.readouterr().err   # nothing compiled, nothing said
