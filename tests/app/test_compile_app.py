@@ -292,3 +292,4 @@ def test_an_engine_registered_at_run_time_is_offered_by_the_page_links_and_loade
     loader = service.PairLoader(lambda target, drafter, **asked: calls.append(asked) or object())
     assert loader.wait("tiny", None, timeout=5, engine="spare").status == "ready"
     assert calls == [{"engine": "spare"}]   # no compile: no progress, no place in the compiler's line
+    assert trace.loads(trace.dumps(_with(spec_run(), "spare")))[0].settings["engine"] == "spare"  # its traces read
