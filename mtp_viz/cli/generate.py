@@ -96,8 +96,8 @@ def add_engine_argument(p: argparse.ArgumentParser, what: str) -> None:
 
 def engine_of(args: argparse.Namespace) -> str:
     """The engine ``--engine`` or its alias ``--compile`` names (default: the table's first)."""
-    from mtp_viz.engine.engines import asked
-    return asked(args.engine, args.compile)
+    from mtp_viz.engine.engines import resolve
+    return resolve(args.engine, args.compile)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -2,10 +2,11 @@
 
 Times the target's plain step, its verification at every width γ + 1 up to
 ``--max-draft-tokens`` + 1, one draft of the assistant and the prefill, on the eager engine
-(and beside it the one ``--engine`` names, e.g. ``--engine compiled`` or its alias ``--compile``); predicts the speedup over the fastest plain
-decoder for every acceptance and draft length, with the break-even acceptance and the best
-draft length (:mod:`mtp_viz.analysis.payoff`); and measures whole runs at set acceptances
-(``--alphas``: the real drafter runs, every forward real, only its proposals are set:
+(and beside it the one ``--engine`` names: ``--engine compiled``, or its alias
+``--compile``); predicts the speedup over the fastest plain decoder for every acceptance
+and draft length, with the break-even acceptance and the best draft length
+(:mod:`mtp_viz.analysis.payoff`); and measures whole runs at set acceptances (``--alphas``:
+the real drafter runs, every forward real, only its proposals are set:
 :mod:`mtp_viz.engine.drafters.scripted`) to check the prediction. ``--weights random``
 builds a preset at its real shape with random weights: nothing is downloaded but a config.
 

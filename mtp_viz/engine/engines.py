@@ -3,8 +3,9 @@
 The loop runs a :class:`mtp_viz.engine.decoder.Decoder` and never asks which one; this
 table says which decoders there are. Each entry names a ``mount(target, assistant, mode)``
 function of this package that puts a loaded target (and its MTP assistant, or None) on
-the engine and returns a :class:`mtp_viz.engine.decoder.Mounted`: the decoder, the MTP drafter's step, what
-compiling took, and the sentence saying why it fell back to eager decoding, if it did.
+the engine and returns a :class:`mtp_viz.engine.decoder.Mounted`: the decoder, the MTP
+drafter's step, what compiling took, and the sentence saying why it fell back to eager
+decoding, if it did.
 The CLI's ``--engine``, the page's engine control, its links and the bench read the table;
 a new engine is a module with a ``mount`` function and one line here.
 
@@ -22,12 +23,12 @@ from mtp_viz.errors import UserError, clip
 @dataclass(frozen=True)
 class Engine:
     """An engine in the registry."""
-    label: str       # how the CLI, the page and a run's start event (Ran.label) name it
+    label: str       # how the page and the CLI name it (as its decoder's Ran.label does)
     path: str        # "module:function": its mount(target, assistant, mode) -> Mounted (imports torch)
     compiles: bool   # graphs compiled once per pair before a run's first token (minutes, one
     #                  compile at a time: a pair of its own, offered where MTP_VIZ_COMPILE allows);
     #                  its decoder and step then have engine.graphs' shapes
-    help: str        # one line for the CLI's help and the page
+    help: str        # one line for the CLI's help
 
 
 # name -> entry: the one table the CLI, the page, links and the bench read. The first is
@@ -58,7 +59,7 @@ def check_engine(name: Any) -> str:
 COMPILE_ALIAS = "compiled"
 
 
-def asked(engine: Any = None, compile: Any = False) -> str:
+def resolve(engine: Any = None, compile: Any = False) -> str:
     """The engine a call names: ``engine`` (checked), else the compiled one where the old
     ``compile`` switch is on, else the default. Both, naming two engines: one sentence."""
     if engine is not None and compile and engine != COMPILE_ALIAS:
@@ -69,10 +70,9 @@ def asked(engine: Any = None, compile: Any = False) -> str:
 def mount(name: str, target: Any, assistant: Any = None, mode: str | None = None) -> Any:
     """``target`` (and its MTP ``assistant``, or None) on the engine ``name``; ``mode``:
     torch.compile's, for an engine that compiles. A :class:`mtp_viz.engine.decoder.Mounted`;
-    compiles nothing yet (see
-    :mod:`mtp_viz.sources.compiling`)."""
+    compiles nothing yet (:mod:`mtp_viz.sources.compiling` does)."""
     module, fn = ENGINES[check_engine(name)].path.split(":")
     return getattr(importlib.import_module(module), fn)(target, assistant, mode)
 
 
-__all__ = ["COMPILE_ALIAS", "ENGINES", "Engine", "asked", "check_engine", "default_engine", "mount"]
+__all__ = ["COMPILE_ALIAS", "ENGINES", "Engine", "check_engine", "default_engine", "mount", "resolve"]

@@ -153,9 +153,9 @@ def load_pair(target: str, drafter: str | None = None, *, drafter_kind: str = "a
     config) with random weights, nothing downloaded but a config (:mod:`.shapes`): its
     timings are the real pair's, its text and acceptance are not.
     """
-    from mtp_viz.engine.engines import asked, default_engine
+    from mtp_viz.engine.engines import default_engine, resolve
     precision = Precision.of(dtype, target_precision, drafter_precision)  # names checked before any load
-    name = asked(engine, compile)                                         # and the engine's
+    name = resolve(engine, compile)                                         # and the engine's
     pair = load_pairs(target, drafter, [precision], drafter_kind=drafter_kind, device=device, weights=weights)[0]
     if name != default_engine():   # a pair loads on the default engine
         pair.use(name, progress=progress)

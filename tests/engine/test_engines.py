@@ -8,7 +8,7 @@ import pytest
 from factories import save_gemma_pair
 from mtp_viz.cli.main import build_parser, main
 from mtp_viz.engine import engines
-from mtp_viz.engine.engines import ENGINES, Engine, asked, check_engine, default_engine
+from mtp_viz.engine.engines import ENGINES, Engine, check_engine, default_engine, resolve
 from mtp_viz.errors import UserError
 
 PROMPT = " ".join(f"w{i}" for i in range(10, 30))
@@ -39,10 +39,10 @@ def test_an_engine_registered_at_run_time_is_offered(spare, command):
 
 
 def test_compile_is_an_alias_of_the_compiled_engine():
-    assert asked() == default_engine() == "eager"
-    assert asked(None, True) == asked("compiled") == asked("compiled", True) == engines.COMPILE_ALIAS
+    assert resolve() == default_engine() == "eager"
+    assert resolve(None, True) == resolve("compiled") == resolve("compiled", True) == engines.COMPILE_ALIAS
     with pytest.raises(UserError, match="give one of them"):
-        asked("eager", True)
+        resolve("eager", True)
     with pytest.raises(UserError, match=f"Unknown engine 'warp'; choose one of: {', '.join(ENGINES)}."):
         check_engine("warp")
 

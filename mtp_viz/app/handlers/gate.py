@@ -84,12 +84,12 @@ class Gate:
         takes any JSON value). True or false: the ``#compile`` switch it replaced (the
         compiled engine, or the default)."""
         if value is None or isinstance(value, bool):
-            return engines.asked(None, bool(value))
+            return engines.resolve(None, bool(value))
         return engines.check_engine(form.text(value, "The engine"))
 
     def model_line(self, target: str, drafter: str | None, precision: Precision | None = None,
                    engine: str | None = None, compile: bool = False) -> str:
-        engine = engines.asked(engine, compile)
+        engine = engines.resolve(engine, compile)
         compiles = engines.ENGINES[engine].compiles
         st = self.loader.state(target, drafter, precision, engine)
         # a custom name as typed, cut short: a status line is no place for 100,000 characters

@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping
 from urllib.parse import urlencode
 
 from mtp_viz.engine.drafters import DRAFTERS
-from mtp_viz.engine.engines import ENGINES, asked, default_engine
+from mtp_viz.engine.engines import ENGINES, default_engine, resolve
 from mtp_viz.engine.schedules import SCHEDULES
 from mtp_viz.sources.precision import PRECISIONS
 
@@ -109,7 +109,7 @@ def rules(limits: Limits) -> dict[str, tuple[str, Callable[[str], Any], str]]:
 def _compile(text: str) -> str | None:
     """``compile=1`` / ``compile=0``, the switch ``engine=`` replaced: the compiled engine, or the default."""
     on = _switch(text)
-    return None if on is None else asked(None, on)
+    return None if on is None else resolve(None, on)
 
 
 def _name(text: str) -> str:

@@ -315,9 +315,9 @@ def load_and_warm(target: str, drafter: str | None, precision: Any = None, engin
     :data:`FIRST_RUN` compiled now, ``progress`` told of each, ``pair.compile_seconds``, or
     eager with ``pair.compile_note`` saying why; ``compile=True``: its alias for the
     compiled one), and warm it through the app's path (:func:`warm_up`)."""
-    from mtp_viz.engine.engines import asked, default_engine
+    from mtp_viz.engine.engines import default_engine, resolve
     from mtp_viz.sources import models  # imports torch: only here, on first use
-    engine = asked(engine, compile)
+    engine = resolve(engine, compile)
     models.set_threads(service.threads())
     pair = models.load_pair(target, drafter, dtype=deploy.env_dtype(),
                             target_precision=precision.target if precision else None,

@@ -93,9 +93,9 @@ def cache_key(target: str, drafter: str | None, precision: Precision | None = No
     (None or ``Precision()``: the deployment's default, ``MTP_VIZ_DTYPE`` or the device's)
     and the engine (a name of :data:`mtp_viz.engine.engines.ENGINES`, default the first;
     ``compile=True``, the switch it replaced: the compiled one)."""
-    from mtp_viz.engine.engines import asked
+    from mtp_viz.engine.engines import resolve
     p = precision or Precision()
-    return (*pair_key(target, drafter), p.target, p.drafter, asked(engine, compile))
+    return (*pair_key(target, drafter), p.target, p.drafter, resolve(engine, compile))
 
 
 class PairLoader:
