@@ -293,3 +293,14 @@ def test_an_engine_registered_at_run_time_is_offered_by_the_page_links_and_loade
     assert loader.wait("tiny", None, timeout=5, engine="spare").status == "ready"
     assert calls == [{"engine": "spare"}]   # no compile: no progress, no place in the compiler's line
     assert trace.loads(trace.dumps(_with(spec_run(), "spare")))[0].settings["engine"] == "spare"  # its traces read
+
+
+def test_a_deployment_without_compiles_lists_the_compiled_engine_as_not_offered(monkeypatch, handlers):
+    from mtp_viz.app.page import layout
+    monkeypatch.setenv("MTP_VIZ_COMPILE", "0")
+    demo = layout.build_demo(loader=service.PairLoader(lambda *a, **kw: None), target="tiny")
+    radio = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "engine")
+    assert not radio.interactive and "not offered on this deployment: compiled engine" in html.unescape(radio.info)
+    for asked in ("compiled", True):   # the page's choice, or the switch it replaced
+        with pytest.raises(UserError, match="^This deployment does not offer the compiled engine.$"):
+            handlers.gate.asked("tiny", "", "", "default", "default", asked)

@@ -179,6 +179,13 @@ def _traces(h: Handlers) -> dict[str, Any]:
     return dict(trace_example=trace_example, trace_upload=trace_upload, **downloads, scrub=scrub)
 
 
+def _engines_info(allow: deploy.AllowList) -> str:
+    left_out = [e.label for n, e in ENGINES.items() if n not in allow.engines]
+    return ("each engine is a pair of its own; one that compiles does so once per pair, one compile at a "
+            "time, its time reported apart, never in a run's timing"
+            + (f" (not offered on this deployment: {', '.join(left_out)})" if left_out else ""))
+
+
 def _settings(first: FirstPair, allow: deploy.AllowList, peers: str = "") -> dict[str, Any]:
     """More settings, collapsed: what a first-time user does not need."""
     with gr.Accordion("More settings", open=False, elem_id="settings"):
@@ -211,12 +218,11 @@ def _settings(first: FirstPair, allow: deploy.AllowList, peers: str = "") -> dic
                 drafter_precision=Dropdown(choices, value="default", label="Drafter precision",
                                               info="each precision of a pair loads (and is kept) as a pair of its own",
                                               elem_id="drafter-precision", filterable=False),
-                # the table of engines (engine.engines.ENGINES), less what this deployment leaves out
-                engine=gr.Radio([(ENGINES[n].label, n) for n in allow.engines], value=default_engine(),
+                # the table of engines (engine.engines.ENGINES), every one listed so a link to one
+                # this deployment leaves out is a choice the run refuses in one sentence
+                engine=gr.Radio([(e.label, n) for n, e in ENGINES.items()], value=default_engine(),
                                 label="Engine", elem_id="engine", interactive=len(allow.engines) > 1,
-                                info="each engine is a pair of its own; one that compiles does so once per pair, "
-                                     "one compile at a time, its time reported apart, never in a run's timing"
-                                if len(allow.engines) > 1 else "only this one on this deployment"))
+                                info=_engines_info(allow)))
         with gr.Row():
             c.update(
                 repeats=gr.Slider(2, 15, value=5, step=1, label="Measure: repeats of each mode",
