@@ -213,7 +213,7 @@ class Compiler:
         for field in ("target-precision", "drafter-precision"):
             self.page.click(f"#{field} input")
             self.page.locator(f"#{field}").get_by_role("option", name=precision, exact=True).click()
-        self.page.locator("#compile input").check()
+        self.page.locator("#engine").get_by_label("compiled engine").check()
         self.page.fill("#prompt textarea", "def parse(line):\n")
 
     def start(self) -> None:

@@ -39,7 +39,7 @@ from mtp_viz.sources.precision import Precision
 from mtp_viz.sources.settings import MAX_DRAFT_TOKENS, RunSettings
 
 from . import bench_precision, bench_report
-from .generate import MAX_NEW_TOKENS
+from .generate import MAX_NEW_TOKENS, engine_of
 
 QUICK = dict(max_new_tokens=24, repeats=1, draft_tokens=(2, 4), per_category=1)
 MAX_REPEATS = 100      # timed repeats of every run
@@ -50,7 +50,7 @@ SERVER_ONLY = ("--model", "--baseline-model", "--concurrency", "--requests")
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default="tiny", help="target model: hub id, local folder or 'tiny'")
     p.add_argument("--drafter", default=None, help="MTP assistant (default: the target's usual one)")
-    from .generate import add_precision_arguments, add_weights_argument
+    from .generate import add_engine_argument, add_precision_arguments, add_weights_argument
     add_precision_arguments(p)
     add_weights_argument(p)
     p.add_argument("--precisions", default=None, metavar="T/D,...",
@@ -80,9 +80,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="torch CPU threads for the run, at most this machine's cores (default: MTP_VIZ_THREADS, "
                         "else one less than the cores, at most 8: the app's; 0: torch's own choice)")
     p.add_argument("--no-chat", action="store_true", help="feed prompts without the chat template")
-    p.add_argument("--compile", action="store_true",
-                   help="measure the compiled engine beside the eager one, interleaved in the same run "
-                        "(every row says which: engine eager or compiled; compile time reported apart)")
+    add_engine_argument(p, "the engine measured beside the eager one, interleaved in the same run (every row "
+                           "says which; compile time reported apart)")
     p.add_argument("--peer", default=None, metavar="URL[,URL...]",
                    help="inference servers (llama.cpp or vLLM, recognised by what they answer; plain or "
                         "speculating) run on the same prompts, interleaved prompt by prompt with the local "
@@ -146,7 +145,8 @@ def check(args: argparse.Namespace) -> Plan:
         local = [flag for flag, on in (
             ("--draft-tokens", args.draft_tokens), ("--drafter", args.drafter), ("--dtype", args.dtype),
             ("--target-precision", args.target_precision), ("--drafter-precision", args.drafter_precision),
-            ("--precisions", args.precisions), ("--compile", args.compile), ("--stale-kv", args.stale_kv),
+            ("--precisions", args.precisions), ("--engine", args.engine), ("--compile", args.compile),
+            ("--stale-kv", args.stale_kv),
             ("--schedules", args.schedules != DEFAULT_SCHEDULES),
             ("--max-draft-tokens", args.max_draft_tokens != MAX_DRAFT_TOKENS), ("--threads", args.threads is not None),
             ("--weights", args.weights != "real"))
@@ -189,6 +189,7 @@ def check(args: argparse.Namespace) -> Plan:
         RunSettings(prompts[0].text, max_new_tokens=n, draft_tokens=s.gamma, schedule=s.schedule,
                     sampling=sampling, chat=not args.no_chat).validate(MAX_NEW_TOKENS)
     precisions = [] if server else bench_precision.parse(args)  # every name checked before a model loads
+    engine_of(args)                                              # and the engine's
     if sampling.greedy:
         sampling = Sampling()  # the seed is for sampling only
     peers = [u.strip() for u in (args.peer or "").split(",") if u.strip()]
@@ -250,8 +251,10 @@ def busy() -> None:
 
 def _arms(args, precisions, n, sampling, prompts=(), settings=()) -> list:
     """Each precision pair loaded (every model once per precision) with its runner; with
-    ``--compile``, each again on the compiled engine, compiled for every run of
-    ``prompts`` x ``settings`` (and the untimed warm-up) before the first."""
+    ``--engine`` (or ``--compile``) naming another than the default, each again on that
+    engine, compiled (where it compiles) for every run of ``prompts`` x ``settings`` (and
+    the untimed warm-up) before the first."""
+    from mtp_viz.engine.engines import default_engine
     from mtp_viz.measure.arms import Arm
     from mtp_viz.measure.runner import Runner
     from mtp_viz.sources.models import load_pairs
@@ -262,14 +265,16 @@ def _arms(args, precisions, n, sampling, prompts=(), settings=()) -> list:
     if len({tuple(p.precision.values()) for p in pairs}) < len(pairs):  # e.g. float32/float32 and default/default
         raise UserError("--precisions lists a pair twice (a default is this device's float32 or bfloat16).")
     print(f"mtp-viz bench: loaded {args.target} in {time.perf_counter() - t_load:.1f} s", file=sys.stderr)
-    baselines = len(pairs)   # the pairs as loaded, on the eager engine: what the compiled arms are held against
+    baselines = len(pairs)   # the pairs as loaded, on the default engine: what the other arms are held against
     # what every run shares; each run sets its prompt, mode and setting
     base = RunSettings("", drafter="mtp", max_new_tokens=n, sampling=sampling, chat=not args.no_chat,
                        stale_kv=args.stale_kv)
-    if args.compile:
-        pairs = pairs + bench_precision.compiled(pairs, compile_plan(base, prompts, settings))
+    engine = engine_of(args)
+    several = engine != default_engine()
+    if several:
+        pairs = pairs + bench_precision.on_engine(pairs, engine, compile_plan(base, prompts, settings))
     arms = [Arm(Precision(**p.precision), p, Runner(p, base, args.max_draft_tokens), engine=p.engine,
-                several_engines=args.compile, baseline=i < baselines) for i, p in enumerate(pairs)]
+                several_engines=several, baseline=i < baselines) for i, p in enumerate(pairs)]
     print(f"mtp-viz bench: arms {', '.join(a.label for a in arms)}", file=sys.stderr)
     return arms
 

@@ -1,6 +1,6 @@
 """The bench's precision pairs: ``--precisions float32/float32,bfloat16/float32,int8/int8``.
 
-Their flags, the compiled twins (``--compile``) with their lines on stderr, and the
+Their flags, the same pairs on another engine (``--engine``, ``--compile``) with their lines on stderr, and the
 precision table of the report; running the pairs side by side and reducing each against
 its own target's plain decoding is :mod:`mtp_viz.measure.arms`' (which says what each
 row's ``drift``, ``exact`` and ``autoregressive_tokens_per_second`` mean).
@@ -30,23 +30,25 @@ def parse(args) -> list[Precision]:
     return pairs
 
 
-def compiled(pairs, runs=()) -> list:
-    """``bench --compile``: each pair again on the compiled engine, sharing its models
-    (:meth:`mtp_viz.sources.pair.ModelPair.compiled`), every graph the bench's ``runs``
-    (RunSettings) can meet compiled now, before any timed run, each graph reported on
-    stderr as it starts, and timed. A pair that cannot compile is left out with its one
-    sentence on stderr."""
+def on_engine(pairs, engine: str, runs=()) -> list:
+    """``bench --engine``: each pair again on ``engine``, sharing its models
+    (:meth:`mtp_viz.sources.pair.ModelPair.on`); on one that compiles, every graph the
+    bench's ``runs`` (RunSettings) can meet compiled now, before any timed run, each graph
+    reported on stderr as it starts, and timed. A pair that cannot go there is left out
+    with its one sentence on stderr."""
+    from mtp_viz.engine.engines import ENGINES
+
     from .generate import compile_progress
     out = []
     for p in pairs:
-        compiled_pair = p.compiled(settings=runs, progress=compile_progress("mtp-viz bench"))
-        note = compiled_pair.compile_note
-        if note:
-            print(f"mtp-viz bench: {note}", file=sys.stderr)
+        other = p.on(engine, settings=runs, progress=compile_progress("mtp-viz bench"))
+        if other.compile_note:
+            print(f"mtp-viz bench: {other.compile_note}", file=sys.stderr)
             continue
-        print(f"mtp-viz bench: compiled {p.precision['target']}/{p.precision['drafter']} in "
-              f"{compiled_pair.compile_seconds:.1f} s", file=sys.stderr)
-        out.append(compiled_pair)
+        if ENGINES[engine].compiles:
+            print(f"mtp-viz bench: compiled {p.precision['target']}/{p.precision['drafter']} in "
+                  f"{other.compile_seconds:.1f} s", file=sys.stderr)
+        out.append(other)
     return out
 
 

@@ -60,10 +60,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--experts", action="store_true",
                    help="a mixture-of-experts target (26b-a4b): put on every step event the distinct experts "
                         "each layer's router sent that forward's tokens to (experts_per_layer)")
-    p.add_argument("--compile", action="store_true",
-                   help="the compiled engine: a static KV cache and torch.compile'd target and drafter steps "
-                        "(every graph this run can meet compiled before its first token, each one reported on "
-                        "stderr, timed apart; where it cannot compile, one sentence and eager)")
+    add_engine_argument(p, "what decodes (every graph this run can meet compiled before its first token, "
+                           "each one reported on stderr)")
     p.add_argument("--stale-kv", action="store_true", help=argparse.SUPPRESS)
 
 
@@ -83,6 +81,23 @@ def add_weights_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weights", default="real", choices=("real", "random"),
                    help="random: the target's real shape (a preset's, e.g. e2b) with random weights, nothing "
                         "downloaded but a config; timings only: its text and acceptance are noise (default: real)")
+
+
+def add_engine_argument(p: argparse.ArgumentParser, what: str) -> None:
+    """``--engine`` (a name of :data:`mtp_viz.engine.engines.ENGINES`, read when the
+    parser is built) and ``--compile``, kept as its alias for the compiled engine
+    (generate, bench, profile: one flag, one meaning; ``what``: what the engine does here)."""
+    from mtp_viz.engine.engines import COMPILE_ALIAS, ENGINES, default_engine
+    listed = "; ".join(f"{name}: {e.help}" for name, e in ENGINES.items())
+    p.add_argument("--engine", choices=list(ENGINES), default=None,
+                   help=f"{what} (default: {default_engine()}). {listed}")
+    p.add_argument("--compile", action="store_true", help=f"an alias of --engine {COMPILE_ALIAS}")
+
+
+def engine_of(args: argparse.Namespace) -> str:
+    """The engine ``--engine`` or its alias ``--compile`` names (default: the table's first)."""
+    from mtp_viz.engine.engines import resolve
+    return resolve(args.engine, args.compile)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -116,8 +131,8 @@ def settings(args: argparse.Namespace) -> RunSettings:
 
 
 def open_source(args: argparse.Namespace, s: RunSettings | None = None):
-    """The local engine on ``--target`` (``--compile``: compiled for the run of ``s``,
-    every graph it can meet, before its first token), or the vLLM server at ``--server``
+    """The local engine on ``--target`` (``--engine``; one that compiles, compiled for the run
+    of ``s``, every graph it can meet, before its first token), or the vLLM server at ``--server``
     (whose drafter and draft length were fixed when it started)."""
     from mtp_viz import sources
     if args.server:
@@ -129,7 +144,8 @@ def open_source(args: argparse.Namespace, s: RunSettings | None = None):
                                        ("--schedule", args.schedule != "constant"),
                                        ("--device", args.device), ("--dtype", args.dtype),
                                        ("--target-precision", args.target_precision),
-                                       ("--compile", args.compile), ("--threads", args.threads is not None),
+                                       ("--engine", args.engine), ("--compile", args.compile),
+                                       ("--threads", args.threads is not None),
                                        ("--drafter-precision", args.drafter_precision),
                                        ("--weights", args.weights != "real")) if on]
         if local:
@@ -138,6 +154,7 @@ def open_source(args: argparse.Namespace, s: RunSettings | None = None):
         return sources.open_source(server=args.server, model=args.model)
     if args.model:
         raise UserError("--model names a model served by --server; use --target for a local model.")
+    engine = engine_of(args)   # checked before a model loads
     from mtp_viz.sources.models import default_threads, set_threads
     threads = default_threads() if args.threads is None else args.threads
     if not 1 <= threads <= (os.cpu_count() or 1):
@@ -152,15 +169,16 @@ def open_source(args: argparse.Namespace, s: RunSettings | None = None):
                                  weights=args.weights)
     if source.pair.weights_label:
         print(f"mtp-viz: {source.pair.target_id}: {source.pair.weights_label}", file=sys.stderr)
-    if args.compile:
-        pair = source.pair
-        pair.compile(settings=[s] if s is not None else (), progress=compile_progress("mtp-viz"))
+    from mtp_viz.engine.engines import ENGINES
+    pair = source.pair
+    pair.use(engine, settings=[s] if s is not None else (), progress=compile_progress("mtp-viz"))
+    if pair.compile_note or ENGINES[engine].compiles:
         print(f"mtp-viz: {pair.compile_note}" if pair.compile_note else
               f"mtp-viz: compiled in {pair.compile_seconds:.1f} s (not in the run's timing)", file=sys.stderr)
     return source
 
 
 def compile_progress(prefix: str):
-    """What ``--compile`` prints on stderr before each graph: "mtp-viz: compiling graph 3
+    """What ``--engine compiled`` prints on stderr before each graph: "mtp-viz: compiling graph 3
     of 7: the target over 5 tokens, ... (256-position cache); about 40 s left"."""
     return lambda p: print(f"{prefix}: compiling {p.line()}", file=sys.stderr, flush=True)

@@ -2,10 +2,11 @@
 
 Times the target's plain step, its verification at every width γ + 1 up to
 ``--max-draft-tokens`` + 1, one draft of the assistant and the prefill, on the eager engine
-(and the compiled one with ``--compile``); predicts the speedup over the fastest plain
-decoder for every acceptance and draft length, with the break-even acceptance and the best
-draft length (:mod:`mtp_viz.analysis.payoff`); and measures whole runs at set acceptances
-(``--alphas``: the real drafter runs, every forward real, only its proposals are set:
+(and beside it the one ``--engine`` names: ``--engine compiled``, or its alias
+``--compile``); predicts the speedup over the fastest plain decoder for every acceptance
+and draft length, with the break-even acceptance and the best draft length
+(:mod:`mtp_viz.analysis.payoff`); and measures whole runs at set acceptances (``--alphas``:
+the real drafter runs, every forward real, only its proposals are set:
 :mod:`mtp_viz.engine.drafters.scripted`) to check the prediction. ``--weights random``
 builds a preset at its real shape with random weights: nothing is downloaded but a config.
 
@@ -25,14 +26,14 @@ from mtp_viz.errors import UserError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from .generate import add_precision_arguments, add_weights_argument
+    from .generate import add_engine_argument, add_precision_arguments, add_weights_argument
     p.add_argument("--target", default="tiny",
                    help="preset (tiny, e2b, e4b, 12b, 31b, 26b-a4b), hub id or local folder (default: tiny)")
     add_weights_argument(p)
     add_precision_arguments(p)
     p.add_argument("--device", default=None, help="cpu, cuda, mps (default: best available)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
-    p.add_argument("--compile", action="store_true", help="profile the compiled engine beside the eager one")
+    add_engine_argument(p, "the engine profiled beside the eager one")
     p.add_argument("--draft-tokens", type=int, default=4, help="γ of the measured runs (default 4)")
     p.add_argument("--max-draft-tokens", type=int, default=8,
                    help="verification widths up to this many drafts + 1 (default 8)")
@@ -80,7 +81,9 @@ def run(args: argparse.Namespace) -> int:
     from mtp_viz.measure.profile import describe, study
     from mtp_viz.sources.models import load_pair
     from mtp_viz.views.profile import markdown
-    alphas = check(args)
+
+    from .generate import engine_of
+    alphas, engine = check(args), engine_of(args)
     torch.set_num_threads(args.threads)
     t = time.perf_counter()
     pair = load_pair(args.target, device=args.device, dtype=args.dtype, target_precision=args.target_precision,
@@ -89,18 +92,19 @@ def run(args: argparse.Namespace) -> int:
           + (f" ({pair.weights_label})" if pair.weights_label else ""), file=sys.stderr)
     if not pair.has_mtp and alphas:
         print("mtp-viz profile: no MTP assistant: only the target's costs", file=sys.stderr)
-    pairs = {"eager": pair}
-    if args.compile:
+    from mtp_viz.engine.engines import default_engine
+    pairs = {default_engine(): pair}
+    if engine not in pairs:
         from mtp_viz.sources.settings import RunSettings
 
         from .generate import compile_progress
         plan = RunSettings("x" * args.prompt_tokens, max_new_tokens=args.max_new_tokens, chat=False,
                            draft_tokens=args.draft_tokens)
-        compiled_pair = pair.compiled(settings=[plan], progress=compile_progress("mtp-viz profile"))
-        if compiled_pair.compile_note:
-            print(f"mtp-viz profile: {compiled_pair.compile_note}", file=sys.stderr)
+        other = pair.on(engine, settings=[plan], progress=compile_progress("mtp-viz profile"))
+        if other.compile_note:
+            print(f"mtp-viz profile: {other.compile_note}", file=sys.stderr)
         else:
-            pairs["compiled"] = compiled_pair
+            pairs[engine] = other
     result = study(pairs, prompt_tokens=args.prompt_tokens, new_tokens=args.max_new_tokens, gamma=args.draft_tokens,
                    gamma_max=args.max_draft_tokens, alphas=alphas, repeats=args.repeats)
     describe(result, pair, args.target)

@@ -64,7 +64,7 @@ import torch
 
 from .build import turn
 from .config import text_config
-from .decoder import EagerDecoder, Forward, RunCache
+from .decoder import EagerDecoder, Forward, Mounted, RunCache
 from .events import Ran
 from .static import StaticKV, twin, visible
 
@@ -357,5 +357,16 @@ def compile_support(model) -> str:
     return ""
 
 
+def mount(target, assistant=None, mode: str | None = None):
+    """The compiled engine (:data:`mtp_viz.engine.engines.ENGINES`): ``target`` and its MTP
+    ``assistant`` (or None) as graphs, none compiled yet; eager with the sentence saying
+    why where it cannot take them."""
+    note = compile_support(target)
+    if note:
+        return Mounted(EagerDecoder(target), note=note)
+    fast = FastTarget(target, mode=mode)
+    return Mounted(fast, FastDraftStep(assistant, fast.window, mode=mode) if assistant is not None else None)
+
+
 __all__ = ["CAPACITIES", "Compiled", "FastDraftStep", "FastTarget", "WIDTHS", "capacity_for", "compile_support",
-           "fallback_sentence", "own_graph", "width_for"]
+           "fallback_sentence", "mount", "own_graph", "width_for"]

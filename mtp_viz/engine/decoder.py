@@ -121,4 +121,20 @@ class EagerDraftStep:
         return out.logits[0, -1], out.last_hidden_state, 0.0
 
 
-__all__ = ["Decoder", "EagerDecoder", "EagerDraftStep", "Forward", "RunCache", "as_decoder"]
+@dataclass
+class Mounted:
+    """A loaded pair on an engine (:data:`mtp_viz.engine.engines.ENGINES`): what the loop
+    runs and what getting there took."""
+    decoder: Decoder              # the target as the loop runs it
+    draft_step: Any = None        # the MTP assistant's step (None: the drafter's eager one)
+    note: str = ""                # why it decodes eagerly instead (one sentence), or ""
+    seconds: float = 0.0          # compiling its graphs so far, wall seconds, off every run's clock
+
+
+def mount(target, assistant=None, mode: str | None = None) -> Mounted:
+    """The eager engine: ``target`` as loaded, the MTP drafter's own eager step; nothing
+    to compile (``mode`` is for engines that do)."""
+    return Mounted(EagerDecoder(target))
+
+
+__all__ = ["Decoder", "EagerDecoder", "EagerDraftStep", "Forward", "Mounted", "RunCache", "as_decoder", "mount"]

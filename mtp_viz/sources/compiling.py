@@ -1,15 +1,17 @@
-"""A loaded pair put on the compiled engine (:mod:`mtp_viz.engine.compiled`), and every
-graph a run can meet compiled before its first token.
+"""A loaded pair put on an engine (:mod:`mtp_viz.engine.engines`), and, on one that
+compiles (:mod:`mtp_viz.engine.compiled`), every graph a run can meet compiled before its
+first token.
 
-:func:`compile_pair` makes the pair's compiled target and MTP draft step and compiles the
-graphs of the runs it is told of (by default a :data:`DEFAULT_RUN`), timed into
-``pair.compile_seconds``; where it cannot compile, ``pair.compile_note`` holds the one
-sentence saying why it decodes eagerly. :func:`prepare` compiles what a run's settings
-need and the pair has not compiled yet (:mod:`mtp_viz.engine.graphs` works it out), one
-graph at a time, telling ``progress`` of each: every run on a compiled pair goes through
-it before it starts (:func:`mtp_viz.sources.local.run_mode`), so no graph is compiled
-mid-run. :meth:`ModelPair.compile` and ``load_pair(compile=True)`` come here; the pair
-only holds what it produced.
+:func:`use_engine` mounts the pair on an engine (``pair.mounted``: its decoder and MTP
+draft step) and, where the engine compiles, compiles the graphs of the runs it is told of
+(by default a :data:`DEFAULT_RUN`), timed into ``pair.mounted.seconds``; where it cannot
+compile, ``pair.mounted.note`` holds the one sentence saying why it decodes eagerly.
+:func:`prepare` compiles what a run's settings need and the pair has not compiled yet
+(:mod:`mtp_viz.engine.graphs` works it out), one graph at a time, telling ``progress`` of
+each: every run on a compiled pair goes through it before it starts
+(:func:`mtp_viz.sources.local.run_mode`), so no graph is compiled mid-run.
+:meth:`ModelPair.use`, :meth:`ModelPair.compile` and ``load_pair(engine=...)`` come here;
+the pair only holds what it produced.
 """
 from __future__ import annotations
 
@@ -24,36 +26,46 @@ from .settings import MAX_DRAFT_TOKENS, RunSettings
 DEFAULT_RUN = RunSettings("def main():\n    return", max_new_tokens=64, chat=False)
 
 
-def compile_pair(pair: Any, mode: str | None = None, settings: Iterable[RunSettings] = (),
-                 progress: Callable[[Any], None] | None = None) -> str:
-    """Switch ``pair`` to the compiled engine and compile every graph the runs of
-    ``settings`` (default: :data:`DEFAULT_RUN`) can meet; ``progress`` hears of each
-    graph before it compiles (:class:`mtp_viz.engine.graphs.Progress`). ``mode``:
-    torch.compile's (``"reduce-overhead"``: CUDA graphs, on a GPU). Returns "" or the
-    sentence saying why it decodes eagerly."""
-    from mtp_viz.engine import compiled
+def use_engine(pair: Any, engine: str, mode: str | None = None, settings: Iterable[RunSettings] = (),
+               progress: Callable[[Any], None] | None = None) -> str:
+    """Put ``pair`` on ``engine`` (a name of :data:`mtp_viz.engine.engines.ENGINES`); one
+    that compiles compiles every graph the runs of ``settings`` (default:
+    :data:`DEFAULT_RUN`) can meet, ``progress`` hearing of each before it compiles
+    (:class:`mtp_viz.engine.graphs.Progress`). ``mode``: torch.compile's
+    (``"reduce-overhead"``: CUDA graphs, on a GPU). Returns "" or the sentence saying why
+    it decodes eagerly."""
+    from mtp_viz.engine import engines
     from mtp_viz.engine.build import building
     with building():  # never beside a load: tracing reads the default dtype a load sets
-        pair.compile_note = compiled.compile_support(pair.target)
-        if pair.compile_note:
-            return pair.compile_note
         t = time.perf_counter()
-        pair.fast = compiled.FastTarget(pair.target, mode=mode)
-        if pair.has_mtp:
-            pair.draft_step = compiled.FastDraftStep(pair.drafter_model, pair.fast.window, mode=mode)
-        _compile(pair, list(settings) or [DEFAULT_RUN], progress)
-        pair.compile_seconds = time.perf_counter() - t
-    return pair.compile_note
+        pair.mounted = engines.mount(engine, pair.target, pair.drafter_model if pair.has_mtp else None, mode)
+        if engines.ENGINES[engine].compiles and not pair.mounted.note:
+            _compile(pair, list(settings) or [DEFAULT_RUN], progress)
+            pair.mounted.seconds = time.perf_counter() - t
+    return pair.mounted.note
+
+
+def compile_pair(pair: Any, mode: str | None = None, settings: Iterable[RunSettings] = (),
+                 progress: Callable[[Any], None] | None = None) -> str:
+    """``use_engine(pair, "compiled", ...)``: :meth:`ModelPair.compile`'s."""
+    return use_engine(pair, "compiled", mode, settings, progress)
+
+
+def engine_copy(pair: Any, engine: str, mode: str | None = None, settings: Iterable[RunSettings] = (),
+                progress: Callable[[Any], None] | None = None) -> Any:
+    """The same models as a pair of their own on ``engine`` (``pair`` stays as it is;
+    nothing is copied), compiled now for ``settings`` where it compiles: what the bench
+    compares against it."""
+    from mtp_viz.engine.schedules import ScheduleCache
+    other = dataclasses.replace(pair, schedules=ScheduleCache(), mounted=None)
+    use_engine(other, engine, mode, settings, progress)
+    return other
 
 
 def compiled_copy(pair: Any, mode: str | None = None, settings: Iterable[RunSettings] = (),
                   progress: Callable[[Any], None] | None = None) -> Any:
-    """The same models as a pair of their own on the compiled engine (``pair`` stays
-    eager; nothing is copied), compiled now for ``settings``: what the bench compares against it."""
-    from mtp_viz.engine.schedules import ScheduleCache
-    other = dataclasses.replace(pair, schedules=ScheduleCache(), fast=None, draft_step=None)
-    compile_pair(other, mode, settings, progress)
-    return other
+    """``engine_copy(pair, "compiled", ...)``: :meth:`ModelPair.compiled`'s."""
+    return engine_copy(pair, "compiled", mode, settings, progress)
 
 
 def needed(pair: Any, s: RunSettings, schedule: Any = None) -> list:
@@ -99,7 +111,7 @@ def prepare(pair: Any, settings: Iterable[RunSettings], progress: Callable[[Any]
         t = time.perf_counter()
         _compile(pair, list(settings), progress, schedule)
         seconds = time.perf_counter() - t
-    pair.compile_seconds += seconds
+    pair.mounted.seconds += seconds
     return seconds
 
 
@@ -111,16 +123,17 @@ def _todo(pair: Any, settings: Iterable[RunSettings], schedule: Any = None) -> l
 
 
 def _compile(pair: Any, settings: list[RunSettings], progress, schedule: Any = None) -> None:
-    """Compile what ``settings`` need; then keep the pair on the compiled engine, or drop
-    to eager with the sentence saying why (``pair.compile_note``)."""
-    from mtp_viz.engine import graphs
-    todo = _todo(pair, settings, schedule)
-    graphs.compile_graphs(pair.fast, pair.draft_step, todo, pair.target.get_input_embeddings(), progress)
-    pair.compile_note = pair.fast.graph.note or (pair.draft_step.graph.note if pair.draft_step is not None else "")
-    if pair.fast.graph.note:
-        pair.fast = pair.draft_step = None
-    elif pair.draft_step is not None and pair.draft_step.graph.note:
-        pair.draft_step = None
+    """Compile what ``settings`` need; then keep the pair on its engine, or drop to eager
+    with the sentence saying why (``pair.mounted.note``)."""
+    from mtp_viz.engine import engines, graphs
+    todo, m = _todo(pair, settings, schedule), pair.mounted
+    graphs.compile_graphs(m.decoder, m.draft_step, todo, pair.target.get_input_embeddings(), progress)
+    m.note = m.decoder.graph.note or (m.draft_step.graph.note if m.draft_step is not None else "")
+    if m.decoder.graph.note:
+        pair.mounted = dataclasses.replace(engines.mount(engines.default_engine(), pair.target),
+                                           note=m.note, seconds=m.seconds)
+    elif m.draft_step is not None and m.draft_step.graph.note:
+        m.draft_step = None
 
 
-__all__ = ["DEFAULT_RUN", "compile_pair", "compiled_copy", "needed", "prepare"]
+__all__ = ["DEFAULT_RUN", "compile_pair", "compiled_copy", "engine_copy", "needed", "prepare", "use_engine"]

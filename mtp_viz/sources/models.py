@@ -134,7 +134,7 @@ def drafter_spec(drafter: str) -> str:
 def load_pair(target: str, drafter: str | None = None, *, drafter_kind: str = "auto",
               device: str | None = None, dtype: str | None = None, target_precision: str | None = None,
               drafter_precision: str | None = None, compile: bool = False, progress=None,
-              weights: str = "real") -> "ModelPair":
+              weights: str = "real", engine: str | None = None) -> "ModelPair":
     """Load a target and its drafter (or none, for prompt lookup).
 
     target: a preset name (``tiny``, ``e2b``, ...), a hub id or a local folder.
@@ -143,18 +143,22 @@ def load_pair(target: str, drafter: str | None = None, *, drafter_kind: str = "a
     drafter at all. Each config is read once and handed to everything that needs it.
     ``target_precision`` / ``drafter_precision``: float32, bfloat16, float16, int8 or int4
     (:mod:`.precision`); ``dtype`` sets both, and each model's own setting wins over it;
-    unset, float32 on a CPU and bfloat16 on a GPU. ``compile=True``: the compiled engine
-    (:meth:`ModelPair.compile`; its graphs compiled now, ``pair.compile_seconds``), or eager
-    decoding with the one sentence of ``pair.compile_note`` saying why not; ``progress``
-    hears of each graph before it compiles (:class:`mtp_viz.engine.graphs.Progress`).
+    unset, float32 on a CPU and bfloat16 on a GPU. ``engine``: a name of
+    :data:`mtp_viz.engine.engines.ENGINES` (default eager; ``compile=True``, its alias:
+    ``engine="compiled"``), put on by :meth:`ModelPair.use` (an engine that compiles: its
+    graphs compiled now, ``pair.compile_seconds``, or eager decoding with the one sentence
+    of ``pair.compile_note`` saying why not); ``progress`` hears of each graph before it
+    compiles (:class:`mtp_viz.engine.graphs.Progress`).
     ``weights="random"``: the target's real shape (a preset's, a folder's or a hub id's
     config) with random weights, nothing downloaded but a config (:mod:`.shapes`): its
     timings are the real pair's, its text and acceptance are not.
     """
+    from mtp_viz.engine.engines import default_engine, resolve
     precision = Precision.of(dtype, target_precision, drafter_precision)  # names checked before any load
+    name = resolve(engine, compile)                                         # and the engine's
     pair = load_pairs(target, drafter, [precision], drafter_kind=drafter_kind, device=device, weights=weights)[0]
-    if compile:
-        pair.compile(progress=progress)
+    if name != default_engine():   # a pair loads on the default engine
+        pair.use(name, progress=progress)
     return pair
 
 

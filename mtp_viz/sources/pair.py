@@ -34,12 +34,8 @@ class ModelPair:
     target_spec: str = ""          # what the target was loaded from (for the processor probe)
     template: str | None = None    # a chat template given with the models (from_models' processor)
     schedules: ScheduleCache = field(default_factory=ScheduleCache, repr=False)  # across generations
-    # the compiled engine (engine.compiled), once :meth:`compile` ran: its target and MTP
-    # drafter step (None where eager), what compiling them took, and why it fell back
-    fast: Any = field(default=None, repr=False)
-    draft_step: Any = field(default=None, repr=False)
-    compile_seconds: float = 0.0
-    compile_note: str = ""
+    # its engine (engine.decoder.Mounted) once :meth:`use` put it on one; None: eager, as loaded
+    mounted: Any = field(default=None, repr=False)
     # "random": built at a real checkpoint's shape with random weights (:mod:`.shapes`): its
     # timings are the real pair's, its text and acceptance are noise; shape_origin: where
     # that shape came from ("hub", "shipped", "folder")
@@ -48,30 +44,48 @@ class ModelPair:
 
     @property
     def engine(self) -> str:
-        """What decodes this pair: "compiled" once :meth:`compile` succeeded, else "eager"."""
+        """What decodes this pair, a name of :data:`mtp_viz.engine.engines.ENGINES`: the
+        one :meth:`use` put it on, or eager (as loaded, or where that engine fell back)."""
         return self.decoder.ran.engine
 
     @property
     def decoder(self):
         """What the engine's loop runs as the target (:class:`mtp_viz.engine.decoder.Decoder`):
-        the compiled engine once :meth:`compile` ran, else the eager one."""
+        its engine's once :meth:`use` ran, else the eager one."""
         from mtp_viz.engine.decoder import EagerDecoder
-        return self.fast if self.fast is not None else EagerDecoder(self.target)
+        return self.mounted.decoder if self.mounted is not None else EagerDecoder(self.target)
 
-    def compiled(self, mode: str | None = None, settings=(), progress=None) -> "ModelPair":
-        """The same models as a pair of its own on the compiled engine, compiled now
-        (:func:`mtp_viz.sources.compiling.compiled_copy`); this one stays eager."""
-        from .compiling import compiled_copy
-        return compiled_copy(self, mode, settings, progress)
+    def use(self, engine: str, mode: str | None = None, settings=(), progress=None) -> str:
+        """Put this pair on ``engine``, a name of engine.engines.ENGINES, compiling (where it
+        compiles) the graphs ``settings`` need (:func:`mtp_viz.sources.compiling.use_engine`):
+        "" when it runs there, else the one sentence saying why decoding stays eager."""
+        from .compiling import use_engine
+        return use_engine(self, engine, mode, settings, progress)
 
-    def compile(self, mode: str | None = None, settings=(), progress=None) -> str:
-        """Switch this pair to the compiled engine (:func:`mtp_viz.sources.compiling.compile_pair`),
-        compiling every graph the runs of ``settings`` (RunSettings; default a short
-        prompt, 64 tokens) can meet, ``progress`` told of each: "" when compiled, else the
-        one sentence saying why decoding stays eager. A later run compiles what it still
-        needs before its first token."""
-        from .compiling import compile_pair
-        return compile_pair(self, mode, settings, progress)
+    def on(self, engine: str, mode: str | None = None, settings=(), progress=None) -> "ModelPair":
+        """The same models as a pair of its own on ``engine``, put there now
+        (:func:`mtp_viz.sources.compiling.engine_copy`); this one stays as it is."""
+        from .compiling import engine_copy
+        return engine_copy(self, engine, mode, settings, progress)
+
+    def compile(self, mode: str | None = None, settings=(), progress=None) -> str:  # the API's alias
+        return self.use("compiled", mode, settings, progress)
+
+    def compiled(self, mode: str | None = None, settings=(), progress=None) -> "ModelPair":  # the API's alias
+        return self.on("compiled", mode, settings, progress)
+
+    # The four fields :attr:`mounted` replaced, read through it for the callers that name
+    # them: the target's graphs (engine.compiled.FastTarget) on an engine that compiles,
+    # else None; the MTP drafter's step (None: its eager one); compile seconds; why it fell back.
+    @property
+    def fast(self):
+        from mtp_viz.engine.engines import ENGINES
+        entry = ENGINES.get(self.engine)
+        return self.mounted.decoder if entry is not None and entry.compiles else None
+
+    draft_step = property(lambda self: getattr(self.mounted, "draft_step", None))
+    compile_seconds = property(lambda self: getattr(self.mounted, "seconds", 0.0))
+    compile_note = property(lambda self: getattr(self.mounted, "note", ""))
 
     @property
     def weights_label(self) -> str:

@@ -30,6 +30,7 @@ import typing
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from mtp_viz.engine.engines import ENGINES
 from mtp_viz.engine.events import EVENT_TYPES, Done, Error, Event, Start, Step, event_from_dict
 from mtp_viz.errors import UserError, clip
 
@@ -98,7 +99,8 @@ _SETTINGS = {
     "max_draft_tokens": (_INT, _between(0, MAX_DRAFT), f"a whole number from 0 to {MAX_DRAFT}"),
     "seed": (_INT + (type(None),), None, "a whole number or null"),
     "clock": (_TEXT, ("wall", "cpu").__contains__, '"wall" or "cpu"'),
-    "engine": (_TEXT, ("compiled", "eager").__contains__, '"compiled" or "eager"'),
+    # an engine of the table (engine.engines.ENGINES), read when a trace is checked
+    "engine": (_TEXT, lambda v: v in ENGINES, " or ".join(f'"{name}"' for name in sorted(ENGINES))),
     "experts": ((dict,), _moe, "empty or a mixture of experts' layers, num_experts and top_k"),
     "ran": ((dict,), _ran, "what ran: its engine and label (short text), rejected_ids and routing (true or false)"),
     **{k: (_TEXT, None, "text") for k in ("drafter", "schedule", "backend", "server", "model", "api")},

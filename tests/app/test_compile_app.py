@@ -104,7 +104,7 @@ def test_the_engine_is_part_of_the_pair_cache_key():
     calls = []
 
     def load(target, drafter, **asked):
-        assert callable(asked.pop("progress", None)) == bool(asked.get("compile"))  # a compile reports its graphs
+        assert callable(asked.pop("progress", None)) == ("engine" in asked)  # a compile reports its graphs
         calls.append(asked)
         return object()
     loader = service.PairLoader(load)
@@ -113,9 +113,10 @@ def test_the_engine_is_part_of_the_pair_cache_key():
     assert eager.pair is not compiled.pair
     assert loader.wait("tiny", None, timeout=5, compile=True).pair is compiled.pair
     both = loader.wait("tiny", None, timeout=5, precision=Precision("int8"), compile=True)
-    assert calls == [{}, {"compile": True}, {"precision": Precision("int8"), "compile": True}]  # each once
+    assert calls == [{}, {"engine": "compiled"}, {"precision": Precision("int8"), "engine": "compiled"}]  # each once
     assert both.pair is not compiled.pair
     assert service.cache_key("tiny", None, compile=True) != service.cache_key("tiny", None)
+    assert service.cache_key("tiny", None, compile=True) == service.cache_key("tiny", None, engine="compiled")
 
 
 def test_load_and_warm_compiles_the_pages_first_run_and_warms_within_it(monkeypatch):
@@ -128,12 +129,12 @@ def test_load_and_warm_compiles_the_pages_first_run_and_warms_within_it(monkeypa
     compiled = []
     monkeypatch.setattr(models, "set_threads", lambda n: None)
     monkeypatch.setattr(models, "load_pair", lambda *a, **kw: SimpleNamespace(
-        compile=lambda **how: compiled.append(how)))
+        use=lambda engine, **how: compiled.append((engine, how))))
     monkeypatch.setattr(runs, "warm", lambda pair: pair)
     report = print
     runs.load_and_warm("tiny", None, compile=True, progress=report)
     runs.load_and_warm("tiny", None)
-    assert compiled == [{"settings": [runs.FIRST_RUN], "progress": report}]   # the eager load compiles nothing
+    assert compiled == [("compiled", {"settings": [runs.FIRST_RUN], "progress": report})]   # eager: nothing
     first, warm = runs.FIRST_RUN, dataclasses.replace(runs.FIRST_RUN, max_new_tokens=8)
     for p in (3, 40):   # the warm-up's graphs are among the first run's, whatever the prompt's length
         assert graphs.speculative_graphs(p, warm.max_new_tokens, warm.draft_tokens, fixed=True) <= (
@@ -145,7 +146,7 @@ def test_load_and_warm_compiles_the_pages_first_run_and_warms_within_it(monkeypa
     mine = SimpleNamespace(name="tiny", drafter_name=None)  # a notebook's pair serves its own engine only
     monkeypatch.setattr(runs, "load_and_warm", lambda *a: ("loaded", a))
     assert runs.preloaded(mine)("tiny", None) is mine
-    assert runs.preloaded(mine)("tiny", None, None, True) == ("loaded", ("tiny", None, None, True, None))
+    assert runs.preloaded(mine)("tiny", None, None, "compiled") == ("loaded", ("tiny", None, None, "compiled", None))
 
 
 def _fake_pair(note="", graphs=(0.5, 0.5, 0.5), step_graphs=(0.25, 0.25)):
@@ -180,8 +181,10 @@ def test_the_status_says_what_compiling_took(handlers):
     assert "Compiled in 74.2 s (5 graphs), kept out of every run&#x27;s timing." in ready
     assert "mv-msg-info" in ready
     assert "Compiled in" not in handlers.gate.model_line("tiny", None)  # the eager pair: another pair, not loaded
-    with pytest.raises(UserError, match="Compiled engine must be true or false"):
-        handlers.gate.compiled("yes")
+    with pytest.raises(UserError, match="Unknown engine 'yes'; choose one of: eager, compiled"):
+        handlers.gate.engine_of("yes")
+    assert handlers.gate.engine_of(True) == handlers.gate.engine_of("compiled") == "compiled"   # the old switch
+    assert handlers.gate.engine_of(None) == handlers.gate.engine_of(False) == "eager"
 
 
 def test_the_status_says_which_graph_compiles_and_how_long_is_left():
@@ -217,20 +220,23 @@ def test_a_compile_that_fell_back_is_a_visible_warning():
 
 def test_a_link_carries_the_compiled_engine():
     limits = links.Limits(models=("tiny",), max_new_tokens=64, prompt_chars=100)
-    assert links.parse({"compile": "1"}, limits).values == {"compile": True}
-    assert links.parse({"compile": "0"}, limits).values == {"compile": False}
+    assert links.parse({"engine": "compiled"}, limits).values == {"engine": "compiled"}
+    assert links.parse({"compile": "1"}, limits).values == {"engine": "compiled"}   # the alias it replaced
+    assert links.parse({"compile": "0"}, limits).values == {"engine": "eager"}
     assert "compile (must be 1 or 0)" in links.parse({"compile": "yes"}, limits).sentence()
-    q = links.query({"model": "tiny", "compile": True}, limits)
-    assert dict(parse_qsl(urlsplit(q).query)) == {"model": "tiny", "compile": "1"}
-    assert "compile" not in links.query({"model": "tiny", "compile": False}, limits)  # off: the default
+    assert "engine (must be one of eager, compiled" in links.parse({"engine": "warp"}, limits).sentence()
+    q = links.query({"model": "tiny", "engine": "compiled"}, limits)
+    assert dict(parse_qsl(urlsplit(q).query)) == {"model": "tiny", "engine": "compiled"}
+    assert "engine" not in links.query({"model": "tiny", "engine": "eager"}, limits)  # the default
 
 
-def test_the_page_has_the_compile_switch_in_the_pair():
+def test_the_page_has_the_engine_control_in_the_pair():
     from mtp_viz.app.page import layout
     demo = layout.build_demo(loader=service.PairLoader(lambda *a, **kw: None), target="tiny")
-    box = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "compile")
-    assert box.value is False and box.label == "Compiled engine"
-    assert "compile time is reported apart" in html.unescape(box.info)
+    radio = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "engine")
+    assert radio.value == "eager" and radio.label == "Engine"
+    assert radio.choices[:2] == [("eager engine", "eager"), ("compiled engine", "compiled")]   # the table's
+    assert "its time reported apart" in html.unescape(radio.info)
 
 
 # ---------------------------------------------------------------- a run that needs new graphs (compiles)
@@ -269,3 +275,34 @@ def test_a_run_that_needs_new_graphs_compiles_them_first_with_progress_in_both_s
     compare = _slot(frames, "compare")[-1]
     assert "data-speedup=" in compare and "not in the timings" not in compare
     assert compiling.needed(pair, asked) == []
+
+
+def test_an_engine_registered_at_run_time_is_offered_by_the_page_links_and_loader(monkeypatch):
+    """Adding an engine is one line of the table: the page's control, links and the loader
+    take it with no other edit (its CLI and bench: tests/engine/test_engines.py)."""
+    from mtp_viz.app.page import layout
+    from mtp_viz.engine.engines import ENGINES, Engine
+    monkeypatch.setitem(ENGINES, "spare", Engine("spare engine", "mtp_viz.engine.decoder:mount", False,
+                                                 "eager decoding under another name"))
+    limits = links.Limits(models=("tiny",), max_new_tokens=64, prompt_chars=100)
+    assert links.parse({"engine": "spare"}, limits).values == {"engine": "spare"}
+    demo = layout.build_demo(loader=service.PairLoader(lambda *a, **kw: None), target="tiny")
+    radio = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "engine")
+    assert ("spare engine", "spare") in radio.choices
+    calls = []
+    loader = service.PairLoader(lambda target, drafter, **asked: calls.append(asked) or object())
+    assert loader.wait("tiny", None, timeout=5, engine="spare").status == "ready"
+    assert calls == [{"engine": "spare"}]   # no compile: no progress, no place in the compiler's line
+    assert trace.loads(trace.dumps(_with(spec_run(), "spare")))[0].settings["engine"] == "spare"  # its traces read
+
+
+def test_a_deployment_without_compiles_lists_the_compiled_engine_as_not_offered(monkeypatch, handlers):
+    from mtp_viz.app.page import layout
+    monkeypatch.setenv("MTP_VIZ_COMPILE", "0")
+    demo = layout.build_demo(loader=service.PairLoader(lambda *a, **kw: None), target="tiny")
+    radio = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "engine")
+    assert "not offered on this deployment: compiled engine" in html.unescape(radio.info)
+    assert radio.interactive == (len(deploy.AllowList().engines) > 1)   # eager alone: nothing to choose
+    for asked in ("compiled", True):   # the page's choice, or the switch it replaced
+        with pytest.raises(UserError, match="^This deployment does not offer the compiled engine.$"):
+            handlers.gate.asked("tiny", "", "", "default", "default", asked)

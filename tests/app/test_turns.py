@@ -55,8 +55,8 @@ def test_one_compile_at_a_time_its_place_shown_and_a_full_line_refused(monkeypat
     monkeypatch.setenv("MTP_VIZ_COMPILE_QUEUE", "1")
     gates, entered = {}, {}
 
-    def load(target, drafter, precision=None, compile=False, progress=None):
-        key = (target, compile)
+    def load(target, drafter, precision=None, engine=None, progress=None):
+        key = (target, engine == "compiled")
         entered[key].set()
         gates[key].wait(30)
         return object()

@@ -1,6 +1,6 @@
 """What Measure times beside the picked pair's two modes: the compiled engine's plain
 decoding (``#measure-compiled``) and peer servers of the same model (``#measure-peers``,
-prefilled from ``MTP_VIZ_PEERS``), as ``mtp-viz bench --compile --peer`` does
+prefilled from ``MTP_VIZ_PEERS``), as ``mtp-viz bench --engine compiled --peer`` does
 (:mod:`mtp_viz.measure.compare`). No torch here.
 
 Every peer URL goes through the server guard (:class:`mtp_viz.app.runtime.guard.ServerPolicy`);
@@ -16,6 +16,7 @@ from typing import Any, Callable, Sequence
 
 from mtp_viz.app.runtime import runs, work
 from mtp_viz.app.runtime.guard import ServerPolicy, canonical
+from mtp_viz.engine.engines import COMPILE_ALIAS
 from mtp_viz.errors import UserError
 from mtp_viz.measure import compare
 from mtp_viz.measure.peers import PeerArm
@@ -111,18 +112,16 @@ class Measuring:
         sess.stop.clear()
         try:
             s = self.settings(values)
-            target, drafter, precision, compile = asked = self.gate.asked(
-                values["model"], values["custom_target"], values["custom_drafter"], values.get("target_precision"),
-                values.get("drafter_precision"), values.get("compile"))
+            target, drafter, precision, engine = asked = self.gate.asked_by(values)
             n = form.whole(repeats, "Repeats")
             if not 2 <= n <= 15:
                 raise UserError("Measure takes between 2 and 15 repeats.")
             with_compiled = form.flag(compiled, "Measure beside the compiled engine") if compiled is not None else False
-            with_compiled = with_compiled and not compile   # a compiled pair is its own compiled engine
+            with_compiled = with_compiled and engine != COMPILE_ALIAS   # a compiled pair is its own compiled engine
             if with_compiled:
-                self.gate.loader.allow.check_build(precision, True)
+                self.gate.loader.allow.check_build(precision, COMPILE_ALIAS)
             urls = self.peers.check(peers)
-            for item in self.gate.waits(target, drafter, sess, precision, compile, with_compiled=with_compiled):
+            for item in self.gate.waits(target, drafter, sess, precision, engine, with_compiled=with_compiled):
                 if isinstance(item, Frame):
                     yield outputs(item, sess)
                 else:

@@ -13,6 +13,7 @@ import gradio as gr
 from mtp_viz.app.runtime import runs, service
 from mtp_viz.app.runtime.service import Load
 from mtp_viz.app.runtime.turns import Turns, ahead_words
+from mtp_viz.engine import engines
 from mtp_viz.errors import UserError, clip
 from mtp_viz.sources.precision import Precision
 from mtp_viz.sources.settings import RunSettings
@@ -77,21 +78,27 @@ class Gate:
                             form.text(drafter_precision or "default", "The drafter precision"))
 
     @staticmethod
-    def compiled(value: Any = None) -> bool:
-        """The page's ``#compile`` switch (None, not given: off), checked: one
-        sentence for anything but true or false (the API takes any JSON value)."""
-        return False if value is None else form.flag(value, "Compiled engine")
+    def engine_of(value: Any = None) -> str:
+        """The page's ``#engine`` choice, a name of :data:`mtp_viz.engine.engines.ENGINES`
+        (None, not given: the default), checked: one sentence for anything else (the API
+        takes any JSON value). True or false: the ``#compile`` switch it replaced (the
+        compiled engine, or the default)."""
+        if value is None or isinstance(value, bool):
+            return engines.resolve(None, bool(value))
+        return engines.check_engine(form.text(value, "The engine"))
 
     def model_line(self, target: str, drafter: str | None, precision: Precision | None = None,
-                   compile: bool = False) -> str:
-        st = self.loader.state(target, drafter, precision, compile)
+                   engine: str | None = None, compile: bool = False) -> str:
+        engine = engines.resolve(engine, compile)
+        compiles = engines.ENGINES[engine].compiles
+        st = self.loader.state(target, drafter, precision, engine)
         # a custom name as typed, cut short: a status line is no place for 100,000 characters
         named = next((p["name"] for p in self.presets.values()  # launch's pair in memory, by its models' names
                       if "name" in p and (p["target"], p["drafter"]) == (target, drafter)), None)
         name = named or ("the bundled tiny pair" if target == "tiny" else
                          clip(target) + (f" + {clip(drafter)}" if drafter else ""))
         asked = (f" in {precision.label}" if precision and precision != Precision() else "") + \
-            (", compiled" if compile else "")
+            (f", {engine}" if engine != engines.default_engine() else "")
         if st.status == Load.QUEUED and st.ahead:
             return tokens.message_html(f"Waiting to compile {name}{asked}: {ahead_words(st.ahead, 'compile')} "
                                        f"(one at a time)… {time.monotonic() - st.started:.0f} s")
@@ -99,32 +106,39 @@ class Gate:
             waited = f"… {time.monotonic() - st.started:.0f} s"
             if st.progress is not None:   # compiling the graphs of a default run (sources.compiling)
                 return tokens.message_html(f"Compiling {name}{asked} before its first run, {st.progress.line()}{waited}")
-            doing = " (then compiling its graphs once, before its first run: a minute or more)" if compile else ""
+            doing = " (then compiling its graphs once, before its first run: a minute or more)" if compiles else ""
             return tokens.message_html(f"Loading {name}{asked}{doing}{waited}")
         if st.status == Load.READY:
-            line, level = compiled_line(st.pair) if compile else ("", "info")
+            line, level = compiled_line(st.pair) if compiles else ("", "info")
             return tokens.message_html(f"Ready: {name}{ran_in(st.pair)}.{line}", level=level)
         if st.ended:
             return tokens.message_html(st.message, level="error" if st.status == Load.ERROR else "warn")
         return tokens.message_html(f"{name[:1].upper()}{name[1:]}{asked} loads on first run (or press Load).")
 
     def asked(self, key: str, custom_target: str, custom_drafter: str, target_precision: Any = None,
-              drafter_precision: Any = None, compiled: Any = None) -> tuple[str, str | None, Precision, bool]:
-        """(target, drafter, precision, compile): the pair the form names, each field checked."""
+              drafter_precision: Any = None, engine: Any = None) -> tuple[str, str | None, Precision, str]:
+        """(target, drafter, precision, engine): the pair the form names, each field checked."""
         target, drafter = self.pick(key, custom_target, custom_drafter)
-        precision, compile = self.precision(target_precision, drafter_precision), self.compiled(compiled)
-        self.loader.allow.check_build(precision, compile)
-        return target, drafter, precision, compile
+        precision, engine = self.precision(target_precision, drafter_precision), self.engine_of(engine)
+        self.loader.allow.check_build(precision, engine)
+        return target, drafter, precision, engine
+
+    def asked_by(self, values: dict[str, Any]) -> tuple[str, str | None, Precision, str]:
+        """:meth:`asked` of a run's form values (by form name; ``compile``, the switch
+        ``engine`` replaced, still read)."""
+        return self.asked(values["model"], values["custom_target"], values["custom_drafter"],
+                          values.get("target_precision"), values.get("drafter_precision"),
+                          values.get("engine", values.get("compile")))
 
     def load(self, key: str, custom_target: str, custom_drafter: str, target_precision: Any = None,
-             drafter_precision: Any = None, compiled: Any = None):
+             drafter_precision: Any = None, engine: Any = None):
         try:
-            target, drafter, precision, compile = self.asked(key, custom_target, custom_drafter, target_precision,
-                                                             drafter_precision, compiled)
-            self.loader.start(target, drafter, precision, compile)
+            target, drafter, precision, engine = self.asked(key, custom_target, custom_drafter, target_precision,
+                                                            drafter_precision, engine)
+            self.loader.start(target, drafter, precision, engine)
         except UserError as e:
             return tokens.message_html(str(e), level="error"), gr.Timer(active=False), gr.skip(), gr.skip()
-        return self.model_line(target, drafter, precision, compile), gr.Timer(active=True), gr.skip(), gr.skip()
+        return self.model_line(target, drafter, precision, engine), gr.Timer(active=True), gr.skip(), gr.skip()
 
     def loaded_choice(self, leaving: str) -> str | None:
         """The picker's entry for the pair used most recently that is loaded (not
@@ -136,22 +150,22 @@ class Gate:
         return None
 
     def tick(self, key: str, custom_target: str, custom_drafter: str, target_precision: Any = None,
-             drafter_precision: Any = None, compiled: Any = None, polled: bool = False):
+             drafter_precision: Any = None, engine: Any = None, polled: bool = False):
         """While a pair loads: its status line; once ready, the chat switch follows the
         pair (on only when its tokenizer has a chat template). ``polled``: called by the
         timer itself, which is then left running while the pair loads (:meth:`poll`)."""
         try:
-            target, drafter, precision, compile = self.asked(key, custom_target, custom_drafter, target_precision,
-                                                             drafter_precision, compiled)
+            target, drafter, precision, engine = self.asked(key, custom_target, custom_drafter, target_precision,
+                                                            drafter_precision, engine)
         except UserError:
             return gr.skip(), gr.Timer(active=False), gr.skip(), gr.skip()
-        st = self.loader.state(target, drafter, precision, compile)
+        st = self.loader.state(target, drafter, precision, engine)
         loading = st.busy
         chat = gr.update(value=st.pair.chat_template is not None) if st.status == Load.READY else gr.skip()
         # the timer's own tick leaves it running while the pair loads: a new Timer each second
         # made Gradio rebuild the component's config (a JSON schema) on the thread a compile shares
         timer = gr.skip() if polled and loading else gr.Timer(active=loading)
-        line, picker = self.model_line(target, drafter, precision, compile), gr.skip()
+        line, picker = self.model_line(target, drafter, precision, engine), gr.skip()
         back = self.loaded_choice(key) if st.status == Load.ERROR else None
         if back is not None:   # a failed load leaves the picker on the pair that is loaded, not on a second try
             picker = gr.update(value=back)
@@ -160,44 +174,43 @@ class Gate:
         return line, timer, chat, picker
 
     def poll(self, key: str, custom_target: str, custom_drafter: str, target_precision: Any = None,
-             drafter_precision: Any = None, compiled: Any = None):
+             drafter_precision: Any = None, engine: Any = None):
         """The timer's tick: :meth:`tick`, the timer left running while the pair loads."""
-        return self.tick(key, custom_target, custom_drafter, target_precision, drafter_precision, compiled, polled=True)
+        return self.tick(key, custom_target, custom_drafter, target_precision, drafter_precision, engine, polled=True)
 
     def status_line(self, key: str, custom_target: str, custom_drafter: str, target_precision: Any = None,
-                    drafter_precision: Any = None, compiled: Any = None):
+                    drafter_precision: Any = None, engine: Any = None):
         """``#model-status`` after a run, which may have loaded the pair: what it runs in."""
         try:
             return self.model_line(*self.asked(key, custom_target, custom_drafter, target_precision,
-                                               drafter_precision, compiled))
+                                               drafter_precision, engine))
         except UserError:
             return gr.skip()
 
     def ready_pair(self, target: str, drafter: str | None, sess: runs.Session,
-                    precision: Precision | None = None, compile: bool = False) -> Iterator[Any]:
+                    precision: Precision | None = None, engine: str | None = None) -> Iterator[Any]:
         """Wait for the pair, yielding status lines; the last item is the pair (or None)."""
-        while (st := self.loader.wait(target, drafter, timeout=0.5, precision=precision,
-                                      compile=compile)).busy:
+        while (st := self.loader.wait(target, drafter, timeout=0.5, precision=precision, engine=engine)).busy:
             if sess.stop.is_set():  # the model keeps loading for the next run
                 raise UserError("Stopped while the model loads.")
-            yield self.model_line(target, drafter, precision, compile)
+            yield self.model_line(target, drafter, precision, engine)
         if st.status != Load.READY:
             raise UserError(st.message)
         yield st.pair
 
     def waits(self, target: str, drafter: str | None, sess: runs.Session, precision: Precision | None = None,
-               compile: bool = False, with_compiled: bool = False) -> Iterator[Any]:
+               engine: str | None = None, with_compiled: bool = False) -> Iterator[Any]:
         """Wait for the pair (loading or compiling holds no turn on the engine), then for
         the engine's turn, yielding frames (the pair's line also in ``#model-status``); the
         last item is (pair, held ticket). ``with_compiled``: also wait for the same models on the
         compiled engine (its line in ``#status`` only); the last item is then
         ((pair, compiled pair), ticket)."""
-        for item in self.ready_pair(target, drafter, sess, precision, compile):
+        for item in self.ready_pair(target, drafter, sess, precision, engine):
             if isinstance(item, str):
                 yield Frame(status=item, model_status=item)
             else:
                 pair = item
-        for item in self.ready_pair(target, drafter, sess, precision, True) if with_compiled else ():
+        for item in self.ready_pair(target, drafter, sess, precision, engines.COMPILE_ALIAS) if with_compiled else ():
             if isinstance(item, str):
                 yield Frame(status=item)
             else:

@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping
 from urllib.parse import urlencode
 
 from mtp_viz.engine.drafters import DRAFTERS
+from mtp_viz.engine.engines import ENGINES, default_engine, resolve
 from mtp_viz.engine.schedules import SCHEDULES
 from mtp_viz.sources.precision import PRECISIONS
 
@@ -99,8 +100,16 @@ def rules(limits: Limits) -> dict[str, tuple[str, Callable[[str], Any], str]]:
         "drafter": ("drafter_kind", _one_of(tuple(DRAFTERS)), "one of " + ", ".join(DRAFTERS)),
         **{name: (name, _one_of(PRECISIONS), "one of " + ", ".join(PRECISIONS))  # "default" is left out
            for name in ("target_precision", "drafter_precision")},
-        "compile": ("compile", _switch, "1 or 0"),   # the compiled engine: part of which pair loads
+        # the engine, part of which pair loads: a name of the table, or the switch it replaced
+        "engine": ("engine", _one_of(tuple(ENGINES)), "one of " + ", ".join(ENGINES)),
+        "compile": ("engine", _compile, "1 or 0"),
     }
+
+
+def _compile(text: str) -> str | None:
+    """``compile=1`` / ``compile=0``, the switch ``engine=`` replaced: the compiled engine, or the default."""
+    on = _switch(text)
+    return None if on is None else resolve(None, on)
 
 
 def _name(text: str) -> str:
@@ -141,7 +150,7 @@ def query(values: Mapping[str, Any], limits: Limits) -> str:
         if greedy and key in SAMPLING_ONLY:
             continue
         v = values.get(form_name)
-        if v is None or v == "" or v is False:   # a switch left off is the page's default
+        if v is None or v == "" or v is False or (key == "engine" and v == default_engine()):  # the page's default
             continue
         if v is True:
             v = "1"

@@ -97,13 +97,11 @@ class Handlers:
                         if off else "")
         try:
             s = replace(self.settings(values), top=inspector.TOP)  # the inspector's candidates
-            target, drafter, precision, compile = self.gate.asked(
-                values["model"], values["custom_target"], values["custom_drafter"], values.get("target_precision"),
-                values.get("drafter_precision"), values.get("compile"))
+            target, drafter, precision, engine = self.gate.asked_by(values)
             sess.faster = sess.beside((target, drafter, precision))   # what a Measure timed beside this pair
-            yield outputs(reset | Frame(status=self.gate.model_line(target, drafter, precision, compile)), sess,
+            yield outputs(reset | Frame(status=self.gate.model_line(target, drafter, precision, engine)), sess,
                           gr.update(interactive=False))
-            for item in self.gate.waits(target, drafter, sess, precision, compile):
+            for item in self.gate.waits(target, drafter, sess, precision, engine):
                 if isinstance(item, Frame):
                     yield outputs(item)
                 else:
@@ -112,7 +110,7 @@ class Handlers:
             yield outputs(refused(e), sess, gr.update(interactive=False))
             return
         try:
-            for f in self.gate.compile_frames(pair, s, sess, (target, drafter, precision, compile)):
+            for f in self.gate.compile_frames(pair, s, sess, (target, drafter, precision, engine)):
                 yield outputs(f)
             for f in runs.compare_frames(self.source(pair, sess), s, sess,
                                          frame_interval=deploy.env_frame_interval()):

@@ -49,10 +49,8 @@ class Profiling:
         sess.stop.clear()
         try:
             s = self.settings(values).only("speculative")
-            target, drafter, precision, compile = self.gate.asked(
-                values["model"], values["custom_target"], values["custom_drafter"], values.get("target_precision"),
-                values.get("drafter_precision"), values.get("compile"))
-            for item in self.gate.waits(target, drafter, sess, precision, compile):
+            target, drafter, precision, engine = self.gate.asked_by(values)
+            for item in self.gate.waits(target, drafter, sess, precision, engine):
                 if isinstance(item, Frame):
                     yield item.status, gr.skip(), gr.skip(), sess
                 else:
@@ -64,7 +62,7 @@ class Profiling:
         gamma = s.draft_tokens or 4
         failed = ""
         try:
-            for f in self.gate.compile_frames(pair, s, sess, (target, drafter, precision, compile)):
+            for f in self.gate.compile_frames(pair, s, sess, (target, drafter, precision, engine)):
                 if f.status:   # a compiled pair's graphs for the form's γ, as before a run
                     yield f.status, gr.skip(), gr.skip(), sess
             yield tokens.message_html(

@@ -119,11 +119,11 @@ class ServerHandlers:
             return gr.skip()
 
     def load(self, key: str, custom_target: str, custom_drafter: str, url: str, baseline: str,
-             target_precision: Any = None, drafter_precision: Any = None, compiled: Any = None):
+             target_precision: Any = None, drafter_precision: Any = None, engine: Any = None):
         """Load: the local pair (in the precisions and on the engine asked), or, for this
         source, a check of the servers."""
         if not capabilities(key).remote:
-            return self.h.gate.load(key, custom_target, custom_drafter, target_precision, drafter_precision, compiled)
+            return self.h.gate.load(key, custom_target, custom_drafter, target_precision, drafter_precision, engine)
         return self.probe(url, baseline), gr.Timer(active=False), gr.skip(), gr.skip()
 
     def probe(self, url: str, baseline: str) -> str:

@@ -102,11 +102,11 @@ def inspect(sess: Any, evt: gr.EventData) -> str:
 
 
 def anatomy_for(h, key: str, custom_target: str, custom_drafter: str, sess: Any = None,
-                target_precision: Any = None, drafter_precision: Any = None, compiled: Any = None) -> Any:
+                target_precision: Any = None, drafter_precision: Any = None, engine: Any = None) -> Any:
     """``#anatomy`` for the pair picked in the form (in the precisions and on the engine
     asked), once it is loaded (else unchanged)."""
     try:
-        asked = h.gate.asked(key, custom_target, custom_drafter, target_precision, drafter_precision, compiled)
+        asked = h.gate.asked(key, custom_target, custom_drafter, target_precision, drafter_precision, engine)
     except UserError:
         return gr.skip()
     st = h.loader.state(*asked)
@@ -124,9 +124,9 @@ def attach(h, session: gr.State, panel: gr.HTML, drawing: gr.HTML, load_inputs: 
     hidden = dict(api_visibility="private")
     panel.click(inspect, session, panel, queue=False, **hidden)
 
-    def redraw(key, custom_target, custom_drafter, target_precision, drafter_precision, compiled, sess=None):
+    def redraw(key, custom_target, custom_drafter, target_precision, drafter_precision, engine, sess=None):
         return anatomy_for(h, key, custom_target, custom_drafter, sess, target_precision, drafter_precision,
-                           compiled)
+                           engine)
 
     for ev in loads:
         ev.then(redraw, load_inputs, drawing, queue=False, show_progress="hidden", **hidden)

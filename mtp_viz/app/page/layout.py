@@ -30,6 +30,7 @@ from mtp_viz.app.runtime.guard import ServerPolicy
 from mtp_viz.views import charts, explain, export, stats, tokens
 from mtp_viz.views.charts import EXPERTS_PLOT
 from mtp_viz.engine.drafters import DRAFTERS
+from mtp_viz.engine.engines import ENGINES, default_engine
 from mtp_viz.engine.schedules import SCHEDULES
 from mtp_viz.sources.settings import DEFAULT_DRAFT_TOKENS, DEFAULT_MAX_NEW_TOKENS
 
@@ -178,6 +179,13 @@ def _traces(h: Handlers) -> dict[str, Any]:
     return dict(trace_example=trace_example, trace_upload=trace_upload, **downloads, scrub=scrub)
 
 
+def _engines_info(allow: deploy.AllowList) -> str:
+    left_out = [e.label for n, e in ENGINES.items() if n not in allow.engines]
+    return ("each engine is a pair of its own; one that compiles does so once per pair, one compile at a "
+            "time, its time reported apart, never in a run's timing"
+            + (f" (not offered on this deployment: {', '.join(left_out)})" if left_out else ""))
+
+
 def _settings(first: FirstPair, allow: deploy.AllowList, peers: str = "") -> dict[str, Any]:
     """More settings, collapsed: what a first-time user does not need."""
     with gr.Accordion("More settings", open=False, elem_id="settings"):
@@ -210,11 +218,11 @@ def _settings(first: FirstPair, allow: deploy.AllowList, peers: str = "") -> dic
                 drafter_precision=Dropdown(choices, value="default", label="Drafter precision",
                                               info="each precision of a pair loads (and is kept) as a pair of its own",
                                               elem_id="drafter-precision", filterable=False),
-                compile=gr.Checkbox(False, label="Compiled engine", elem_id="compile", interactive=allow.compile,
-                                    info="compiles the target and the MTP drafter with torch.compile, once per "
-                                         "pair (a pair of its own, one compile at a time); the compile time is "
-                                         "reported apart, never in a run's timing" if allow.compile else
-                                         "not offered on this deployment"))
+                # the table of engines (engine.engines.ENGINES), every one listed so a link to one
+                # this deployment leaves out is a choice the run refuses in one sentence
+                engine=gr.Radio([(e.label, n) for n, e in ENGINES.items()], value=default_engine(),
+                                label="Engine", elem_id="engine", interactive=len(allow.engines) > 1,
+                                info=_engines_info(allow)))
         with gr.Row():
             c.update(
                 repeats=gr.Slider(2, 15, value=5, step=1, label="Measure: repeats of each mode",

@@ -30,7 +30,7 @@ HIDDEN = dict(api_visibility="private")  # the page's own events; /generate is t
 # Handlers.settings and in links (the vLLM source's two URL fields are added in Page.form).
 FORM = ("prompt", "model", "custom_target", "custom_drafter", "max_new_tokens", "draft_tokens", "schedule",
         "drafter_kind", "decoding", "temperature", "top_p", "top_k", "seed", "chat", "baseline", "experts",
-        "step_mode", "target_precision", "drafter_precision", "compile")
+        "step_mode", "target_precision", "drafter_precision", "engine")
 
 
 @dataclass(frozen=True, eq=False)
@@ -74,7 +74,7 @@ class Page:
     seed: gr.Number
     target_precision: gr.Dropdown   # with the picker, which pair is loaded
     drafter_precision: gr.Dropdown
-    compile: gr.Checkbox            # the compiled engine: another pair too
+    engine: gr.Radio                # the engine (engine.engines.ENGINES): another pair too
     repeats: gr.Slider
     measure_compiled: gr.Checkbox   # what Measure times beside the pair
     measure_peers: gr.Textbox
@@ -113,9 +113,9 @@ class Page:
 
     def pair(self) -> list[Any]:
         """What names the pair to load: the picker, the custom fields, the precisions, then
-        the engine (``#compile``)."""
+        the engine (``#engine``)."""
         return [self.model, self.custom_target, self.custom_drafter, self.target_precision,
-                self.drafter_precision, self.compile]
+                self.drafter_precision, self.engine]
 
     def outputs(self) -> list[Any]:
         """What a frame fills, in :data:`OUTPUTS` order, then the session and Race replay."""
@@ -199,7 +199,7 @@ def _wire_model(demo: gr.Blocks, page: Page, h: Handlers, vh: ServerHandlers, ta
                                   **HIDDEN)
     # another precision, or the other engine, is another pair: its line (loaded, loading,
     # or loads on first run)
-    gr.on([page.target_precision.change, page.drafter_precision.change, page.compile.change], h.gate.tick, pair,
+    gr.on([page.target_precision.change, page.drafter_precision.change, page.engine.change], h.gate.tick, pair,
           shown, queue=False,
           show_progress="hidden", **HIDDEN)
     limits = links.Limits(tuple(h.presets), h.cap, 16 * h.prompt_cap, tabs=tabs)

@@ -106,13 +106,21 @@ class AllowList:
         yes, and no when locked down (a compile takes a CPU for minutes)."""
         return env_flag("MTP_VIZ_COMPILE", not self.active)
 
-    def check_build(self, precision: "Precision | None", compile: bool) -> None:
+    @property
+    def engines(self) -> tuple[str, ...]:
+        """The engines the page offers (:data:`mtp_viz.engine.engines.ENGINES`): every one,
+        less those that compile where :attr:`compile` says no."""
+        from mtp_viz.engine.engines import ENGINES
+        return tuple(name for name, e in ENGINES.items() if self.compile or not e.compiles)
+
+    def check_build(self, precision: "Precision | None", engine: str) -> None:
         """Raise UserError unless this deployment offers the precisions and engine asked."""
+        from mtp_viz.engine.engines import ENGINES
         for name in (precision.target, precision.drafter) if precision else ():
             if name is not None and name not in self.precisions:
                 raise UserError(f"This deployment does not offer the {name} precision.")
-        if compile and not self.compile:
-            raise UserError("This deployment does not offer the compiled engine.")
+        if engine not in self.engines:
+            raise UserError(f"This deployment does not offer the {ENGINES[engine].label}.")
 
 
 def presets(allow: AllowList) -> dict[str, dict[str, Any]]:

@@ -306,21 +306,24 @@ def warm_up(source: Source, new_tokens: int = WARM_UP_TOKENS, top: int = 0) -> N
         pass
 
 
-def load_and_warm(target: str, drafter: str | None, precision: Any = None, compile: bool = False,
-                  progress: Callable[[Any], None] | None = None) -> Any:
+def load_and_warm(target: str, drafter: str | None, precision: Any = None, engine: str | None = None,
+                  progress: Callable[[Any], None] | None = None, compile: bool = False) -> Any:
     """The app's :class:`.service.PairLoader` work: set torch's threads on purpose, load
     the pair (each model in the precision the page asked, else ``MTP_VIZ_DTYPE`` if set,
-    else the device's default; ``compile``: on the compiled engine, the graphs of
+    else the device's default; ``engine``: put on that engine of
+    :data:`mtp_viz.engine.engines.ENGINES`, one that compiles with the graphs of
     :data:`FIRST_RUN` compiled now, ``progress`` told of each, ``pair.compile_seconds``, or
-    eager with ``pair.compile_note`` saying why), and warm it through the app's path
-    (:func:`warm_up`)."""
+    eager with ``pair.compile_note`` saying why; ``compile=True``: its alias for the
+    compiled one), and warm it through the app's path (:func:`warm_up`)."""
+    from mtp_viz.engine.engines import default_engine, resolve
     from mtp_viz.sources import models  # imports torch: only here, on first use
+    engine = resolve(engine, compile)
     models.set_threads(service.threads())
     pair = models.load_pair(target, drafter, dtype=deploy.env_dtype(),
                             target_precision=precision.target if precision else None,
                             drafter_precision=precision.drafter if precision else None)
-    if compile:
-        pair.compile(settings=[FIRST_RUN], progress=progress)
+    if engine != default_engine():   # a pair loads on the default engine
+        pair.use(engine, settings=[FIRST_RUN], progress=progress)
     return warm(pair)
 
 
@@ -336,12 +339,12 @@ def preloaded(pair: Any) -> Callable[..., Any]:
     """The app's loading work when it is given a pair already in memory (a notebook's,
     :func:`mtp_viz.launch`): that pair for its own name in the default precision on its
     own engine, warmed but not loaded again (:func:`mtp_viz.launch` set torch's threads as
-    the app sets them); any other pair, these models in another precision, or asked compiled, loads
-    as usual."""
+    the app sets them); any other pair, these models in another precision, or asked on
+    another engine, loads as usual."""
     key = service.pair_key(pair.name, pair.drafter_name)
-    return lambda target, drafter, precision=None, compile=False, progress=None: warm(pair) \
-        if service.pair_key(target, drafter) == key and precision is None and not compile \
-        else load_and_warm(target, drafter, precision, compile, progress)
+    return lambda target, drafter, precision=None, engine=None, progress=None: warm(pair) \
+        if service.pair_key(target, drafter) == key and precision is None and engine is None \
+        else load_and_warm(target, drafter, precision, engine, progress)
 
 
 def final_frame(sess: Session) -> Frame:

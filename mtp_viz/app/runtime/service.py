@@ -88,21 +88,24 @@ MAX_ENDED = 32  # failed or unloaded pairs whose sentence the loader remembers
 
 
 def cache_key(target: str, drafter: str | None, precision: Precision | None = None,
-              compile: bool = False) -> tuple:
+              engine: str | None = None, compile: bool = False) -> tuple:
     """The loader's key: the models (:func:`pair_key`), the precisions asked of them
     (None or ``Precision()``: the deployment's default, ``MTP_VIZ_DTYPE`` or the device's)
-    and the engine (``compile``: the compiled engine, else eager)."""
+    and the engine (a name of :data:`mtp_viz.engine.engines.ENGINES`, default the first;
+    ``compile=True``, the switch it replaced: the compiled one)."""
+    from mtp_viz.engine.engines import resolve
     p = precision or Precision()
-    return (*pair_key(target, drafter), p.target, p.drafter, bool(compile))
+    return (*pair_key(target, drafter), p.target, p.drafter, resolve(engine, compile))
 
 
 class PairLoader:
     """The process's pairs: a bounded, thread-safe cache with background loading.
 
     ``load(target, drafter)`` does the work, ``load(target, drafter, precision=...)`` for a
-    pair asked in other precisions than the default, ``compile=True`` for one asked on the
-    compiled engine, with ``progress``, which hears of each graph it compiles (each keyword
-    passed only when asked): the app's is
+    pair asked in other precisions than the default, ``engine=...`` for one asked on another
+    engine than the default, with ``progress`` where that engine compiles, which hears of
+    each graph it compiles (each keyword passed only when asked; the methods take
+    ``compile=True`` as the alias of the compiled engine): the app's is
     :func:`.runs.load_and_warm` (load, then an untimed comparison through the app's path,
     so the first run is timed warm); tests pass their own."""
 
@@ -120,8 +123,8 @@ class PairLoader:
                                           "try again when one has finished, or run the eager engine.")
 
     def state(self, target: str, drafter: str | None, precision: Precision | None = None,
-              compile: bool = False) -> LoadState:
-        key = cache_key(target, drafter, precision, compile)
+              engine: str | None = None, compile: bool = False) -> LoadState:
+        key = cache_key(target, drafter, precision, engine, compile)
         with self._lock:
             st = self._states.get(key)
             if st is not None and st.status == Load.READY:
@@ -129,19 +132,21 @@ class PairLoader:
             return st or LoadState()
 
     def start(self, target: str, drafter: str | None, precision: Precision | None = None,
-              compile: bool = False) -> LoadState:
+              engine: str | None = None, compile: bool = False) -> LoadState:
         """Begin loading in the background unless it is queued, loading or loaded."""
+        from mtp_viz.engine.engines import ENGINES
         self.allow.check(target, drafter)
-        self.allow.check_build(precision, compile)
-        key = cache_key(target, drafter, precision, compile)
+        key = cache_key(target, drafter, precision, engine, compile)
+        engine = key[-1]
+        self.allow.check_build(precision, engine)
         with self._lock:
             st = self._states.get(key)
             if st and (st.busy or st.status == Load.READY):
                 return st
-            ticket = self.compiles.join() if compile else None   # full: one sentence
+            ticket = self.compiles.join() if ENGINES[engine].compiles else None   # full: one sentence
             st = self._states[key] = LoadState(Load.QUEUED, "", time.monotonic(), ticket=ticket)
             self._done[key] = threading.Event()
-        threading.Thread(target=self._work_until_done, args=(key, target, drafter, precision, compile), daemon=True,
+        threading.Thread(target=self._work_until_done, args=(key, target, drafter, precision, engine), daemon=True,
                          name="mtp-viz-load").start()
         return st
 
@@ -160,10 +165,12 @@ class PairLoader:
             self._work(*args)
 
     def _work(self, key: tuple, target: str, drafter: str | None, precision: Precision | None,
-              compile: bool = False) -> None:
-        asked = {"precision": precision} if precision and precision != Precision() else {}
-        if compile:
-            asked["compile"] = True
+              engine: str) -> None:
+        from mtp_viz.engine.engines import ENGINES, default_engine
+        asked: dict[str, Any] = {"precision": precision} if precision and precision != Precision() else {}
+        if engine != default_engine():
+            asked["engine"] = engine
+        if ENGINES[engine].compiles:
             asked["progress"] = self._reporter(key)
         ticket = self._states[key].ticket
         try:
@@ -210,12 +217,12 @@ class PairLoader:
             self._done.pop(key, None)
 
     def wait(self, target: str, drafter: str | None, timeout: float | None = None,
-             precision: Precision | None = None, compile: bool = False) -> LoadState:
-        self.start(target, drafter, precision, compile)
+             precision: Precision | None = None, engine: str | None = None, compile: bool = False) -> LoadState:
+        self.start(target, drafter, precision, engine, compile)
         with self._lock:
-            done = self._done[cache_key(target, drafter, precision, compile)]
+            done = self._done[cache_key(target, drafter, precision, engine, compile)]
         done.wait(timeout)
-        return self.state(target, drafter, precision, compile)
+        return self.state(target, drafter, precision, engine, compile)
 
     def loaded(self) -> list[tuple]:
         with self._lock:
