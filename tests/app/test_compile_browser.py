@@ -1,4 +1,5 @@
-"""In headless Chromium: Compiled engine ticked under More settings loads the bundled
+"""In headless Chromium: Compiled engine ticked under More settings (``#compile``, the
+alias of ``#engine``'s compiled engine) loads the bundled
 tiny pair compiled (a pair of its own), the model status says which graph compiles and
 then what compiling took, and the run's speedup badge says the compiled engine ran
 (``#compare[data-engine]``); while it compiles, a plain ``/generate`` from another
@@ -70,8 +71,10 @@ def test_a_first_compiled_run_on_a_cold_cache_shows_progress_then_positive_times
         page.goto(url)
         page.wait_for_selector("#model-status:has-text('Ready')", timeout=180_000)
         open_settings(page)
-        page.locator("#engine").get_by_label("compiled engine").check()
+        # #compile, the switch #engine replaced, is its alias: ticking it picks the compiled engine
+        page.locator("#compile input[type=checkbox]").check()
         page.wait_for_selector("#model-status:has-text('compiled loads on first run')", timeout=30_000)
+        assert page.locator("#engine").get_by_label("compiled engine").is_checked()
         page.fill("#prompt textarea", PROMPT)
         page.click("#run")
         page.wait_for_selector("#model-status:has-text('graph 1 of')", timeout=120_000)
@@ -99,6 +102,7 @@ def test_a_first_compiled_run_on_a_cold_cache_shows_progress_then_positive_times
         assert "token-identical" in page.inner_text("#compare")
         page.locator("#engine").get_by_label("eager engine").check()
         page.wait_for_selector("#model-status:has-text('Ready')", timeout=30_000)
+        assert not page.locator("#compile input[type=checkbox]").is_checked()   # the alias follows
         assert "Compiled in" not in page.inner_text("#model-status")
         page.click("#run")
         page.wait_for_selector("#compare[data-engine='eager']", timeout=120_000)

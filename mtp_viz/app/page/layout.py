@@ -222,7 +222,11 @@ def _settings(first: FirstPair, allow: deploy.AllowList, peers: str = "") -> dic
                 # this deployment leaves out is a choice the run refuses in one sentence
                 engine=gr.Radio([(e.label, n) for n, e in ENGINES.items()], value=default_engine(),
                                 label="Engine", elem_id="engine", interactive=len(allow.engines) > 1,
-                                info=_engines_info(allow)))
+                                info=_engines_info(allow)),
+                # the switch #engine replaced, kept as its alias (scripts and tests tick it): on is
+                # the compiled engine, off the default; it follows #engine (wiring.wire_engine_alias)
+                compile=gr.Checkbox(False, label="Compiled engine", elem_id="compile", interactive=allow.compile,
+                                    info="the same as Engine: compiled engine"))
         with gr.Row():
             c.update(
                 repeats=gr.Slider(2, 15, value=5, step=1, label="Measure: repeats of each mode",

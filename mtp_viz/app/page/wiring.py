@@ -17,6 +17,7 @@ from mtp_viz.app.handlers import links
 from mtp_viz.app.handlers.local import CUSTOM, OUTPUTS, Handlers
 from mtp_viz.app.handlers.vllm import HINT, ServerHandlers, capabilities
 from mtp_viz.app.runtime import deploy, service
+from mtp_viz.engine.engines import ENGINES, resolve
 from mtp_viz.views import charts, tokens
 from mtp_viz.prompts import Prompt, category_suite, code_suite, load_prompts
 
@@ -75,6 +76,7 @@ class Page:
     target_precision: gr.Dropdown   # with the picker, which pair is loaded
     drafter_precision: gr.Dropdown
     engine: gr.Radio                # the engine (engine.engines.ENGINES): another pair too
+    compile: gr.Checkbox            # #engine's alias: the switch it replaced
     repeats: gr.Slider
     measure_compiled: gr.Checkbox   # what Measure times beside the pair
     measure_peers: gr.Textbox
@@ -146,6 +148,16 @@ def hint_html(presets: dict, key: str, note: str = "") -> str:
 
 # ---------------------------------------------------------------- events
 
+def wire_engine_alias(page: Page) -> None:
+    """``#compile``, the switch ``#engine`` replaced, kept as its alias: ticking it picks the
+    compiled engine (unticking, the default), and it follows whichever engine is picked
+    (ticked for one that compiles). Its own ``input`` (a visitor's tick, not this update)
+    moves the radio, so the two never echo each other."""
+    page.compile.input(lambda on: resolve(None, on), page.compile, page.engine, queue=False, **HIDDEN)
+    page.engine.change(lambda name: name in ENGINES and ENGINES[name].compiles, page.engine, page.compile,
+                       queue=False, **HIDDEN)
+
+
 def wire(demo: gr.Blocks, page: Page, h: Handlers, vh: ServerHandlers, tabs: tuple[str, ...] = ()) -> None:
     """Every event of the main page (``tabs``: the page's tab ids, which a link may name)."""
     loads = _wire_model(demo, page, h, vh, tabs)
@@ -202,6 +214,7 @@ def _wire_model(demo: gr.Blocks, page: Page, h: Handlers, vh: ServerHandlers, ta
     gr.on([page.target_precision.change, page.drafter_precision.change, page.engine.change], h.gate.tick, pair,
           shown, queue=False,
           show_progress="hidden", **HIDDEN)
+    wire_engine_alias(page)
     limits = links.Limits(tuple(h.presets), h.cap, 16 * h.prompt_cap, tabs=tabs)
     restored = teach.wire(demo, page.form(), page.status, limits)  # deep link, Copy link, tour, presenter mode
     # Three triggers, but not one gr.on: the link's status line must follow its restore (a
