@@ -92,15 +92,21 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", default="benchmarks/results/step-profile")
+    ap.add_argument("--products", choices=("streamed", "blas"), default="streamed",
+                    help="blas: the compiled twin's linear layers call BLAS as nn.Linear does (the "
+                         "engine before StreamedLinear), for an A/B of the two in alternating processes")
     args = ap.parse_args()
     torch.set_num_threads(1)
     from mtp_viz.measure import machine
     from mtp_viz.sources.models import load_pair
+    if args.products == "blas":
+        from mtp_viz.engine.static import StreamedLinear
+        StreamedLinear.forward = torch.nn.Linear.forward
     eager = load_pair("tiny")
     t = time.perf_counter()
     compiled = eager.compiled(settings=())
     compile_s = time.perf_counter() - t
-    result = {"machine": machine.line(machine.machine()), "new_tokens": args.new_tokens,
+    result = {"machine": machine.line(machine.machine()), "new_tokens": args.new_tokens, "products": args.products,
               "compile_seconds_at_load": compile_s, "engines": {}}
     for name, pair in (("eager", eager), ("compiled", compiled)):
         decode(pair, args.new_tokens)   # warm-up (and any graph left to compile)

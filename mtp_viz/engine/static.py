@@ -40,25 +40,24 @@ def _register_attention() -> None:
 
 
 class StreamedLinear(torch.nn.Linear):
-    """A linear layer whose few-row products, inside a compiled graph, are a reduction
-    inductor writes itself instead of a BLAS call. A decode step multiplies one row (a
-    verification 2-17) by every weight matrix once, so it is bound by reading the weights:
-    y[r, n] = Σ_k W[n, k]·x[r, k], written weight-major ([N, rows, K] summed over K), reads
-    each row of W once from memory and dots it with every input row while it is in L1.
-    On a 2-core AVX-512 EPYC at one thread MKL's single-row path streamed the bundled
-    target's 62 MB of float32 weights at 8.4 GB/s, this at 17 GB/s (docs/compiled.md).
-    For bfloat16 weights only one row gains (inductor's several-row bfloat16 reduction was
-    slower than oneDNN's product), so wider products of those stay BLAS's. Outside a
-    graph (a long prompt's eager prefill) and for quantized weights (a tensor subclass
-    with its own kernel) it is ``nn.Linear``."""
+    """A linear layer whose single-row products, inside a compiled graph, are a reduction
+    inductor writes itself instead of a BLAS call. A decode step (the plain step, the MTP
+    drafter's step) multiplies one row by every weight matrix once, so it is bound by
+    reading the weights: y[n] = Σ_k x[k]·W[n, k], each output a dot product of a
+    contiguous row of W with the input held in cache. On a 2-core AVX-512 EPYC at one
+    thread MKL's single-row path streamed the bundled target's 62 MB of float32 weights at
+    8.4 GB/s, this at about 17 GB/s (docs/compiled.md). Several rows (a verification) stay
+    BLAS's: there the reduction measured slower in the whole graph (19.3 against 15.2 ms
+    for the bundled target at 9 rows) though faster alone, and for bfloat16 weights 2-3x
+    slower than oneDNN's product. Outside a graph (a long prompt's eager prefill) it is
+    ``nn.Linear``; quantized weights (a tensor subclass with its own kernel) are never
+    swapped in (:func:`twin`)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = self.weight
-        rows = x.numel() // x.shape[-1]
-        if not torch.compiler.is_compiling() or not (rows == 1 or w.dtype == torch.float32):
+        if not torch.compiler.is_compiling() or x.numel() != x.shape[-1]:
             return torch.nn.functional.linear(x, w, self.bias)
-        y = (w[:, None, :] * x.reshape(1, rows, x.shape[-1])).sum(-1).t()   # [rows, N]
-        y = y.reshape(*x.shape[:-1], w.shape[0])
+        y = (x.reshape(1, x.shape[-1]) * w).sum(-1).reshape(*x.shape[:-1], w.shape[0])
         return y if self.bias is None else y + self.bias
 
 
