@@ -83,8 +83,13 @@ class Measurement:
 
 class PlainArm:
     """Another engine's plain decoding of the same models beside a Measure: the compiled
-    engine, on a pair compiled before the first timed run (its graphs off the clock)."""
-    mode = AUTOREGRESSIVE
+    engine, on a pair compiled before the first timed run (its graphs off the clock).
+    What Measure reads of an arm beside the pair (as of :class:`~.peers.PeerArm`): its
+    ``name`` and ``setting`` for its row, its ``mode``, ``run``, ``close``, and whether a
+    failed warm-up leaves it out (``optional``) and greedy decoding must give this pair's
+    plain tokens to keep it (``checked``): a server may serve another model, this does not."""
+    mode, setting = AUTOREGRESSIVE, "plain"
+    optional = checked = False
 
     def __init__(self, pair: Any, base: RunSettings):
         self.runner = Runner(pair, base)
@@ -95,11 +100,6 @@ class PlainArm:
 
     def close(self) -> None:
         self.runner.close()
-
-
-def peer_name(peer: PeerArm) -> str:
-    """A peer as a sentence names it: what answered ("llama.cpp", "vLLM"), "#i" for a second."""
-    return peer.software + (f" #{peer.index}" if peer.index else "")
 
 
 def peer_base(pair: Any, s: RunSettings) -> RunSettings:
@@ -136,14 +136,14 @@ def measure(pair: Any, s: RunSettings, repeats: int, stop: threading.Event | Non
             try:
                 ids = task[1].run(task[0], s.prompt, None, WARM_UP_TOKENS)[0].ids
             except UserError as e:   # a peer that fails before any timing is left out, not the Measure
-                if not isinstance(task[1], PeerArm):
+                if not task[1].optional:
                     raise
                 said = told(e)
-                notes.append(f"Measure left out {peer_name(task[1])}, whose warm-up failed: {said[:1].lower()}{said[1:]}")
+                notes.append(f"Measure left out {task[1].name}, whose warm-up failed: {said[:1].lower()}{said[1:]}")
                 todo.remove(task)
                 continue
-            if s.greedy and isinstance(task[1], PeerArm) and ids != plain_ids:
-                notes.append(f"Left out {peer_name(task[1])}: under greedy decoding it wrote other tokens than "
+            if s.greedy and task[1].checked and ids != plain_ids:
+                notes.append(f"Left out {task[1].name}: under greedy decoding it wrote other tokens than "
                              "this pair's plain decoding, so it does not serve this model.")
                 todo.remove(task)
         records: dict[int, list[Record]] = {i: [] for i in range(len(todo))}
@@ -173,10 +173,8 @@ def _row(arm: Any, recs: list[Record], plain: dict[int, tuple] | None) -> Decode
     """A decoder's figures: its median rate over repeats (pooled per repeat, as the bench's)."""
     first = recs[0]
     rate = median(list(tps_by_repeat(recs, first.mode, first.setting).values()))
-    peer = isinstance(arm, PeerArm)
     same = None if plain is None else all(plain.get(r.repeat) in (None, r.ids) for r in recs)
-    return DecoderRow(peer_name(arm) if peer else arm.name, first.engine or arm.engine,
-                   "mtp" if peer and arm.speculates else "plain", rate, first.clock, same)
+    return DecoderRow(arm.name, first.engine or arm.engine, arm.setting, rate, first.clock, same)
 
 
-__all__ = ["DecoderRow", "Measurement", "PlainArm", "measure", "peer_base", "peer_name"]
+__all__ = ["DecoderRow", "Measurement", "PlainArm", "measure", "peer_base"]

@@ -26,8 +26,12 @@ PEER = "peer"   # a peer's runs' mode in the records (its source ran speculative
 
 
 class PeerArm:
-    """One server in a bench: the task's arm and its runner at once."""
+    """One server in a bench or a Measure: the task's arm and its runner at once. In a
+    Measure (:mod:`.compare`) a failed warm-up leaves it out (``optional``), and under
+    greedy decoding it is kept only if it writes the pair's plain tokens (``checked``): a
+    server may serve another model."""
     baseline = several_engines = has_reference = exact = False
+    optional = checked = True
 
     def __init__(self, url: str, base: RunSettings, index: int = 0):
         from mtp_viz.sources import open_server
@@ -44,9 +48,19 @@ class PeerArm:
         return SPECULATIVE if self.speculates else AUTOREGRESSIVE
 
     @property
+    def name(self) -> str:
+        """As a sentence names it: what answered ("llama.cpp", "vLLM"), "#i" for a second."""
+        return self.software + (f" #{self.index}" if self.index else "")
+
+    @property
+    def setting(self) -> str:
+        """Its row's setting: "mtp" (its own drafter) or "plain"."""
+        return "mtp" if self.speculates else "plain"
+
+    @property
     def label(self) -> str:
         """``<software> mtp`` or ``<software> plain`` (and ``#i`` for a second of the kind)."""
-        return f"{self.software} {'mtp' if self.speculates else 'plain'}" + (f" #{self.index}" if self.index else "")
+        return f"{self.software} {self.setting}" + (f" #{self.index}" if self.index else "")
 
     def owns(self, key: RunKey) -> bool:
         return False   # a peer's runs are no local arm's
