@@ -11,6 +11,8 @@ from typing import Any, Iterator
 import gradio as gr
 
 from mtp_viz.app.runtime import runs, service
+from mtp_viz.app.runtime.deploy import pair_key
+from mtp_viz.app.runtime.pairs import PairSpec
 from mtp_viz.app.runtime.service import Load
 from mtp_viz.app.runtime.turns import Turns, ahead_words
 from mtp_viz.engine import engines
@@ -87,18 +89,18 @@ class Gate:
             return engines.resolve(None, bool(value))
         return engines.check_engine(form.text(value, "The engine"))
 
-    def model_line(self, target: str, drafter: str | None, precision: Precision | None = None,
-                   engine: str | None = None, compile: bool = False) -> str:
-        engine = engines.resolve(engine, compile)
-        compiles = engines.ENGINES[engine].compiles
-        st = self.loader.state(target, drafter, precision, engine)
-        # a custom name as typed, cut short: a status line is no place for 100,000 characters
+    def name(self, spec: PairSpec) -> str:
+        """How the status line names ``spec``'s models: a preset's name, the bundled pair, or
+        a custom name as typed, cut short (a status line is no place for 100,000 characters)."""
         named = next((p["name"] for p in self.presets.values()  # launch's pair in memory, by its models' names
-                      if "name" in p and (p["target"], p["drafter"]) == (target, drafter)), None)
-        name = named or ("the bundled tiny pair" if target == "tiny" else
-                         clip(target) + (f" + {clip(drafter)}" if drafter else ""))
-        asked = (f" in {precision.label}" if precision and precision != Precision() else "") + \
-            (f", {engine}" if engine != engines.default_engine() else "")
+                      if "name" in p and (p["target"], p["drafter"]) == (spec.target, spec.drafter)), None)
+        return named or ("the bundled tiny pair" if spec.target == "tiny" else
+                         clip(spec.target) + (f" + {clip(spec.drafter)}" if spec.drafter else ""))
+
+    def model_line(self, spec: PairSpec) -> str:
+        """``#model-status``: where ``spec`` stands in the loader, in one line."""
+        st = self.loader.state(spec)
+        name, asked, compiles = self.name(spec), spec.asked_words(), engines.ENGINES[spec.engine].compiles
         if st.status == Load.QUEUED and st.ahead:
             return tokens.message_html(f"Waiting to compile {name}{asked}: {ahead_words(st.ahead, 'compile')} "
                                        f"(one at a time)… {time.monotonic() - st.started:.0f} s")
@@ -116,14 +118,15 @@ class Gate:
         return tokens.message_html(f"{name[:1].upper()}{name[1:]}{asked} loads on first run (or press Load).")
 
     def asked(self, key: str, custom_target: str, custom_drafter: str, target_precision: Any = None,
-              drafter_precision: Any = None, engine: Any = None) -> tuple[str, str | None, Precision, str]:
-        """(target, drafter, precision, engine): the pair the form names, each field checked."""
+              drafter_precision: Any = None, engine: Any = None) -> PairSpec:
+        """The pair the form names (the fields of :meth:`mtp_viz.app.page.wiring.Page.pair`), each
+        field checked, and allowed here."""
         target, drafter = self.pick(key, custom_target, custom_drafter)
-        precision, engine = self.precision(target_precision, drafter_precision), self.engine_of(engine)
-        self.loader.allow.check_build(precision, engine)
-        return target, drafter, precision, engine
+        spec = PairSpec(target, drafter, self.precision(target_precision, drafter_precision), self.engine_of(engine))
+        self.loader.allow.check_build(spec.precision, spec.engine)
+        return spec
 
-    def asked_by(self, values: dict[str, Any]) -> tuple[str, str | None, Precision, str]:
+    def asked_by(self, values: dict[str, Any]) -> PairSpec:
         """:meth:`asked` of a run's form values (by form name; ``compile``, the switch
         ``engine`` replaced, still read)."""
         return self.asked(values["model"], values["custom_target"], values["custom_drafter"],
@@ -133,19 +136,18 @@ class Gate:
     def load(self, key: str, custom_target: str, custom_drafter: str, target_precision: Any = None,
              drafter_precision: Any = None, engine: Any = None):
         try:
-            target, drafter, precision, engine = self.asked(key, custom_target, custom_drafter, target_precision,
-                                                            drafter_precision, engine)
-            self.loader.start(target, drafter, precision, engine)
+            spec = self.asked(key, custom_target, custom_drafter, target_precision, drafter_precision, engine)
+            self.loader.start(spec)
         except UserError as e:
             return tokens.message_html(str(e), level="error"), gr.Timer(active=False), gr.skip(), gr.skip()
-        return self.model_line(target, drafter, precision, engine), gr.Timer(active=True), gr.skip(), gr.skip()
+        return self.model_line(spec), gr.Timer(active=True), gr.skip(), gr.skip()
 
     def loaded_choice(self, leaving: str) -> str | None:
         """The picker's entry for the pair used most recently that is loaded (not
         ``leaving``), if any: where a failed load puts the picker back."""
         for ready in reversed(self.loader.loaded()):
             for key, p in self.presets.items():
-                if key != leaving and service.pair_key(p["target"], p["drafter"]) == ready[:2]:
+                if key != leaving and pair_key(p["target"], p["drafter"]) == ready[:2]:
                     return key
         return None
 
@@ -155,17 +157,16 @@ class Gate:
         pair (on only when its tokenizer has a chat template). ``polled``: called by the
         timer itself, which is then left running while the pair loads (:meth:`poll`)."""
         try:
-            target, drafter, precision, engine = self.asked(key, custom_target, custom_drafter, target_precision,
-                                                            drafter_precision, engine)
+            spec = self.asked(key, custom_target, custom_drafter, target_precision, drafter_precision, engine)
         except UserError:
             return gr.skip(), gr.Timer(active=False), gr.skip(), gr.skip()
-        st = self.loader.state(target, drafter, precision, engine)
+        st = self.loader.state(spec)
         loading = st.busy
         chat = gr.update(value=st.pair.chat_template is not None) if st.status == Load.READY else gr.skip()
         # the timer's own tick leaves it running while the pair loads: a new Timer each second
         # made Gradio rebuild the component's config (a JSON schema) on the thread a compile shares
         timer = gr.skip() if polled and loading else gr.Timer(active=loading)
-        line, picker = self.model_line(target, drafter, precision, engine), gr.skip()
+        line, picker = self.model_line(spec), gr.skip()
         back = self.loaded_choice(key) if st.status == Load.ERROR else None
         if back is not None:   # a failed load leaves the picker on the pair that is loaded, not on a second try
             picker = gr.update(value=back)
@@ -182,35 +183,33 @@ class Gate:
                     drafter_precision: Any = None, engine: Any = None):
         """``#model-status`` after a run, which may have loaded the pair: what it runs in."""
         try:
-            return self.model_line(*self.asked(key, custom_target, custom_drafter, target_precision,
-                                               drafter_precision, engine))
+            return self.model_line(self.asked(key, custom_target, custom_drafter, target_precision,
+                                              drafter_precision, engine))
         except UserError:
             return gr.skip()
 
-    def ready_pair(self, target: str, drafter: str | None, sess: runs.Session,
-                    precision: Precision | None = None, engine: str | None = None) -> Iterator[Any]:
+    def ready_pair(self, spec: PairSpec, sess: runs.Session) -> Iterator[Any]:
         """Wait for the pair, yielding status lines; the last item is the pair (or None)."""
-        while (st := self.loader.wait(target, drafter, timeout=0.5, precision=precision, engine=engine)).busy:
+        while (st := self.loader.wait(spec, timeout=0.5)).busy:
             if sess.stop.is_set():  # the model keeps loading for the next run
                 raise UserError("Stopped while the model loads.")
-            yield self.model_line(target, drafter, precision, engine)
+            yield self.model_line(spec)
         if st.status != Load.READY:
             raise UserError(st.message)
         yield st.pair
 
-    def waits(self, target: str, drafter: str | None, sess: runs.Session, precision: Precision | None = None,
-               engine: str | None = None, with_compiled: bool = False) -> Iterator[Any]:
+    def waits(self, spec: PairSpec, sess: runs.Session, with_compiled: bool = False) -> Iterator[Any]:
         """Wait for the pair (loading or compiling holds no turn on the engine), then for
         the engine's turn, yielding frames (the pair's line also in ``#model-status``); the
         last item is (pair, held ticket). ``with_compiled``: also wait for the same models on the
         compiled engine (its line in ``#status`` only); the last item is then
         ((pair, compiled pair), ticket)."""
-        for item in self.ready_pair(target, drafter, sess, precision, engine):
+        for item in self.ready_pair(spec, sess):
             if isinstance(item, str):
                 yield Frame(status=item, model_status=item)
             else:
                 pair = item
-        for item in self.ready_pair(target, drafter, sess, precision, engines.COMPILE_ALIAS) if with_compiled else ():
+        for item in self.ready_pair(spec.on(engines.COMPILE_ALIAS), sess) if with_compiled else ():
             if isinstance(item, str):
                 yield Frame(status=item)
             else:
@@ -218,7 +217,7 @@ class Gate:
         for item in self.turn(sess):
             yield Frame(status=item) if isinstance(item, str) else (pair, item)
 
-    def compile_frames(self, pair: Any, s: RunSettings, sess: runs.Session, asked: tuple) -> Iterator[Frame]:
+    def compile_frames(self, pair: Any, s: RunSettings, sess: runs.Session, spec: PairSpec) -> Iterator[Frame]:
         """A compiled pair's missing graphs for ``s``, compiled before the run's first token,
         with progress in ``#status`` and ``#model-status`` (no frame when none is missing);
         then the pair's line again (what compiling took, now)."""
@@ -227,7 +226,7 @@ class Gate:
             compiled = True
             yield Frame(status=line, model_status=line)
         if compiled:
-            yield Frame(model_status=self.model_line(*asked))
+            yield Frame(model_status=self.model_line(spec))
 
     def turn(self, sess: runs.Session) -> Iterator[Any]:
         """Join the engine's line (the pair is ready by now); yield status lines while
