@@ -14,7 +14,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
-from mtp_viz.app.handlers import gate, links, local
+from mtp_viz.app.handlers import form, gate, links, local
 from mtp_viz.app.runtime import deploy, runs, service
 from mtp_viz.app.runtime.pairs import PairSpec
 from mtp_viz.engine.events import Done, Ran, Start
@@ -186,9 +186,9 @@ def test_the_status_says_what_compiling_took(handlers):
     assert "mv-msg-info" in ready
     assert "Compiled in" not in handlers.gate.model_line(PairSpec("tiny"))  # the eager pair: another, not loaded
     with pytest.raises(UserError, match="Unknown engine 'yes'; choose one of: eager, compiled"):
-        handlers.gate.engine_of("yes")
-    assert handlers.gate.engine_of(True) == handlers.gate.engine_of("compiled") == "compiled"   # the old switch
-    assert handlers.gate.engine_of(None) == handlers.gate.engine_of(False) == "eager"
+        form.engine_of("yes")
+    assert form.engine_of(True) == form.engine_of("compiled") == "compiled"   # the old switch
+    assert form.engine_of(None) == form.engine_of(False) == "eager"
 
 
 def test_the_status_says_which_graph_compiles_and_how_long_is_left():

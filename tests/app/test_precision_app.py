@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from locations import ROOT
-from mtp_viz.app.handlers import links, local
+from mtp_viz.app.handlers import form, links, local
 from mtp_viz.app.runtime import deploy, runs, service
 from mtp_viz.app.runtime.pairs import PairSpec
 from mtp_viz.sources.precision import Precision
@@ -79,7 +79,7 @@ def test_a_precision_that_cannot_run_is_one_sentence(handlers, asked, sentence):
     assert html.escape(sentence) in status[-1] and "mv-msg-error" in status[-1]
     line, *_ = handlers.gate.load("tiny", "", "", asked.get("target_precision"), asked.get("drafter_precision"))
     if "has no kernel" in sentence:  # Load tries again, in the background, and ends on the same sentence
-        precision = handlers.gate.precision(asked.get("target_precision"), asked.get("drafter_precision"))
+        precision = form.precision_of(asked.get("target_precision"), asked.get("drafter_precision"))
         assert handlers.loader.wait(PairSpec("tiny", precision=precision), timeout=60).status == "error"
         line = handlers.gate.model_line(PairSpec("tiny", precision=precision))
     assert html.escape(sentence) in line
@@ -103,7 +103,7 @@ from mtp_viz.app.runtime.pairs import PairSpec
 runs.warm_up = lambda source, top=0: None
 demo = layout.build_demo(loader=service.PairLoader(runs.load_and_warm), target="tiny")
 h = demo.mtp_app.handlers
-print(h.loader.wait(PairSpec("tiny", precision=h.gate.precision("int8", "default"))).message)
+print(h.loader.wait(h.gate.asked("tiny", "", "", "int8", "default")).message)
 print(h.loader.wait(PairSpec("tiny")).status.value)
 """
 

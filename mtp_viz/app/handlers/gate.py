@@ -1,6 +1,7 @@
 """The gate every handler of a local run passes: which pair the form names (each field
-checked), where that pair stands in the loader (its line in ``#model-status``), waiting
-for it to load, then for the engine's turn, saying so in the status line as it waits.
+checked, made once into a :class:`mtp_viz.app.runtime.pairs.PairSpec`), where that pair
+stands in the loader (its line in ``#model-status``), waiting for it to load, then for
+the engine's turn, saying so in the status line as it waits.
 Composed into :class:`.local.Handlers` (``h.gate``) and used by Run, Measure and
 ``/generate`` alike; no torch here."""
 from __future__ import annotations
@@ -17,7 +18,6 @@ from mtp_viz.app.runtime.service import Load
 from mtp_viz.app.runtime.turns import Turns, ahead_words
 from mtp_viz.engine import engines
 from mtp_viz.errors import UserError, clip
-from mtp_viz.sources.precision import Precision
 from mtp_viz.sources.settings import RunSettings
 from mtp_viz.views import tokens
 from mtp_viz.views.frame import Frame
@@ -51,6 +51,46 @@ def compiled_line(pair: Any) -> tuple[str, str]:
             "kept out of every run's timing."), "info"
 
 
+def pair_name(spec: PairSpec, presets: dict) -> str:
+    """How the status line names ``spec``'s models: a preset's name, the bundled pair, or
+    a custom name as typed, cut short (a status line is no place for 100,000 characters)."""
+    named = next((p["name"] for p in presets.values()  # launch's pair in memory, by its models' names
+                  if "name" in p and (p["target"], p["drafter"]) == (spec.target, spec.drafter)), None)
+    return named or ("the bundled tiny pair" if spec.target == "tiny" else
+                     clip(spec.target) + (f" + {clip(spec.drafter)}" if spec.drafter else ""))
+
+
+def model_status(spec: PairSpec, st: service.LoadState, name: str) -> str:
+    """``#model-status`` for ``spec`` (called ``name``) where it stands in the loader
+    (``st``): waiting to compile, loading or compiling, ready (what it runs in, what
+    compiling took), failed or unloaded, or not asked for yet."""
+    asked, compiles = spec.asked_words(), engines.ENGINES[spec.engine].compiles
+    if st.status == Load.QUEUED and st.ahead:
+        return tokens.message_html(f"Waiting to compile {name}{asked}: {ahead_words(st.ahead, 'compile')} "
+                                   f"(one at a time)… {time.monotonic() - st.started:.0f} s")
+    if st.busy:
+        waited = f"… {time.monotonic() - st.started:.0f} s"
+        if st.progress is not None:   # compiling the graphs of a default run (sources.compiling)
+            return tokens.message_html(f"Compiling {name}{asked} before its first run, {st.progress.line()}{waited}")
+        doing = " (then compiling its graphs once, before its first run: a minute or more)" if compiles else ""
+        return tokens.message_html(f"Loading {name}{asked}{doing}{waited}")
+    if st.status == Load.READY:
+        line, level = compiled_line(st.pair) if compiles else ("", "info")
+        return tokens.message_html(f"Ready: {name}{ran_in(st.pair)}.{line}", level=level)
+    if st.ended:
+        return tokens.message_html(st.message, level="error" if st.status == Load.ERROR else "warn")
+    return tokens.message_html(f"{name[:1].upper()}{name[1:]}{asked} loads on first run (or press Load).")
+
+
+def loaded_choice(loader: service.PairLoader, presets: dict, leaving: str) -> str | None:
+    """The picker's entry for the pair used most recently that is loaded (not
+    ``leaving``), if any: where a failed load puts the picker back."""
+    for ready in reversed(loader.loaded()):
+        for key, p in presets.items():
+            if key != leaving and pair_key(p["target"], p["drafter"]) == ready[:2]:
+                return key
+    return None
+
 
 class Gate:
     """The pair a form names and the way to it: shared by every session of a demo."""
@@ -72,57 +112,16 @@ class Gate:
         self.loader.allow.check(*pair)
         return pair
 
-    @staticmethod
-    def precision(target_precision: Any = None, drafter_precision: Any = None) -> Precision:
-        """The page's precision fields (``default``: ``MTP_VIZ_DTYPE``, else the device's),
-        checked: one sentence for anything else (the API takes any JSON value)."""
-        return Precision.of(None, form.text(target_precision or "default", "The target precision"),
-                            form.text(drafter_precision or "default", "The drafter precision"))
-
-    @staticmethod
-    def engine_of(value: Any = None) -> str:
-        """The page's ``#engine`` choice, a name of :data:`mtp_viz.engine.engines.ENGINES`
-        (None, not given: the default), checked: one sentence for anything else (the API
-        takes any JSON value). True or false: the ``#compile`` switch it replaced (the
-        compiled engine, or the default)."""
-        if value is None or isinstance(value, bool):
-            return engines.resolve(None, bool(value))
-        return engines.check_engine(form.text(value, "The engine"))
-
-    def name(self, spec: PairSpec) -> str:
-        """How the status line names ``spec``'s models: a preset's name, the bundled pair, or
-        a custom name as typed, cut short (a status line is no place for 100,000 characters)."""
-        named = next((p["name"] for p in self.presets.values()  # launch's pair in memory, by its models' names
-                      if "name" in p and (p["target"], p["drafter"]) == (spec.target, spec.drafter)), None)
-        return named or ("the bundled tiny pair" if spec.target == "tiny" else
-                         clip(spec.target) + (f" + {clip(spec.drafter)}" if spec.drafter else ""))
-
     def model_line(self, spec: PairSpec) -> str:
-        """``#model-status``: where ``spec`` stands in the loader, in one line."""
-        st = self.loader.state(spec)
-        name, asked, compiles = self.name(spec), spec.asked_words(), engines.ENGINES[spec.engine].compiles
-        if st.status == Load.QUEUED and st.ahead:
-            return tokens.message_html(f"Waiting to compile {name}{asked}: {ahead_words(st.ahead, 'compile')} "
-                                       f"(one at a time)… {time.monotonic() - st.started:.0f} s")
-        if st.busy:
-            waited = f"… {time.monotonic() - st.started:.0f} s"
-            if st.progress is not None:   # compiling the graphs of a default run (sources.compiling)
-                return tokens.message_html(f"Compiling {name}{asked} before its first run, {st.progress.line()}{waited}")
-            doing = " (then compiling its graphs once, before its first run: a minute or more)" if compiles else ""
-            return tokens.message_html(f"Loading {name}{asked}{doing}{waited}")
-        if st.status == Load.READY:
-            line, level = compiled_line(st.pair) if compiles else ("", "info")
-            return tokens.message_html(f"Ready: {name}{ran_in(st.pair)}.{line}", level=level)
-        if st.ended:
-            return tokens.message_html(st.message, level="error" if st.status == Load.ERROR else "warn")
-        return tokens.message_html(f"{name[:1].upper()}{name[1:]}{asked} loads on first run (or press Load).")
+        """``#model-status``: where ``spec`` stands in the loader (:func:`model_status`)."""
+        return model_status(spec, self.loader.state(spec), pair_name(spec, self.presets))
 
     def asked(self, key: str, custom_target: str, custom_drafter: str, target_precision: Any = None,
               drafter_precision: Any = None, engine: Any = None) -> PairSpec:
         """The pair the form names (the fields of :meth:`mtp_viz.app.page.wiring.Page.pair`), each
         field checked, and allowed here."""
         target, drafter = self.pick(key, custom_target, custom_drafter)
-        spec = PairSpec(target, drafter, self.precision(target_precision, drafter_precision), self.engine_of(engine))
+        spec = PairSpec(target, drafter, form.precision_of(target_precision, drafter_precision), form.engine_of(engine))
         self.loader.allow.check_build(spec.precision, spec.engine)
         return spec
 
@@ -142,15 +141,6 @@ class Gate:
             return tokens.message_html(str(e), level="error"), gr.Timer(active=False), gr.skip(), gr.skip()
         return self.model_line(spec), gr.Timer(active=True), gr.skip(), gr.skip()
 
-    def loaded_choice(self, leaving: str) -> str | None:
-        """The picker's entry for the pair used most recently that is loaded (not
-        ``leaving``), if any: where a failed load puts the picker back."""
-        for ready in reversed(self.loader.loaded()):
-            for key, p in self.presets.items():
-                if key != leaving and pair_key(p["target"], p["drafter"]) == ready[:2]:
-                    return key
-        return None
-
     def tick(self, key: str, custom_target: str, custom_drafter: str, target_precision: Any = None,
              drafter_precision: Any = None, engine: Any = None, polled: bool = False):
         """While a pair loads: its status line; once ready, the chat switch follows the
@@ -167,7 +157,7 @@ class Gate:
         # made Gradio rebuild the component's config (a JSON schema) on the thread a compile shares
         timer = gr.skip() if polled and loading else gr.Timer(active=loading)
         line, picker = self.model_line(spec), gr.skip()
-        back = self.loaded_choice(key) if st.status == Load.ERROR else None
+        back = loaded_choice(self.loader, self.presets, key) if st.status == Load.ERROR else None
         if back is not None:   # a failed load leaves the picker on the pair that is loaded, not on a second try
             picker = gr.update(value=back)
             line = tokens.message_html(f"{st.message} The picker is back on {self.presets[back].get('label', back)}, "
@@ -244,4 +234,4 @@ class Gate:
         yield ticket
 
 
-__all__ = ["CUSTOM", "Gate", "compiled_line", "ran_in"]
+__all__ = ["CUSTOM", "Gate", "compiled_line", "loaded_choice", "model_status", "pair_name", "ran_in"]
