@@ -32,7 +32,8 @@ def app(folders):
 
 
 def _reference(demo, folders, n):
-    pair = demo.mtp_app.loader.wait(str(folders[0]), None, timeout=300).pair
+    from mtp_viz.app.runtime.pairs import PairSpec
+    pair = demo.mtp_app.loader.wait(PairSpec(str(folders[0])), timeout=300).pair
     ids = torch.tensor([pair.encode(PROMPT, chat=False)])
     out = pair.target.generate(ids, do_sample=False, max_new_tokens=n, pad_token_id=0,
                                eos_token_id=pair.eos_token_ids)

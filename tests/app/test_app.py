@@ -13,6 +13,7 @@ import torch
 from factories import gemma_assistant, gemma_target
 from mtp_viz.app.handlers import local, recorded
 from mtp_viz.app.runtime import deploy, runs, service
+from mtp_viz.app.runtime.pairs import PairSpec
 from mtp_viz.measure import compare as measure
 from mtp_viz.analysis import stream
 from mtp_viz.views import tokens as view
@@ -273,9 +274,9 @@ def test_a_failed_load_puts_the_picker_back_on_the_loaded_pair():
     to the pair that is loaded, so the next Run runs it rather than trying E2B again."""
     from mtp_viz.sources.models import load_pair
     h = _handlers(lambda t, d: load_pair(t, d))
-    assert h.loader.wait("tiny", None, timeout=120).status == service.Load.READY
+    assert h.loader.wait(PairSpec("tiny"), timeout=120).status == service.Load.READY
     h.gate.load("e2b", "", "")
-    st = h.loader.wait(*h.gate.pick("e2b"), timeout=30)
+    st = h.loader.wait(PairSpec(*h.gate.pick("e2b")), timeout=30)
     assert st.status == service.Load.ERROR
     line, timer, chat, picker = h.gate.tick("e2b", "", "")
     assert picker["value"] == "tiny" and "cannot be reached" in line and "back on Bundled tiny pair" in line
@@ -283,7 +284,7 @@ def test_a_failed_load_puts_the_picker_back_on_the_loaded_pair():
     # nothing loaded but the failed pair: the picker stays where it is
     lone = _handlers(lambda t, d: load_pair(t, d))
     lone.gate.load("e2b", "", "")
-    lone.loader.wait(*lone.gate.pick("e2b"), timeout=30)
+    lone.loader.wait(PairSpec(*lone.gate.pick("e2b")), timeout=30)
     assert "value" not in lone.gate.tick("e2b", "", "")[3]
 
 
@@ -377,10 +378,10 @@ def test_pair_loader_loads_once_per_pair_however_it_is_written(tmp_path):
     loader = service.PairLoader(load)
     spellings = [str(tmp_path / "m"), str(tmp_path / "m") + "/", str(tmp_path) + "//m",
                  str(tmp_path / "m" / ".." / "m")]
-    states = [loader.wait(s, None, timeout=5) for s in spellings]
+    states = [loader.wait(PairSpec(s), timeout=5) for s in spellings]
     assert len(calls) == 1 and all(s.pair is states[0].pair for s in states)
-    assert service.pair_key("tiny", None) == service.pair_key(*__import__("mtp_viz.sources.presets").sources.presets.resolve("tiny"))
-    bad = loader.wait("bad", None, timeout=5)
+    assert deploy.pair_key("tiny", None) == deploy.pair_key(*__import__("mtp_viz.sources.presets").sources.presets.resolve("tiny"))
+    bad = loader.wait(PairSpec("bad"), timeout=5)
     assert bad.status == "error" and bad.message == "no such model"
 
 
@@ -388,11 +389,11 @@ def test_pair_loader_is_bounded_and_says_what_it_unloaded(tmp_path):
     loader = service.PairLoader(lambda t, d: object(), max_pairs=1)
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
-        assert loader.wait(str(tmp_path / name), None, timeout=5).status == "ready"
+        assert loader.wait(PairSpec(str(tmp_path / name)), timeout=5).status == "ready"
     assert len(loader.loaded()) == 1
-    gone = loader.state(str(tmp_path / "a"), None)
+    gone = loader.state(PairSpec(str(tmp_path / "a")))
     assert gone.status == "unloaded" and "unloaded" in gone.message
-    assert loader.wait(str(tmp_path / "a"), None, timeout=5).status == "ready"  # loads again
+    assert loader.wait(PairSpec(str(tmp_path / "a")), timeout=5).status == "ready"  # loads again
 
 
 def test_failed_loads_are_remembered_only_a_few_at_a_time(tmp_path, monkeypatch):
@@ -406,10 +407,10 @@ def test_failed_loads_are_remembered_only_a_few_at_a_time(tmp_path, monkeypatch)
     loader = service.PairLoader(fail)
     for i in range(10):
         (tmp_path / f"m{i}").mkdir()
-        st = loader.wait(str(tmp_path / f"m{i}"), None, timeout=5)
+        st = loader.wait(PairSpec(str(tmp_path / f"m{i}")), timeout=5)
         assert st.status == "error" and st.message == f"No model at m{i}."
     assert len(loader._states) == len(loader._done) == 3
-    assert loader.state(str(tmp_path / "m0"), None).status == "idle"     # forgotten: loads on next run
+    assert loader.state(PairSpec(str(tmp_path / "m0"))).status == "idle"     # forgotten: loads on next run
 
 
 def test_parallel_starts_of_one_pair_load_it_once():
@@ -421,13 +422,13 @@ def test_parallel_starts_of_one_pair_load_it_once():
         return object()
 
     loader = service.PairLoader(load)
-    threads = [threading.Thread(target=loader.start, args=("tiny", None)) for _ in range(8)]
+    threads = [threading.Thread(target=loader.start, args=(PairSpec("tiny"),)) for _ in range(8)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     gate.set()
-    assert loader.wait("tiny", None, timeout=5).status == "ready" and calls == ["tiny"]
+    assert loader.wait(PairSpec("tiny"), timeout=5).status == "ready" and calls == ["tiny"]
 
 
 def test_allow_list_refuses_without_loading(tmp_path):

@@ -98,8 +98,9 @@ def test_the_cli_quotes_a_long_target_as_a_short_prefix(capsys):
 def test_a_long_custom_name_in_the_status_line_is_a_short_prefix():
     from mtp_viz.app.handlers.local import Handlers
     from mtp_viz.app.runtime import service
+    from mtp_viz.app.runtime.pairs import PairSpec
     h = Handlers(service.PairLoader(_no_default), {}, ("tiny", None), 64, 2048, empty_figures={})
-    assert len(h.gate.model_line(LONG, LONG)) < 400
+    assert len(h.gate.model_line(PairSpec(LONG, LONG))) < 400
 
 
 def test_quote_and_clip_cut_to_a_short_prefix():

@@ -14,8 +14,9 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 
-from mtp_viz.app.handlers import gate, links, local
+from mtp_viz.app.handlers import form, gate, links, local
 from mtp_viz.app.runtime import deploy, runs, service
+from mtp_viz.app.runtime.pairs import PairSpec
 from mtp_viz.engine.events import Done, Ran, Start
 from mtp_viz.views import export, stats
 from mtp_viz.errors import UserError
@@ -108,15 +109,18 @@ def test_the_engine_is_part_of_the_pair_cache_key():
         calls.append(asked)
         return object()
     loader = service.PairLoader(load)
-    eager = loader.wait("tiny", None, timeout=5)
-    compiled = loader.wait("tiny", None, timeout=5, compile=True)
+    eager = loader.wait(PairSpec("tiny"), timeout=5)
+    compiled = loader.wait(PairSpec("tiny", engine="compiled"), timeout=5)
     assert eager.pair is not compiled.pair
-    assert loader.wait("tiny", None, timeout=5, compile=True).pair is compiled.pair
-    both = loader.wait("tiny", None, timeout=5, precision=Precision("int8"), compile=True)
+    assert loader.wait(PairSpec.of("tiny", None, compile=True), timeout=5).pair is compiled.pair   # the old switch
+    both = loader.wait(PairSpec("tiny", precision=Precision("int8"), engine="compiled"), timeout=5)
     assert calls == [{}, {"engine": "compiled"}, {"precision": Precision("int8"), "engine": "compiled"}]  # each once
     assert both.pair is not compiled.pair
-    assert service.cache_key("tiny", None, compile=True) != service.cache_key("tiny", None)
-    assert service.cache_key("tiny", None, compile=True) == service.cache_key("tiny", None, engine="compiled")
+    assert PairSpec.of("tiny", None, compile=True).key != PairSpec("tiny").key
+    assert PairSpec.of("tiny", None, compile=True) == PairSpec.of("tiny", None, engine="compiled")
+    assert PairSpec("tiny").on("compiled") == PairSpec("tiny", engine="compiled")
+    with pytest.raises(UserError, match="Unknown engine 'warp'"):
+        PairSpec("tiny", engine="warp")
 
 
 def test_load_and_warm_compiles_the_pages_first_run_and_warms_within_it(monkeypatch):
@@ -176,15 +180,15 @@ def test_the_status_says_what_compiling_took(handlers):
     assert ", compiled (then compiling its graphs once, before its first run: a minute or more)" in line
     assert "Loading" in line
     handlers.go.set()
-    handlers.loader.wait("tiny", None, timeout=5, compile=True)
+    handlers.loader.wait(PairSpec("tiny", engine="compiled"), timeout=5)
     ready = handlers.gate.status_line("tiny", "", "", "default", "default", True)
     assert "Compiled in 74.2 s (5 graphs), kept out of every run&#x27;s timing." in ready
     assert "mv-msg-info" in ready
-    assert "Compiled in" not in handlers.gate.model_line("tiny", None)  # the eager pair: another pair, not loaded
+    assert "Compiled in" not in handlers.gate.model_line(PairSpec("tiny"))  # the eager pair: another, not loaded
     with pytest.raises(UserError, match="Unknown engine 'yes'; choose one of: eager, compiled"):
-        handlers.gate.engine_of("yes")
-    assert handlers.gate.engine_of(True) == handlers.gate.engine_of("compiled") == "compiled"   # the old switch
-    assert handlers.gate.engine_of(None) == handlers.gate.engine_of(False) == "eager"
+        form.engine_of("yes")
+    assert form.engine_of(True) == form.engine_of("compiled") == "compiled"   # the old switch
+    assert form.engine_of(None) == form.engine_of(False) == "eager"
 
 
 def test_the_status_says_which_graph_compiles_and_how_long_is_left():
@@ -199,16 +203,17 @@ def test_the_status_says_which_graph_compiles_and_how_long_is_left():
         return _fake_pair()
     loader = service.PairLoader(load)
     h = local.Handlers(loader, deploy.presets(loader.allow), ("tiny", None), cap=16, prompt_cap=256)
-    loader.start("tiny", None, compile=True)
+    spec = PairSpec("tiny", engine="compiled")
+    loader.start(spec)
     for _ in range(100):
-        line = html.unescape(h.gate.model_line("tiny", None, compile=True))
+        line = html.unescape(h.gate.model_line(spec))
         if "graph 2 of 5" in line:
             break
         threading.Event().wait(0.05)
     assert ("Compiling the bundled tiny pair, compiled before its first run, graph 2 of 5: the target over 3 "
             "tokens, with the drafter's state (256-position cache); about 61 s left…") in line
     go.set()
-    assert loader.wait("tiny", None, timeout=5, compile=True).progress is None   # a ready pair: its summary
+    assert loader.wait(spec, timeout=5).progress is None   # a ready pair: its summary
 
 
 def test_a_compile_that_fell_back_is_a_visible_warning():
@@ -291,7 +296,7 @@ def test_an_engine_registered_at_run_time_is_offered_by_the_page_links_and_loade
     assert ("spare engine", "spare") in radio.choices
     calls = []
     loader = service.PairLoader(lambda target, drafter, **asked: calls.append(asked) or object())
-    assert loader.wait("tiny", None, timeout=5, engine="spare").status == "ready"
+    assert loader.wait(PairSpec("tiny", engine="spare"), timeout=5).status == "ready"
     assert calls == [{"engine": "spare"}]   # no compile: no progress, no place in the compiler's line
     assert trace.loads(trace.dumps(_with(spec_run(), "spare")))[0].settings["engine"] == "spare"  # its traces read
 

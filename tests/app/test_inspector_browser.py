@@ -29,7 +29,8 @@ def _shot(tmp_path: Path, name: str) -> Path:
 
 
 def _pair(demo):
-    return demo.mtp_app.loader.state("tiny", None).pair
+    from mtp_viz.app.runtime.pairs import PairSpec
+    return demo.mtp_app.loader.state(PairSpec("tiny")).pair
 
 
 def test_clicking_a_rejected_draft_shows_p_q_and_the_acceptance_probability(page, server, tmp_path):

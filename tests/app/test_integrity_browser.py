@@ -71,10 +71,10 @@ def test_two_visitors_pressing_load_at_once_each_get_their_precision_and_the_def
         browser.close()
     loader = demo.mtp_app.loader
     for precision in ("bfloat16", "float16"):
-        pair = loader.state("tiny", None, _precision(precision)).pair
+        pair = loader.state(_spec(_precision(precision))).pair
         kinds = {p.dtype for m in (pair.target, pair.drafter_model) for p in m.parameters()}
         assert kinds == {getattr(torch, precision)}
-    default = loader.state("tiny", None).pair
+    default = loader.state(_spec()).pair
     assert {p.dtype for m in (default.target, default.drafter_model) for p in m.parameters()} == {torch.float32}
     assert torch.get_default_dtype() == torch.float32
     # greedy speculative and plain decoding of the default pair: transformers' own tokens
@@ -85,6 +85,12 @@ def test_two_visitors_pressing_load_at_once_each_get_their_precision_and_the_def
 def _precision(name: str):
     from mtp_viz.sources.precision import Precision
     return Precision(name, name)
+
+
+def _spec(precision=None, engine=None):
+    """The bundled pair as the loader is asked for it."""
+    from mtp_viz.app.runtime.pairs import PairSpec
+    return PairSpec.of("tiny", None, precision, engine)
 
 
 def test_a_link_sets_the_controls_and_loads_nothing(locked):
@@ -101,7 +107,7 @@ def test_a_link_sets_the_controls_and_loads_nothing(locked):
         page.wait_for_selector("#model-status:has-text('loads on first run')", timeout=120_000)
         assert "float16/bfloat16" in page.inner_text("#model-status")
         browser.close()
-    assert loader.state("tiny", None, _precision_pair("float16", "bfloat16")).status == "idle"
+    assert loader.state(_spec(_precision_pair("float16", "bfloat16"))).status == "idle"
     assert loader.loaded() == before
 
 
@@ -122,8 +128,8 @@ def test_locked_down_the_compiled_engine_and_other_precisions_are_refused(locked
     with pytest.raises(UserError, match="does not offer the compiled engine"):
         h.gate.asked("tiny", "", "", "default", "default", True)
     with pytest.raises(UserError, match="does not offer the compiled engine"):
-        demo.mtp_app.loader.start("tiny", None, compile=True)
-    assert h.gate.asked("tiny", "", "", "bfloat16", "float16", False)[2] == _precision_pair("bfloat16", "float16")
+        demo.mtp_app.loader.start(_spec(engine="compiled"))
+    assert h.gate.asked("tiny", "", "", "bfloat16", "float16", False) == _spec(_precision_pair("bfloat16", "float16"))
 
 
 def test_a_forged_choice_is_named_not_echoed():

@@ -13,6 +13,7 @@ import pytest
 
 from browsing import new_page, open_settings
 from locations import ROOT
+from mtp_viz.app.runtime.pairs import PairSpec
 from real_llamacpp import free_port
 import serving  # noqa: F401 - its import exempts the loopback address from any proxy
 
@@ -22,6 +23,7 @@ SCRIPT = textwrap.dedent("""
     import sys, threading, time
     import torch, mtp_viz
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from mtp_viz.app.runtime.pairs import PairSpec
     from mtp_viz.sources.presets import resolve
     TARGET, ASSISTANT = resolve("tiny")
     pair = mtp_viz.from_models(AutoModelForCausalLM.from_pretrained(TARGET),
@@ -37,8 +39,8 @@ SCRIPT = textwrap.dedent("""
             assert not job.done(), job.outputs()  # the run must still be going when the app closes
             time.sleep(0.05)
     elif moment == "mid-load":  # another pair (the target alone, prompt lookup) loads and warms
-        demo.mtp_app.loader.start(TARGET, None)
-        while demo.mtp_app.loader.state(TARGET, None).status != "loading":
+        demo.mtp_app.loader.start(PairSpec(TARGET))
+        while demo.mtp_app.loader.state(PairSpec(TARGET)).status != "loading":
             time.sleep(0.01)
     demo.close()
     print("closed", moment, flush=True)
@@ -87,7 +89,7 @@ def test_launch_opens_ready_on_the_bundled_pair_by_name_with_a_code_prompt(tiny_
     try:
         assert torch.get_num_threads() == 1
         app = demo.mtp_app
-        assert app.loader.state(*app.default).status == "ready" and app.default == ("tiny", None)
+        assert app.loader.state(PairSpec(*app.default)).status == "ready" and app.default == ("tiny", None)
         page = new_page(browser)
         seen = []
         page.expose_function("seen", lambda text: seen.append(text))
@@ -128,8 +130,9 @@ def test_a_pair_no_preset_names_is_shown_by_its_folders_names(tmp_path):
         h = demo.mtp_app.handlers
         assert demo.mtp_app.default == (pair.name, pair.drafter_name)
         assert h.presets[deploy.IN_MEMORY]["label"] == "my-coder + my-coder-assistant (in memory)"
-        assert h.gate.model_line(*h.gate.pick(deploy.IN_MEMORY)) == h.gate.model_line(pair.name, pair.drafter_name)
-        assert "Ready: my-coder + my-coder-assistant (target float32" in h.gate.model_line(pair.name, pair.drafter_name)
+        line = h.gate.model_line(PairSpec(pair.name, pair.drafter_name))
+        assert h.gate.model_line(PairSpec(*h.gate.pick(deploy.IN_MEMORY))) == line
+        assert "Ready: my-coder + my-coder-assistant (target float32" in line
         import urllib.request
         config = urllib.request.urlopen(f"http://127.0.0.1:{port}/config", timeout=60).read().decode()
         assert "my-coder + my-coder-assistant (in memory)" in config and str(tmp_path) not in config

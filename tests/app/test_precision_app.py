@@ -12,8 +12,9 @@ import sys
 import pytest
 
 from locations import ROOT
-from mtp_viz.app.handlers import links, local
+from mtp_viz.app.handlers import form, links, local
 from mtp_viz.app.runtime import deploy, runs, service
+from mtp_viz.app.runtime.pairs import PairSpec
 from mtp_viz.sources.precision import Precision
 
 
@@ -37,13 +38,15 @@ def test_the_precision_is_part_of_the_pair_cache_key():
         calls.append((target, asked.get("precision")))
         return object()
     loader = service.PairLoader(load)
-    default = loader.wait("tiny", None, timeout=5)
-    int8 = loader.wait("tiny", None, timeout=5, precision=Precision("int8", "float32"))
+    in_int8 = PairSpec("tiny", precision=Precision("int8", "float32"))
+    default = loader.wait(PairSpec("tiny"), timeout=5)
+    int8 = loader.wait(in_int8, timeout=5)
     assert default.pair is not int8.pair
-    assert loader.wait("tiny", None, timeout=5, precision=Precision()).pair is default.pair  # the default, again
-    assert loader.wait("tiny", None, timeout=5, precision=Precision("int8", "float32")).pair is int8.pair
+    assert loader.wait(PairSpec("tiny", precision=Precision()), timeout=5).pair is default.pair  # the default, again
+    assert loader.wait(PairSpec.of("tiny", None, Precision("int8", "float32")), timeout=5).pair is int8.pair
     assert calls == [("tiny", None), ("tiny", Precision("int8", "float32"))]  # each loaded once
-    assert service.cache_key("tiny", None, Precision("int8")) != service.cache_key("tiny", None)
+    assert PairSpec("tiny", precision=Precision("int8")).key != PairSpec("tiny").key
+    assert PairSpec.of("tiny", None, None).key == PairSpec("tiny").key   # no precision: the default
 
 
 @pytest.fixture
@@ -60,9 +63,9 @@ def test_a_run_in_int8_says_what_ran(handlers):
     assert "Done." in _slot(frames, "status")[-1]
     assert "target <b>int8</b> · drafter <b>float32</b>" in _slot(frames, "spec_stats")[-1]
     assert "target <b>int8</b></span>" in _slot(frames, "ar_stats")[-1]
-    line = handlers.gate.model_line("tiny", None, Precision("int8", "float32"))
+    line = handlers.gate.model_line(PairSpec("tiny", precision=Precision("int8", "float32")))
     assert "Ready: the bundled tiny pair (target int8, drafter float32)." in line
-    assert "loads on first run" in handlers.gate.model_line("tiny", None)  # the default precision: another pair
+    assert "loads on first run" in handlers.gate.model_line(PairSpec("tiny"))  # the default precision: another pair
 
 
 @pytest.mark.parametrize("asked, sentence", [
@@ -76,9 +79,9 @@ def test_a_precision_that_cannot_run_is_one_sentence(handlers, asked, sentence):
     assert html.escape(sentence) in status[-1] and "mv-msg-error" in status[-1]
     line, *_ = handlers.gate.load("tiny", "", "", asked.get("target_precision"), asked.get("drafter_precision"))
     if "has no kernel" in sentence:  # Load tries again, in the background, and ends on the same sentence
-        precision = handlers.gate.precision(asked.get("target_precision"), asked.get("drafter_precision"))
-        assert handlers.loader.wait("tiny", None, timeout=60, precision=precision).status == "error"
-        line = handlers.gate.model_line("tiny", None, precision)
+        precision = form.precision_of(asked.get("target_precision"), asked.get("drafter_precision"))
+        assert handlers.loader.wait(PairSpec("tiny", precision=precision), timeout=60).status == "error"
+        line = handlers.gate.model_line(PairSpec("tiny", precision=precision))
     assert html.escape(sentence) in line
 
 
@@ -96,11 +99,12 @@ WITHOUT_TORCHAO = """
 import sys; sys.modules['torchao'] = None   # a real import failure: `import torchao` raises ImportError
 from mtp_viz.app.page import layout
 from mtp_viz.app.runtime import runs, service
+from mtp_viz.app.runtime.pairs import PairSpec
 runs.warm_up = lambda source, top=0: None
 demo = layout.build_demo(loader=service.PairLoader(runs.load_and_warm), target="tiny")
 h = demo.mtp_app.handlers
-print(h.loader.wait("tiny", None, precision=h.gate.precision("int8", "default")).message)
-print(h.loader.wait("tiny", None).status.value)
+print(h.loader.wait(h.gate.asked("tiny", "", "", "int8", "default")).message)
+print(h.loader.wait(PairSpec("tiny")).status.value)
 """
 
 

@@ -7,7 +7,8 @@ import threading
 
 import pytest
 
-from mtp_viz.app.runtime import runs, service
+from mtp_viz.app.runtime import pairs, runs, service
+from mtp_viz.app.runtime.pairs import PairSpec
 from mtp_viz.app.runtime.turns import Turns, ahead_words
 from mtp_viz.errors import UserError
 
@@ -64,22 +65,23 @@ def test_one_compile_at_a_time_its_place_shown_and_a_full_line_refused(monkeypat
     for key in [("a", True), ("b", True), ("c", True), ("e", False)]:
         gates[key], entered[key] = threading.Event(), threading.Event()
     loader = service.PairLoader(load, max_pairs=8)
-    monkeypatch.setattr(service, "pair_key", lambda t, d: (t, d))
-    loader.start("a", None, compile=True)
+    monkeypatch.setattr(pairs, "pair_key", lambda t, d: (t, d))
+    compiled = {name: PairSpec(name, engine="compiled") for name in "abc"}
+    loader.start(compiled["a"])
     assert entered["a", True].wait(10)
-    loader.start("b", None, compile=True)
-    st = loader.state("b", None, compile=True)
-    assert st.status == "queued" and st.ahead == 1
+    loader.start(compiled["b"])
+    st = loader.state(compiled["b"])
+    assert st.status == service.Load.QUEUED and st.ahead == 1
     with pytest.raises(UserError, match="compiles are already running or waiting"):
-        loader.start("c", None, compile=True)
-    loader.start("e", None)                       # an eager load: not in the compiler's line
+        loader.start(compiled["c"])
+    loader.start(PairSpec("e"))                   # an eager load: not in the compiler's line
     assert entered["e", False].wait(10)
     gates["e", False].set()
     gates["a", True].set()
     assert entered["b", True].wait(10)            # b's turn once a is done
-    assert loader.state("b", None, compile=True).ahead == 0
+    assert loader.state(compiled["b"]).ahead == 0
     gates["b", True].set()
-    assert loader.wait("b", None, timeout=10, compile=True).status == "ready"
+    assert loader.wait(compiled["b"], timeout=10).status == service.Load.READY
 
 
 def test_a_run_waiting_for_the_engine_shows_its_place_and_leaves_on_stop():

@@ -68,7 +68,8 @@ def _screenshot_path(tmp_path: Path) -> Path:
 
 def _expected(demo) -> tuple[Counter, int]:
     """Token kinds of the same greedy generation, straight from the engine."""
-    pair = demo.mtp_app.loader.state("tiny", None).pair
+    from mtp_viz.app.runtime.pairs import PairSpec
+    pair = demo.mtp_app.loader.state(PairSpec("tiny")).pair
     events = list(pair.generate(PROMPT, mode="speculative", drafter="mtp", max_new_tokens=64,
                                 draft_tokens=4, schedule="constant", chat=False))
     kinds = Counter(e.type if e.type != "bonus" else f"bonus-{e.kind}" for e in events)

@@ -158,7 +158,8 @@ def test_launch_serves_the_app_on_the_pair_in_memory(tiny_in_memory):
             prompt=PROMPT, max_new_tokens=16, chat=False, api_name="/generate")
         assert [e["token_id"] for e in events if e["type"] in ("accepted", "bonus")] == \
             ids(tiny_in_memory.generate(PROMPT, max_new_tokens=16, chat=False))
-        state = demo.mtp_app.loader.state(tiny_in_memory.name, tiny_in_memory.drafter_name)
+        from mtp_viz.app.runtime.pairs import PairSpec
+        state = demo.mtp_app.loader.state(PairSpec(tiny_in_memory.name, tiny_in_memory.drafter_name))
         assert state.pair is tiny_in_memory
     finally:
         demo.close()

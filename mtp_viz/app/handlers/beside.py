@@ -112,16 +112,17 @@ class Measuring:
         sess.stop.clear()
         try:
             s = self.settings(values)
-            target, drafter, precision, engine = asked = self.gate.asked_by(values)
+            spec = self.gate.asked_by(values)
             n = form.whole(repeats, "Repeats")
             if not 2 <= n <= 15:
                 raise UserError("Measure takes between 2 and 15 repeats.")
             with_compiled = form.flag(compiled, "Measure beside the compiled engine") if compiled is not None else False
-            with_compiled = with_compiled and engine != COMPILE_ALIAS   # a compiled pair is its own compiled engine
+            # a compiled pair is its own compiled engine
+            with_compiled = with_compiled and spec.engine != COMPILE_ALIAS
             if with_compiled:
-                self.gate.loader.allow.check_build(precision, COMPILE_ALIAS)
+                self.gate.loader.allow.check_build(spec.precision, COMPILE_ALIAS)
             urls = self.peers.check(peers)
-            for item in self.gate.waits(target, drafter, sess, precision, engine, with_compiled=with_compiled):
+            for item in self.gate.waits(spec, sess, with_compiled=with_compiled):
                 if isinstance(item, Frame):
                     yield outputs(item, sess)
                 else:
@@ -135,7 +136,7 @@ class Measuring:
         compiled_pair = None if notes else compiled_pair
         arms: list = []
         try:
-            for f in self.gate.compile_frames(pair, s.only("speculative", "autoregressive"), sess, asked):
+            for f in self.gate.compile_frames(pair, s.only("speculative", "autoregressive"), sess, spec):
                 yield outputs(f, sess)
             for line in runs.compile_lines(compiled_pair, s.only("autoregressive"), sess.stop) if compiled_pair else ():
                 yield outputs(Frame(status=line), sess)
@@ -158,7 +159,7 @@ class Measuring:
             return
         finally:
             ticket.leave()
-        sess.remember((target, drafter, precision), m.beside)
+        sess.remember(spec.weights, m.beside)
         notes += m.notes
         yield outputs(Frame(compare=stats.measurement_html(m, engine=pair.decoder.ran),
                             measured=stats.measure_result_html(m, engine=pair.decoder.ran)) | message(

@@ -10,8 +10,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from mtp_viz.engine import engines
 from mtp_viz.engine.decoding import Sampling
 from mtp_viz.errors import UserError
+from mtp_viz.sources.precision import Precision
 from mtp_viz.sources.settings import MODES, RunSettings, quote
 
 
@@ -56,6 +58,23 @@ def flag(value: Any, name: str) -> bool:
     return value
 
 
+def precision_of(target: Any = None, drafter: Any = None) -> Precision:
+    """The page's precision fields (``default``: ``MTP_VIZ_DTYPE``, else the device's),
+    checked: one sentence for anything else (the API takes any JSON value)."""
+    return Precision.of(None, text(target or "default", "The target precision"),
+                        text(drafter or "default", "The drafter precision"))
+
+
+def engine_of(value: Any = None) -> str:
+    """The page's ``#engine`` choice, a name of :data:`mtp_viz.engine.engines.ENGINES`
+    (None, not given: the default), checked: one sentence for anything else (the API
+    takes any JSON value). True or false: the ``#compile`` switch it replaced (the
+    compiled engine, or the default)."""
+    if value is None or isinstance(value, bool):
+        return engines.resolve(None, bool(value))
+    return engines.check_engine(text(value, "The engine"))
+
+
 def check_prompt(prompt: Any, cap_tokens: int) -> str:
     """The prompt text, or one sentence; a cheap length bound before any tokenizing (no
     tokenizer makes more tokens than characters plus a few specials)."""
@@ -97,4 +116,5 @@ def api_settings(prompt: Any, mode: Any, drafter: Any, max_new_tokens: Any, draf
         chat=flag(chat, "Chat"), max_prompt_tokens=prompt_cap).validate(cap)
 
 
-__all__ = ["api_settings", "check_prompt", "flag", "form_settings", "number", "text", "whole"]
+__all__ = ["api_settings", "check_prompt", "engine_of", "flag", "form_settings", "number", "precision_of", "text",
+           "whole"]

@@ -1,6 +1,7 @@
 """The gate every handler of a local run passes: which pair the form names (each field
-checked), where that pair stands in the loader (its line in ``#model-status``), waiting
-for it to load, then for the engine's turn, saying so in the status line as it waits.
+checked, made once into a :class:`mtp_viz.app.runtime.pairs.PairSpec`), where that pair
+stands in the loader (its line in ``#model-status``), waiting for it to load, then for
+the engine's turn, saying so in the status line as it waits.
 Composed into :class:`.local.Handlers` (``h.gate``) and used by Run, Measure and
 ``/generate`` alike; no torch here."""
 from __future__ import annotations
@@ -11,11 +12,12 @@ from typing import Any, Iterator
 import gradio as gr
 
 from mtp_viz.app.runtime import runs, service
+from mtp_viz.app.runtime.deploy import pair_key
+from mtp_viz.app.runtime.pairs import PairSpec
 from mtp_viz.app.runtime.service import Load
 from mtp_viz.app.runtime.turns import Turns, ahead_words
 from mtp_viz.engine import engines
 from mtp_viz.errors import UserError, clip
-from mtp_viz.sources.precision import Precision
 from mtp_viz.sources.settings import RunSettings
 from mtp_viz.views import tokens
 from mtp_viz.views.frame import Frame
@@ -49,6 +51,46 @@ def compiled_line(pair: Any) -> tuple[str, str]:
             "kept out of every run's timing."), "info"
 
 
+def pair_name(spec: PairSpec, presets: dict) -> str:
+    """How the status line names ``spec``'s models: a preset's name, the bundled pair, or
+    a custom name as typed, cut short (a status line is no place for 100,000 characters)."""
+    named = next((p["name"] for p in presets.values()  # launch's pair in memory, by its models' names
+                  if "name" in p and (p["target"], p["drafter"]) == (spec.target, spec.drafter)), None)
+    return named or ("the bundled tiny pair" if spec.target == "tiny" else
+                     clip(spec.target) + (f" + {clip(spec.drafter)}" if spec.drafter else ""))
+
+
+def model_status(spec: PairSpec, st: service.LoadState, name: str) -> str:
+    """``#model-status`` for ``spec`` (called ``name``) where it stands in the loader
+    (``st``): waiting to compile, loading or compiling, ready (what it runs in, what
+    compiling took), failed or unloaded, or not asked for yet."""
+    asked, compiles = spec.asked_words(), engines.ENGINES[spec.engine].compiles
+    if st.status == Load.QUEUED and st.ahead:
+        return tokens.message_html(f"Waiting to compile {name}{asked}: {ahead_words(st.ahead, 'compile')} "
+                                   f"(one at a time)… {time.monotonic() - st.started:.0f} s")
+    if st.busy:
+        waited = f"… {time.monotonic() - st.started:.0f} s"
+        if st.progress is not None:   # compiling the graphs of a default run (sources.compiling)
+            return tokens.message_html(f"Compiling {name}{asked} before its first run, {st.progress.line()}{waited}")
+        doing = " (then compiling its graphs once, before its first run: a minute or more)" if compiles else ""
+        return tokens.message_html(f"Loading {name}{asked}{doing}{waited}")
+    if st.status == Load.READY:
+        line, level = compiled_line(st.pair) if compiles else ("", "info")
+        return tokens.message_html(f"Ready: {name}{ran_in(st.pair)}.{line}", level=level)
+    if st.ended:
+        return tokens.message_html(st.message, level="error" if st.status == Load.ERROR else "warn")
+    return tokens.message_html(f"{name[:1].upper()}{name[1:]}{asked} loads on first run (or press Load).")
+
+
+def loaded_choice(loader: service.PairLoader, presets: dict, leaving: str) -> str | None:
+    """The picker's entry for the pair used most recently that is loaded (not
+    ``leaving``), if any: where a failed load puts the picker back."""
+    for ready in reversed(loader.loaded()):
+        for key, p in presets.items():
+            if key != leaving and pair_key(p["target"], p["drafter"]) == ready[:2]:
+                return key
+    return None
+
 
 class Gate:
     """The pair a form names and the way to it: shared by every session of a demo."""
@@ -70,60 +112,20 @@ class Gate:
         self.loader.allow.check(*pair)
         return pair
 
-    @staticmethod
-    def precision(target_precision: Any = None, drafter_precision: Any = None) -> Precision:
-        """The page's precision fields (``default``: ``MTP_VIZ_DTYPE``, else the device's),
-        checked: one sentence for anything else (the API takes any JSON value)."""
-        return Precision.of(None, form.text(target_precision or "default", "The target precision"),
-                            form.text(drafter_precision or "default", "The drafter precision"))
-
-    @staticmethod
-    def engine_of(value: Any = None) -> str:
-        """The page's ``#engine`` choice, a name of :data:`mtp_viz.engine.engines.ENGINES`
-        (None, not given: the default), checked: one sentence for anything else (the API
-        takes any JSON value). True or false: the ``#compile`` switch it replaced (the
-        compiled engine, or the default)."""
-        if value is None or isinstance(value, bool):
-            return engines.resolve(None, bool(value))
-        return engines.check_engine(form.text(value, "The engine"))
-
-    def model_line(self, target: str, drafter: str | None, precision: Precision | None = None,
-                   engine: str | None = None, compile: bool = False) -> str:
-        engine = engines.resolve(engine, compile)
-        compiles = engines.ENGINES[engine].compiles
-        st = self.loader.state(target, drafter, precision, engine)
-        # a custom name as typed, cut short: a status line is no place for 100,000 characters
-        named = next((p["name"] for p in self.presets.values()  # launch's pair in memory, by its models' names
-                      if "name" in p and (p["target"], p["drafter"]) == (target, drafter)), None)
-        name = named or ("the bundled tiny pair" if target == "tiny" else
-                         clip(target) + (f" + {clip(drafter)}" if drafter else ""))
-        asked = (f" in {precision.label}" if precision and precision != Precision() else "") + \
-            (f", {engine}" if engine != engines.default_engine() else "")
-        if st.status == Load.QUEUED and st.ahead:
-            return tokens.message_html(f"Waiting to compile {name}{asked}: {ahead_words(st.ahead, 'compile')} "
-                                       f"(one at a time)… {time.monotonic() - st.started:.0f} s")
-        if st.busy:
-            waited = f"… {time.monotonic() - st.started:.0f} s"
-            if st.progress is not None:   # compiling the graphs of a default run (sources.compiling)
-                return tokens.message_html(f"Compiling {name}{asked} before its first run, {st.progress.line()}{waited}")
-            doing = " (then compiling its graphs once, before its first run: a minute or more)" if compiles else ""
-            return tokens.message_html(f"Loading {name}{asked}{doing}{waited}")
-        if st.status == Load.READY:
-            line, level = compiled_line(st.pair) if compiles else ("", "info")
-            return tokens.message_html(f"Ready: {name}{ran_in(st.pair)}.{line}", level=level)
-        if st.ended:
-            return tokens.message_html(st.message, level="error" if st.status == Load.ERROR else "warn")
-        return tokens.message_html(f"{name[:1].upper()}{name[1:]}{asked} loads on first run (or press Load).")
+    def model_line(self, spec: PairSpec) -> str:
+        """``#model-status``: where ``spec`` stands in the loader (:func:`model_status`)."""
+        return model_status(spec, self.loader.state(spec), pair_name(spec, self.presets))
 
     def asked(self, key: str, custom_target: str, custom_drafter: str, target_precision: Any = None,
-              drafter_precision: Any = None, engine: Any = None) -> tuple[str, str | None, Precision, str]:
-        """(target, drafter, precision, engine): the pair the form names, each field checked."""
+              drafter_precision: Any = None, engine: Any = None) -> PairSpec:
+        """The pair the form names (the fields of :meth:`mtp_viz.app.page.wiring.Page.pair`), each
+        field checked, and allowed here."""
         target, drafter = self.pick(key, custom_target, custom_drafter)
-        precision, engine = self.precision(target_precision, drafter_precision), self.engine_of(engine)
-        self.loader.allow.check_build(precision, engine)
-        return target, drafter, precision, engine
+        spec = PairSpec(target, drafter, form.precision_of(target_precision, drafter_precision), form.engine_of(engine))
+        self.loader.allow.check_build(spec.precision, spec.engine)
+        return spec
 
-    def asked_by(self, values: dict[str, Any]) -> tuple[str, str | None, Precision, str]:
+    def asked_by(self, values: dict[str, Any]) -> PairSpec:
         """:meth:`asked` of a run's form values (by form name; ``compile``, the switch
         ``engine`` replaced, still read)."""
         return self.asked(values["model"], values["custom_target"], values["custom_drafter"],
@@ -133,21 +135,11 @@ class Gate:
     def load(self, key: str, custom_target: str, custom_drafter: str, target_precision: Any = None,
              drafter_precision: Any = None, engine: Any = None):
         try:
-            target, drafter, precision, engine = self.asked(key, custom_target, custom_drafter, target_precision,
-                                                            drafter_precision, engine)
-            self.loader.start(target, drafter, precision, engine)
+            spec = self.asked(key, custom_target, custom_drafter, target_precision, drafter_precision, engine)
+            self.loader.start(spec)
         except UserError as e:
             return tokens.message_html(str(e), level="error"), gr.Timer(active=False), gr.skip(), gr.skip()
-        return self.model_line(target, drafter, precision, engine), gr.Timer(active=True), gr.skip(), gr.skip()
-
-    def loaded_choice(self, leaving: str) -> str | None:
-        """The picker's entry for the pair used most recently that is loaded (not
-        ``leaving``), if any: where a failed load puts the picker back."""
-        for ready in reversed(self.loader.loaded()):
-            for key, p in self.presets.items():
-                if key != leaving and service.pair_key(p["target"], p["drafter"]) == ready[:2]:
-                    return key
-        return None
+        return self.model_line(spec), gr.Timer(active=True), gr.skip(), gr.skip()
 
     def tick(self, key: str, custom_target: str, custom_drafter: str, target_precision: Any = None,
              drafter_precision: Any = None, engine: Any = None, polled: bool = False):
@@ -155,18 +147,17 @@ class Gate:
         pair (on only when its tokenizer has a chat template). ``polled``: called by the
         timer itself, which is then left running while the pair loads (:meth:`poll`)."""
         try:
-            target, drafter, precision, engine = self.asked(key, custom_target, custom_drafter, target_precision,
-                                                            drafter_precision, engine)
+            spec = self.asked(key, custom_target, custom_drafter, target_precision, drafter_precision, engine)
         except UserError:
             return gr.skip(), gr.Timer(active=False), gr.skip(), gr.skip()
-        st = self.loader.state(target, drafter, precision, engine)
+        st = self.loader.state(spec)
         loading = st.busy
         chat = gr.update(value=st.pair.chat_template is not None) if st.status == Load.READY else gr.skip()
         # the timer's own tick leaves it running while the pair loads: a new Timer each second
         # made Gradio rebuild the component's config (a JSON schema) on the thread a compile shares
         timer = gr.skip() if polled and loading else gr.Timer(active=loading)
-        line, picker = self.model_line(target, drafter, precision, engine), gr.skip()
-        back = self.loaded_choice(key) if st.status == Load.ERROR else None
+        line, picker = self.model_line(spec), gr.skip()
+        back = loaded_choice(self.loader, self.presets, key) if st.status == Load.ERROR else None
         if back is not None:   # a failed load leaves the picker on the pair that is loaded, not on a second try
             picker = gr.update(value=back)
             line = tokens.message_html(f"{st.message} The picker is back on {self.presets[back].get('label', back)}, "
@@ -182,35 +173,33 @@ class Gate:
                     drafter_precision: Any = None, engine: Any = None):
         """``#model-status`` after a run, which may have loaded the pair: what it runs in."""
         try:
-            return self.model_line(*self.asked(key, custom_target, custom_drafter, target_precision,
-                                               drafter_precision, engine))
+            return self.model_line(self.asked(key, custom_target, custom_drafter, target_precision,
+                                              drafter_precision, engine))
         except UserError:
             return gr.skip()
 
-    def ready_pair(self, target: str, drafter: str | None, sess: runs.Session,
-                    precision: Precision | None = None, engine: str | None = None) -> Iterator[Any]:
+    def ready_pair(self, spec: PairSpec, sess: runs.Session) -> Iterator[Any]:
         """Wait for the pair, yielding status lines; the last item is the pair (or None)."""
-        while (st := self.loader.wait(target, drafter, timeout=0.5, precision=precision, engine=engine)).busy:
+        while (st := self.loader.wait(spec, timeout=0.5)).busy:
             if sess.stop.is_set():  # the model keeps loading for the next run
                 raise UserError("Stopped while the model loads.")
-            yield self.model_line(target, drafter, precision, engine)
+            yield self.model_line(spec)
         if st.status != Load.READY:
             raise UserError(st.message)
         yield st.pair
 
-    def waits(self, target: str, drafter: str | None, sess: runs.Session, precision: Precision | None = None,
-               engine: str | None = None, with_compiled: bool = False) -> Iterator[Any]:
+    def waits(self, spec: PairSpec, sess: runs.Session, with_compiled: bool = False) -> Iterator[Any]:
         """Wait for the pair (loading or compiling holds no turn on the engine), then for
         the engine's turn, yielding frames (the pair's line also in ``#model-status``); the
         last item is (pair, held ticket). ``with_compiled``: also wait for the same models on the
         compiled engine (its line in ``#status`` only); the last item is then
         ((pair, compiled pair), ticket)."""
-        for item in self.ready_pair(target, drafter, sess, precision, engine):
+        for item in self.ready_pair(spec, sess):
             if isinstance(item, str):
                 yield Frame(status=item, model_status=item)
             else:
                 pair = item
-        for item in self.ready_pair(target, drafter, sess, precision, engines.COMPILE_ALIAS) if with_compiled else ():
+        for item in self.ready_pair(spec.on(engines.COMPILE_ALIAS), sess) if with_compiled else ():
             if isinstance(item, str):
                 yield Frame(status=item)
             else:
@@ -218,7 +207,7 @@ class Gate:
         for item in self.turn(sess):
             yield Frame(status=item) if isinstance(item, str) else (pair, item)
 
-    def compile_frames(self, pair: Any, s: RunSettings, sess: runs.Session, asked: tuple) -> Iterator[Frame]:
+    def compile_frames(self, pair: Any, s: RunSettings, sess: runs.Session, spec: PairSpec) -> Iterator[Frame]:
         """A compiled pair's missing graphs for ``s``, compiled before the run's first token,
         with progress in ``#status`` and ``#model-status`` (no frame when none is missing);
         then the pair's line again (what compiling took, now)."""
@@ -227,7 +216,7 @@ class Gate:
             compiled = True
             yield Frame(status=line, model_status=line)
         if compiled:
-            yield Frame(model_status=self.model_line(*asked))
+            yield Frame(model_status=self.model_line(spec))
 
     def turn(self, sess: runs.Session) -> Iterator[Any]:
         """Join the engine's line (the pair is ready by now); yield status lines while
@@ -245,4 +234,4 @@ class Gate:
         yield ticket
 
 
-__all__ = ["CUSTOM", "Gate", "compiled_line", "ran_in"]
+__all__ = ["CUSTOM", "Gate", "compiled_line", "loaded_choice", "model_status", "pair_name", "ran_in"]

@@ -14,6 +14,7 @@ import gradio as gr
 
 from mtp_viz.app.runtime import deploy, runs, service, zerogpu
 from mtp_viz.app.runtime.guard import ServerPolicy
+from mtp_viz.app.runtime.pairs import PairSpec
 from mtp_viz.app.runtime.turns import Turns
 from mtp_viz.views import charts, export, inspector, tokens
 from mtp_viz.views.frame import Frame, cleared
@@ -39,6 +40,47 @@ def refused(e: UserError) -> Frame:
     return message(str(e), level="error") | Frame(spec=tokens.placeholder_html("No run: " + str(e)))
 
 
+def starting(baseline: bool, step_mode_off: bool, empty_figures: dict) -> Frame:
+    """What a run shows as it starts: empty panes and charts, whether the baseline takes
+    turns with it, and why step mode is off where it is."""
+    return cleared("Waiting for the model…", "The baseline takes turns with the speculative run."
+                   if baseline else "Baseline off.", empty_figures,
+                   caption="Step mode is off on ZeroGPU hardware: a paused run would hold the shared GPU."
+                   if step_mode_off else "")
+
+
+def experts_updates(st: service.LoadState) -> tuple:
+    """``#experts`` and the experts chart for a pair's place in the loader: once it is
+    loaded, on offer and shown for a mixture of experts, and for a dense one the switch off
+    with the reason and the chart hidden, since it cannot apply (else both unchanged)."""
+    if st.status != service.Load.READY:
+        return gr.skip(), gr.skip()
+    if st.pair.is_moe:
+        return gr.update(interactive=True, info=EXPERTS_ON), gr.update(visible=True)
+    return gr.update(value=False, interactive=False, info=charts.DENSE), gr.update(visible="hidden")
+
+
+def api_stream(source: LocalSource, s: RunSettings, sess: runs.Session, ticket: Any) -> Iterator[list[dict]]:
+    """``/generate``'s stream of a run on ``source``: the event dicts so far, at most every
+    :data:`API_FRAME_SECONDS`, and the whole run last; the engine's ``ticket`` left at the end."""
+    events: list[dict] = []
+    worker = runs.Worker(lambda: source.events(s, sess.stop), sess.stop)
+    last = 0.0
+    try:
+        for batch in worker.batches(API_FRAME_SECONDS):
+            events.extend(e.to_dict() for e in batch)
+            # news at most every API_FRAME_SECONDS; the same list again after a quiet
+            # second, so a client that left is noticed and its worker stopped
+            quiet = time.monotonic() - last >= runs.HEARTBEAT
+            if time.monotonic() - last >= API_FRAME_SECONDS and (batch or quiet):
+                last = time.monotonic()
+                yield list(events)
+    finally:
+        worker.close()
+        ticket.leave()
+    yield events
+
+
 class Handlers:
     """One instance per demo, shared by all sessions (per-session state travels in
     ``gr.State`` as a :class:`runs.Session`)."""
@@ -62,19 +104,12 @@ class Handlers:
 
     def experts_switch(self, key: str, custom_target: str, custom_drafter: str, target_precision: Any = None,
                        drafter_precision: Any = None, compiled: Any = None):
-        """``#experts`` and the experts chart for the picked pair once it is loaded: on
-        offer and shown for a mixture of experts; for a dense one the switch off with the
-        reason and the chart hidden, since it cannot apply (else both unchanged)."""
+        """``#experts`` and the experts chart for the picked pair (:func:`experts_updates`)."""
         try:
-            st = self.loader.state(*self.gate.asked(key, custom_target, custom_drafter, target_precision,
-                                               drafter_precision, compiled))
+            spec = self.gate.asked(key, custom_target, custom_drafter, target_precision, drafter_precision, compiled)
         except UserError:
             return gr.skip(), gr.skip()
-        if st.status != service.Load.READY:
-            return gr.skip(), gr.skip()
-        if st.pair.is_moe:
-            return gr.update(interactive=True, info=EXPERTS_ON), gr.update(visible=True)
-        return gr.update(value=False, interactive=False, info=charts.DENSE), gr.update(visible="hidden")
+        return experts_updates(self.loader.state(spec))
 
     # ------------------------------------------------------------ runs
 
@@ -90,18 +125,14 @@ class Handlers:
         """The speculative run and the baseline, taking turns, streamed as frames for the outputs."""
         sess = sess or runs.Session()
         sess.new_run(step_mode=bool(values.get("step_mode")) and self.step_mode_ok)
-        off = bool(values.get("step_mode")) and not self.step_mode_ok
-        reset = cleared("Waiting for the model…", "The baseline takes turns with the speculative run."
-                        if values["baseline"] else "Baseline off.", self.empty_figures,
-                        caption="Step mode is off on ZeroGPU hardware: a paused run would hold the shared GPU."
-                        if off else "")
+        reset = starting(values["baseline"], bool(values.get("step_mode")) and not self.step_mode_ok,
+                         self.empty_figures)
         try:
             s = replace(self.settings(values), top=inspector.TOP)  # the inspector's candidates
-            target, drafter, precision, engine = self.gate.asked_by(values)
-            sess.faster = sess.beside((target, drafter, precision))   # what a Measure timed beside this pair
-            yield outputs(reset | Frame(status=self.gate.model_line(target, drafter, precision, engine)), sess,
-                          gr.update(interactive=False))
-            for item in self.gate.waits(target, drafter, sess, precision, engine):
+            spec = self.gate.asked_by(values)
+            sess.faster = sess.beside(spec.weights)   # what a Measure timed beside this pair
+            yield outputs(reset | Frame(status=self.gate.model_line(spec)), sess, gr.update(interactive=False))
+            for item in self.gate.waits(spec, sess):
                 if isinstance(item, Frame):
                     yield outputs(item)
                 else:
@@ -110,7 +141,7 @@ class Handlers:
             yield outputs(refused(e), sess, gr.update(interactive=False))
             return
         try:
-            for f in self.gate.compile_frames(pair, s, sess, (target, drafter, precision, engine)):
+            for f in self.gate.compile_frames(pair, s, sess, spec):
                 yield outputs(f)
             for f in runs.compare_frames(self.source(pair, sess), s, sess,
                                          frame_interval=deploy.env_frame_interval()):
@@ -165,15 +196,14 @@ class Handlers:
             seed: sampling seed (none: fresh entropy).
             chat: apply the chat template when the model has one.
         """
-        events: list[dict] = []
         sess = runs.Session()
         try:
-            model = form.text(model, "The model")
-            target, drafter_spec = (model.strip(), None) if model.strip() else self.default
-            self.loader.allow.check(target, drafter_spec)
+            model = form.text(model, "The model").strip()
+            spec = PairSpec(model) if model else PairSpec(*self.default)   # the default precisions and engine
+            self.loader.allow.check(spec.target, spec.drafter)
             s = form.api_settings(prompt, mode, drafter, max_new_tokens, draft_tokens, schedule, temperature,
                                   top_p, top_k, seed, chat, self.cap, self.prompt_cap)
-            for item in self.gate.waits(target, drafter_spec, sess):
+            for item in self.gate.waits(spec, sess):
                 if isinstance(item, Frame):
                     yield []   # still waiting: lets the server notice a client that left
                 else:
@@ -181,22 +211,8 @@ class Handlers:
         except UserError as e:
             yield [Error(message=str(e)).to_dict()]
             return
-        source = self.source(pair, sess)
-        worker = runs.Worker(lambda: source.events(s, sess.stop), sess.stop)
-        last = 0.0
-        try:
-            for batch in worker.batches(API_FRAME_SECONDS):
-                events.extend(e.to_dict() for e in batch)
-                # news at most every API_FRAME_SECONDS; the same list again after a quiet
-                # second, so a client that left is noticed and its worker stopped
-                quiet = time.monotonic() - last >= runs.HEARTBEAT
-                if time.monotonic() - last >= API_FRAME_SECONDS and (batch or quiet):
-                    last = time.monotonic()
-                    yield list(events)
-        finally:
-            worker.close()
-            ticket.leave()
-        yield events
+        yield from api_stream(self.source(pair, sess), s, sess, ticket)
 
 
-__all__ = ["CUSTOM", "EXPERTS_ON", "EXPERTS_WAITING", "OUTPUTS", "Handlers", "outputs", "refused"]
+__all__ = ["API_FRAME_SECONDS", "CUSTOM", "EXPERTS_ON", "EXPERTS_WAITING", "OUTPUTS", "Handlers", "api_stream",
+           "experts_updates", "outputs", "refused", "starting"]

@@ -49,8 +49,8 @@ class Profiling:
         sess.stop.clear()
         try:
             s = self.settings(values).only("speculative")
-            target, drafter, precision, engine = self.gate.asked_by(values)
-            for item in self.gate.waits(target, drafter, sess, precision, engine):
+            spec = self.gate.asked_by(values)
+            for item in self.gate.waits(spec, sess):
                 if isinstance(item, Frame):
                     yield item.status, gr.skip(), gr.skip(), sess
                 else:
@@ -58,11 +58,11 @@ class Profiling:
         except UserError as e:
             yield tokens.message_html(str(e), level="error"), gr.skip(), gr.skip(), sess
             return
-        name = clip(target) if values["model"] == CUSTOM else values["model"]
+        name = clip(spec.target) if values["model"] == CUSTOM else values["model"]
         gamma = s.draft_tokens or 4
         failed = ""
         try:
-            for f in self.gate.compile_frames(pair, s, sess, (target, drafter, precision, engine)):
+            for f in self.gate.compile_frames(pair, s, sess, spec):
                 if f.status:   # a compiled pair's graphs for the form's γ, as before a run
                     yield f.status, gr.skip(), gr.skip(), sess
             yield tokens.message_html(

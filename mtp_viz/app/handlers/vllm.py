@@ -26,6 +26,7 @@ import gradio as gr
 
 from mtp_viz.app.runtime import deploy, runs, service
 from mtp_viz.app.runtime.guard import ServerPolicy
+from mtp_viz.app.runtime.pairs import PairSpec
 from mtp_viz.views import dashboard, tokens
 from mtp_viz.views.frame import Frame, cleared
 from mtp_viz.engine.events import Step
@@ -114,7 +115,7 @@ class ServerHandlers:
         if capabilities(key).remote:
             return tokens.message_html("Give the server's URL, then Run (Load checks the servers).")
         try:
-            return self.h.gate.model_line(*self.h.gate.pick(key))
+            return self.h.gate.model_line(PairSpec(*self.h.gate.pick(key)))
         except UserError:   # a custom pair not typed in yet
             return gr.skip()
 

@@ -106,10 +106,10 @@ def anatomy_for(h, key: str, custom_target: str, custom_drafter: str, sess: Any 
     """``#anatomy`` for the pair picked in the form (in the precisions and on the engine
     asked), once it is loaded (else unchanged)."""
     try:
-        asked = h.gate.asked(key, custom_target, custom_drafter, target_precision, drafter_precision, engine)
+        spec = h.gate.asked(key, custom_target, custom_drafter, target_precision, drafter_precision, engine)
     except UserError:
         return gr.skip()
-    st = h.loader.state(*asked)
+    st = h.loader.state(spec)
     if st.status != Load.READY:
         return gr.skip()
     events = sess.spec if sess is not None else ()

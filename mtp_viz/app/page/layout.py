@@ -25,7 +25,7 @@ from mtp_viz.app.handlers.recorded import Traces
 from mtp_viz.app.handlers.local import CUSTOM, EXPERTS_WAITING, Handlers
 from mtp_viz.app.handlers.traffic import TrafficHandlers
 from mtp_viz.app.handlers.vllm import ServerHandlers
-from mtp_viz.app.runtime import deploy, runs, service, work
+from mtp_viz.app.runtime import deploy, pairs, runs, service, work
 from mtp_viz.app.runtime.guard import ServerPolicy
 from mtp_viz.views import charts, explain, export, stats, tokens
 from mtp_viz.views.charts import EXPERTS_PLOT
@@ -314,7 +314,7 @@ def _in_memory(pair: Any, loader: service.PairLoader, presets: dict) -> FirstPai
     at once (no load message), under its preset (the bundled pair: its code prompts) or an
     entry named after its models (:func:`deploy.in_memory_key`)."""
     key = deploy.in_memory_key(presets, pair.name, pair.drafter_name)
-    loader.put(presets[key]["target"], presets[key]["drafter"], pair)
+    loader.put(pairs.PairSpec(presets[key]["target"], presets[key]["drafter"]), pair)
     return FirstPair(key, presets[key]["target"], presets[key]["drafter"], "Already in memory: no second load.")
 
 
@@ -355,12 +355,12 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
     return demo
 
 
-def _report_load(loader: service.PairLoader, target: str, drafter: str | None) -> None:
+def _report_load(loader: service.PairLoader, spec: pairs.PairSpec) -> None:
     """One line on stderr once the pair loaded at launch is ready (or failed)."""
-    st = loader.wait(target, drafter)
+    st = loader.wait(spec)
     took = time.monotonic() - st.started
     msg = f"model pair ready in {took:.1f} s" if st.status == service.Load.READY else st.message
-    print(f"mtp-viz: {target}{' + ' + drafter if drafter else ''}: {msg}", file=sys.stderr, flush=True)
+    print(f"mtp-viz: {spec.target}{' + ' + spec.drafter if spec.drafter else ''}: {msg}", file=sys.stderr, flush=True)
 
 
 def launch(demo: gr.Blocks, *, host: str | None = None, port: int | None = None, **kwargs: Any):
@@ -373,9 +373,9 @@ def launch(demo: gr.Blocks, *, host: str | None = None, port: int | None = None,
     ``MTP_VIZ_DTYPE`` is one sentence before anything loads or serves."""
     deploy.env_dtype()
     app: AppState = demo.mtp_app  # type: ignore[attr-defined]
-    loader, (target, drafter) = app.loader, app.default
-    if loader.start(target, drafter).busy:  # a pair given in memory is ready: nothing to report
-        threading.Thread(target=_report_load, args=(loader, target, drafter), daemon=True).start()
+    loader, spec = app.loader, pairs.PairSpec(*app.default)
+    if loader.start(spec).busy:  # a pair given in memory is ready: nothing to report
+        threading.Thread(target=_report_load, args=(loader, spec), daemon=True).start()
     work.stop_at_exit()
     demo.queue(default_concurrency_limit=deploy.env_int("MTP_VIZ_CONCURRENCY", 1),
                max_size=deploy.env_int("MTP_VIZ_QUEUE_SIZE", 32))

@@ -341,9 +341,9 @@ def preloaded(pair: Any) -> Callable[..., Any]:
     own engine, warmed but not loaded again (:func:`mtp_viz.launch` set torch's threads as
     the app sets them); any other pair, these models in another precision, or asked on
     another engine, loads as usual."""
-    key = service.pair_key(pair.name, pair.drafter_name)
+    key = deploy.pair_key(pair.name, pair.drafter_name)
     return lambda target, drafter, precision=None, engine=None, progress=None: warm(pair) \
-        if service.pair_key(target, drafter) == key and precision is None and engine is None \
+        if deploy.pair_key(target, drafter) == key and precision is None and engine is None \
         else load_and_warm(target, drafter, precision, engine, progress)
 
 

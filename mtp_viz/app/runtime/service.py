@@ -26,9 +26,9 @@ from enum import Enum
 from typing import Any, Callable, Iterator
 
 from mtp_viz.errors import UserError
-from mtp_viz.sources.precision import Precision
 
-from .deploy import AllowList, env_int, pair_key
+from .deploy import AllowList, env_int
+from .pairs import PairSpec
 from .turns import Turns
 from .work import working
 
@@ -87,25 +87,14 @@ def threads() -> int:
 MAX_ENDED = 32  # failed or unloaded pairs whose sentence the loader remembers
 
 
-def cache_key(target: str, drafter: str | None, precision: Precision | None = None,
-              engine: str | None = None, compile: bool = False) -> tuple:
-    """The loader's key: the models (:func:`pair_key`), the precisions asked of them
-    (None or ``Precision()``: the deployment's default, ``MTP_VIZ_DTYPE`` or the device's)
-    and the engine (a name of :data:`mtp_viz.engine.engines.ENGINES`, default the first;
-    ``compile=True``, the switch it replaced: the compiled one)."""
-    from mtp_viz.engine.engines import resolve
-    p = precision or Precision()
-    return (*pair_key(target, drafter), p.target, p.drafter, resolve(engine, compile))
-
-
 class PairLoader:
-    """The process's pairs: a bounded, thread-safe cache with background loading.
+    """The process's pairs: a bounded, thread-safe cache with background loading, each
+    asked as a :class:`.pairs.PairSpec` and kept under its ``key``.
 
     ``load(target, drafter)`` does the work, ``load(target, drafter, precision=...)`` for a
     pair asked in other precisions than the default, ``engine=...`` for one asked on another
     engine than the default, with ``progress`` where that engine compiles, which hears of
-    each graph it compiles (each keyword passed only when asked; the methods take
-    ``compile=True`` as the alias of the compiled engine): the app's is
+    each graph it compiles (each keyword passed only when asked: :meth:`.pairs.PairSpec.load_keywords`): the app's is
     :func:`.runs.load_and_warm` (load, then an untimed comparison through the app's path,
     so the first run is timed warm); tests pass their own."""
 
@@ -122,55 +111,47 @@ class PairLoader:
         self.compiles = Turns(1, waiting, f"{waiting + 1} compiles are already running or waiting; "
                                           "try again when one has finished, or run the eager engine.")
 
-    def state(self, target: str, drafter: str | None, precision: Precision | None = None,
-              engine: str | None = None, compile: bool = False) -> LoadState:
-        key = cache_key(target, drafter, precision, engine, compile)
+    def state(self, spec: PairSpec) -> LoadState:
         with self._lock:
-            st = self._states.get(key)
+            st = self._states.get(spec.key)
             if st is not None and st.status == Load.READY:
-                self._states.move_to_end(key)  # recently used
+                self._states.move_to_end(spec.key)  # recently used
             return st or LoadState()
 
-    def start(self, target: str, drafter: str | None, precision: Precision | None = None,
-              engine: str | None = None, compile: bool = False) -> LoadState:
+    def start(self, spec: PairSpec) -> LoadState:
         """Begin loading in the background unless it is queued, loading or loaded."""
         from mtp_viz.engine.engines import ENGINES
-        self.allow.check(target, drafter)
-        key = cache_key(target, drafter, precision, engine, compile)
-        engine = key[-1]
-        self.allow.check_build(precision, engine)
+        self.allow.check(spec.target, spec.drafter)
+        self.allow.check_build(spec.precision, spec.engine)
+        key = spec.key
         with self._lock:
             st = self._states.get(key)
             if st and (st.busy or st.status == Load.READY):
                 return st
-            ticket = self.compiles.join() if ENGINES[engine].compiles else None   # full: one sentence
+            ticket = self.compiles.join() if ENGINES[spec.engine].compiles else None   # full: one sentence
             st = self._states[key] = LoadState(Load.QUEUED, "", time.monotonic(), ticket=ticket)
             self._done[key] = threading.Event()
-        threading.Thread(target=self._work_until_done, args=(key, target, drafter, precision, engine), daemon=True,
-                         name="mtp-viz-load").start()
+        threading.Thread(target=self._work_until_done, args=(spec,), daemon=True, name="mtp-viz-load").start()
         return st
 
-    def put(self, target: str, drafter: str | None, pair: Any) -> LoadState:
-        """``pair``, already loaded (and warmed), ready at once under this name: no load,
-        no thread (:func:`mtp_viz.launch`'s pair)."""
-        key = cache_key(target, drafter)
+    def put(self, spec: PairSpec, pair: Any) -> LoadState:
+        """``pair``, already loaded (and warmed), ready at once as ``spec``: no load, no
+        thread (:func:`mtp_viz.launch`'s pair, asked by its name in the default precisions
+        on the default engine)."""
         with self._lock:
-            st = self._states[key] = LoadState(Load.READY, "", time.monotonic(), pair)
-            self._states.move_to_end(key)
-            self._done.setdefault(key, threading.Event()).set()
+            st = self._states[spec.key] = LoadState(Load.READY, "", time.monotonic(), pair)
+            self._states.move_to_end(spec.key)
+            self._done.setdefault(spec.key, threading.Event()).set()
         return st
 
     def _work_until_done(self, *args: Any) -> None:
         with working():  # a load cannot stop: the app's close and the process's exit wait for it
             self._work(*args)
 
-    def _work(self, key: tuple, target: str, drafter: str | None, precision: Precision | None,
-              engine: str) -> None:
-        from mtp_viz.engine.engines import ENGINES, default_engine
-        asked: dict[str, Any] = {"precision": precision} if precision and precision != Precision() else {}
-        if engine != default_engine():
-            asked["engine"] = engine
-        if ENGINES[engine].compiles:
+    def _work(self, spec: PairSpec) -> None:
+        from mtp_viz.engine.engines import ENGINES
+        key, asked = spec.key, spec.load_keywords()
+        if ENGINES[spec.engine].compiles:
             asked["progress"] = self._reporter(key)
         ticket = self._states[key].ticket
         try:
@@ -181,7 +162,8 @@ class PairLoader:
                 with self._lock:
                     self._states[key].status = Load.LOADING
                 try:
-                    new = LoadState(Load.READY, "", self._states[key].started, self._load(target, drafter, **asked))
+                    pair = self._load(spec.target, spec.drafter, **asked)
+                    new = LoadState(Load.READY, "", self._states[key].started, pair)
                 except BaseException as e:  # noqa: BLE001 - shown to the user as one sentence
                     new = LoadState(Load.ERROR, user_message(e), self._states[key].started)
         finally:
@@ -216,13 +198,13 @@ class PairLoader:
             del self._states[key]
             self._done.pop(key, None)
 
-    def wait(self, target: str, drafter: str | None, timeout: float | None = None,
-             precision: Precision | None = None, engine: str | None = None, compile: bool = False) -> LoadState:
-        self.start(target, drafter, precision, engine, compile)
+    def wait(self, spec: PairSpec, timeout: float | None = None) -> LoadState:
+        """:meth:`start`, then its state once loaded (or failed), or after ``timeout`` seconds."""
+        self.start(spec)
         with self._lock:
-            done = self._done[cache_key(target, drafter, precision, engine, compile)]
+            done = self._done[spec.key]
         done.wait(timeout)
-        return self.state(target, drafter, precision, engine, compile)
+        return self.state(spec)
 
     def loaded(self) -> list[tuple]:
         with self._lock:
@@ -260,5 +242,5 @@ def short_switches() -> Iterator[None]:
         sys.setswitchinterval(before)
 
 
-__all__ = ["COMPILE_NICENESS", "LOAD_SLOTS", "Load", "LoadState", "MAX_ENDED", "PairLoader", "cache_key",
+__all__ = ["COMPILE_NICENESS", "LOAD_SLOTS", "Load", "LoadState", "MAX_ENDED", "PairLoader",
            "short_switches", "threads", "user_message", "yield_cpu"]
