@@ -10,6 +10,7 @@ import threading
 import torch
 
 ATTENTION = "mtp_viz_static"          # the twin's attention function, registered once
+STREAMED_ROWS = 5                     # the widest product StreamedLinear streams (a verification of 4 drafts)
 _registered = threading.Lock()
 
 
@@ -40,24 +41,30 @@ def _register_attention() -> None:
 
 
 class StreamedLinear(torch.nn.Linear):
-    """A linear layer whose single-row products, inside a compiled graph, are a reduction
+    """A linear layer whose few-row products, inside a compiled graph, are reductions
     inductor writes itself instead of a BLAS call. A decode step (the plain step, the MTP
     drafter's step) multiplies one row by every weight matrix once, so it is bound by
     reading the weights: y[n] = Σ_k x[k]·W[n, k], each output a dot product of a
     contiguous row of W with the input held in cache. On a 2-core AVX-512 EPYC at one
     thread MKL's single-row path streamed the bundled target's 62 MB of float32 weights at
-    8.4 GB/s, this at about 17 GB/s (docs/compiled.md). Several rows (a verification) stay
-    BLAS's: there the reduction measured slower in the whole graph (19.3 against 15.2 ms
-    for the bundled target at 9 rows) though faster alone, and for bfloat16 weights 2-3x
-    slower than oneDNN's product. Outside a graph (a long prompt's eager prefill) it is
-    ``nn.Linear``; quantized weights (a tensor subclass with its own kernel) are never
-    swapped in (:func:`twin`)."""
+    8.4 GB/s, this at about 17 GB/s (docs/compiled.md). A verification of up to
+    :data:`STREAMED_ROWS` rows is one such reduction per row over the same W, which inductor
+    fuses into one loop that reads each row of W once for all of them (a float32 target's
+    forward of 5 tokens: 11.1 against 13.6 ms through BLAS). Wider, or several rows of
+    bfloat16 weights, stay BLAS's: there the reductions measured slower (9 rows: 8.1
+    against 7.5 ms for the bundled target's MLPs; bfloat16 at 5 rows 2-3x oneDNN's time).
+    Outside a graph (a long prompt's eager prefill) it is ``nn.Linear``; quantized weights
+    (a tensor subclass with its own kernel) are never swapped in (:func:`twin`)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = self.weight
-        if not torch.compiler.is_compiling() or x.numel() != x.shape[-1]:
+        rows = x.numel() // x.shape[-1]
+        if (not torch.compiler.is_compiling() or rows > STREAMED_ROWS
+                or (rows > 1 and w.dtype != torch.float32)):
             return torch.nn.functional.linear(x, w, self.bias)
-        y = (x.reshape(1, x.shape[-1]) * w).sum(-1).reshape(*x.shape[:-1], w.shape[0])
+        x2 = x.reshape(rows, x.shape[-1])
+        y = torch.stack([(w * x2[r]).sum(-1) for r in range(rows)])   # [rows, N]
+        y = y.reshape(*x.shape[:-1], w.shape[0])
         return y if self.bias is None else y + self.bias
 
 
@@ -113,4 +120,4 @@ class StaticKV:
             self.crop(-self.length)
 
 
-__all__ = ["ATTENTION", "StaticKV", "StreamedLinear", "static_attention", "twin", "visible"]
+__all__ = ["ATTENTION", "STREAMED_ROWS", "StaticKV", "StreamedLinear", "static_attention", "twin", "visible"]
