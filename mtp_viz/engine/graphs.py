@@ -76,7 +76,7 @@ def speculative_graphs(prompt: int, new: int, longest: int, *, state: bool = Tru
         return out
     if capacity is not None:
         most = min(longest, new - 2)
-        out |= {Graph(kind, capacity, width_for(k + 1)) for k in range(0 if not fixed else most, most + 1)}
+        out |= {Graph(kind, capacity, width_for(k + 1)) for k in range(most if fixed else 0, most + 1)}
     if draft and new >= 3:
         out |= {Graph("draft", c) for c in {capacity_for(s) for s in range(prompt, prompt + new - 1)} if c in CAPACITIES}
     return out

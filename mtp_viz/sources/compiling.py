@@ -10,7 +10,7 @@ compile, ``pair.mounted.note`` holds the one sentence saying why it decodes eage
 (:mod:`mtp_viz.engine.graphs` works it out), one graph at a time, telling ``progress`` of
 each: every run on a compiled pair goes through it before it starts
 (:func:`mtp_viz.sources.local.run_mode`), so no graph is compiled mid-run.
-:meth:`ModelPair.use`, :meth:`ModelPair.compile` and ``load_pair(engine=...)`` come here;
+:meth:`ModelPair.use` and :meth:`ModelPair.on` (``compile`` and ``compiled``: their aliases) and ``load_pair(engine=...)`` come here;
 the pair only holds what it produced.
 """
 from __future__ import annotations
@@ -45,12 +45,6 @@ def use_engine(pair: Any, engine: str, mode: str | None = None, settings: Iterab
     return pair.mounted.note
 
 
-def compile_pair(pair: Any, mode: str | None = None, settings: Iterable[RunSettings] = (),
-                 progress: Callable[[Any], None] | None = None) -> str:
-    """``use_engine(pair, "compiled", ...)``: :meth:`ModelPair.compile`'s."""
-    return use_engine(pair, "compiled", mode, settings, progress)
-
-
 def engine_copy(pair: Any, engine: str, mode: str | None = None, settings: Iterable[RunSettings] = (),
                 progress: Callable[[Any], None] | None = None) -> Any:
     """The same models as a pair of their own on ``engine`` (``pair`` stays as it is;
@@ -60,12 +54,6 @@ def engine_copy(pair: Any, engine: str, mode: str | None = None, settings: Itera
     other = dataclasses.replace(pair, schedules=ScheduleCache(), mounted=None)
     use_engine(other, engine, mode, settings, progress)
     return other
-
-
-def compiled_copy(pair: Any, mode: str | None = None, settings: Iterable[RunSettings] = (),
-                  progress: Callable[[Any], None] | None = None) -> Any:
-    """``engine_copy(pair, "compiled", ...)``: :meth:`ModelPair.compiled`'s."""
-    return engine_copy(pair, "compiled", mode, settings, progress)
 
 
 def needed(pair: Any, s: RunSettings, schedule: Any = None) -> list:
@@ -136,4 +124,4 @@ def _compile(pair: Any, settings: list[RunSettings], progress, schedule: Any = N
         m.draft_step = None
 
 
-__all__ = ["DEFAULT_RUN", "compile_pair", "compiled_copy", "engine_copy", "needed", "prepare", "use_engine"]
+__all__ = ["DEFAULT_RUN", "engine_copy", "needed", "prepare", "use_engine"]

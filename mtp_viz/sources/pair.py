@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
 from typing import Any
 
 from mtp_viz.engine.config import text_config
@@ -69,10 +68,12 @@ class ModelPair:
         return engine_copy(self, engine, mode, settings, progress)
 
     def compile(self, mode: str | None = None, settings=(), progress=None) -> str:  # the API's alias
-        return self.use("compiled", mode, settings, progress)
+        from mtp_viz.engine.engines import COMPILE_ALIAS
+        return self.use(COMPILE_ALIAS, mode, settings, progress)
 
     def compiled(self, mode: str | None = None, settings=(), progress=None) -> "ModelPair":  # the API's alias
-        return self.on("compiled", mode, settings, progress)
+        from mtp_viz.engine.engines import COMPILE_ALIAS
+        return self.on(COMPILE_ALIAS, mode, settings, progress)
 
     # The four fields :attr:`mounted` replaced, read through it for the callers that name
     # them: the target's graphs (engine.compiled.FastTarget) on an engine that compiles,
