@@ -38,13 +38,13 @@ def main() -> None:
     eos = pair.eos_token_ids
     gc = pair.drafter_model.generation_config
 
-    def ours(gamma):
+    def ours(draft_tokens):
         return [list(speculative(pair.target, pair.make_drafter("mtp"), x, max_new_tokens=args.max_new_tokens,
-                                 schedule=make_schedule("constant", gamma, 16), eos_token_ids=eos))[-1].generated_ids
+                                 schedule=make_schedule("constant", draft_tokens, 16), eos_token_ids=eos))[-1].generated_ids
                 for x in ids]
 
-    def ref(gamma):
-        gc.num_assistant_tokens, gc.num_assistant_tokens_schedule = gamma, "constant"
+    def ref(draft_tokens):
+        gc.num_assistant_tokens, gc.num_assistant_tokens_schedule = draft_tokens, "constant"
         with torch.inference_mode():
             return [tuple(pair.target.generate(torch.tensor([x]), attention_mask=torch.ones(1, len(x), dtype=torch.long),
                                                assistant_model=pair.drafter_model, do_sample=False,
@@ -53,16 +53,16 @@ def main() -> None:
                     for x in ids]
 
     rows = ["| γ | ours (s) | transformers (s) | ours ÷ transformers | same tokens |", "|---|---|---|---|---|"]
-    for gamma in [int(g) for g in args.gammas.split(",")]:
-        same = ours(gamma) == ref(gamma)  # also warms up both
+    for draft_tokens in [int(g) for g in args.gammas.split(",")]:
+        same = ours(draft_tokens) == ref(draft_tokens)  # also warms up both
         times = {"ours": [], "ref": []}
         for i in range(args.repeats):
             for name in (("ours", "ref") if i % 2 == 0 else ("ref", "ours")):
                 t = time.perf_counter()
-                (ours if name == "ours" else ref)(gamma)
+                (ours if name == "ours" else ref)(draft_tokens)
                 times[name].append(time.perf_counter() - t)
         a, b = statistics.median(times["ours"]), statistics.median(times["ref"])
-        rows.append(f"| {gamma} | {a:.3f} | {b:.3f} | {a / b:.3f} | {'yes' if same else 'NO'} |")
+        rows.append(f"| {draft_tokens} | {a:.3f} | {b:.3f} | {a / b:.3f} | {'yes' if same else 'NO'} |")
         print(rows[-1], flush=True)
     text = (f"# Engine vs transformers, {args.target}\n\n{len(ids)} prompts x {args.max_new_tokens} new tokens, greedy, "
             f"medians of {args.repeats} interleaved repeats, 1 torch thread, torch {torch.__version__}.\n\n"

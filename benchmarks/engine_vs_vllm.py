@@ -32,7 +32,7 @@ from mtp_viz.sources.vllm.stream import events as server_events
 def steps_of(evs):
     """(drafted, accepted) per step, the last left out: the engine shortens its last draft
     to the token budget, vLLM does not, so the last steps differ by design."""
-    return [(s.draft_len, s.accepted) for s in evs if isinstance(s, Step)][:-1]
+    return [(s.draft_tokens, s.accepted) for s in evs if isinstance(s, Step)][:-1]
 
 
 def divergence(a, b):

@@ -102,9 +102,9 @@ def counted(model, kv, tokens: list[int]) -> tuple[int, ...]:
     return tap.take()
 
 
-def uniform(gamma: int) -> float:
+def uniform(draft_tokens: int) -> float:
     """Expected distinct experts of γ + 1 tokens, each sent to top-k of E uniformly at random."""
-    return EXPERTS * (1 - (1 - TOP_K / EXPERTS) ** (gamma + 1))
+    return EXPERTS * (1 - (1 - TOP_K / EXPERTS) ** (draft_tokens + 1))
 
 
 def measure(models: dict, prompts: list[list[int]], drafts: list[list[int]], repeats: int) -> dict:
@@ -143,7 +143,7 @@ def rows(out: dict) -> list[dict]:
             counts = [n for per_layer in cell["experts"] for n in per_layer]
             v = statistics.median(cell["cpu"])
             table.append({
-                "model": name, "gamma": g, "v_cpu": v, "v_cpu_q1": _quantile(cell["cpu"], 0.25),
+                "model": name, "draft_tokens": g, "v_cpu": v, "v_cpu_q1": _quantile(cell["cpu"], 0.25),
                 "v_cpu_q3": _quantile(cell["cpu"], 0.75), "v_wall": statistics.median(cell["wall"]),
                 "plain_ms": statistics.median(cell["plain_ms"]), "runs": len(cell["cpu"]),
                 "experts_mean": statistics.fmean(counts) if counts else None,
@@ -174,8 +174,8 @@ def markdown(table: list[dict], meta: dict) -> str:
         experts = (f"{r['experts_mean']:.2f} ({r['experts_min']}–{r['experts_max']})" if r["experts_mean"] is not None
                    else "—")
         uni = f"{r['experts_uniform']:.2f}" if r["experts_uniform"] is not None else "—"
-        ceiling = min(EXPERTS, TOP_K * (r["gamma"] + 1)) if r["experts_mean"] is not None else "—"
-        lines.append(f"| {r['model']} | {r['gamma']} | {r['v_cpu']:.3f} | {r['v_cpu_q1']:.3f}–{r['v_cpu_q3']:.3f} | "
+        ceiling = min(EXPERTS, TOP_K * (r["draft_tokens"] + 1)) if r["experts_mean"] is not None else "—"
+        lines.append(f"| {r['model']} | {r['draft_tokens']} | {r['v_cpu']:.3f} | {r['v_cpu_q1']:.3f}–{r['v_cpu_q3']:.3f} | "
                      f"{r['v_wall']:.3f} | {r['plain_ms']:.2f} | {experts} | {uni} | {ceiling} | "
                      f"×{r['speedup_illustration']:.2f} |")
     return "\n".join(lines) + "\n"

@@ -46,25 +46,25 @@ def accept_prob(phase_alphas, k):
 
 def simulate(schedule, phases, c, s, steps_per_phase, seed=0, unit=1e-3):
     rng = random.Random(seed)
-    gamma = schedule.start()
+    draft_tokens = schedule.start()
     tokens = time = 0.0
     for i in range(TOTAL_STEPS):
         alphas = phases[(i // steps_per_phase) % len(phases)]
         a = 0
-        while a < gamma and rng.random() < accept_prob(alphas, a):
+        while a < draft_tokens and rng.random() < accept_prob(alphas, a):
             a += 1
         tokens += a + 1
-        time += gamma * c + 1 + s * gamma
-        gamma, _ = schedule.update(drafted=gamma, accepted=a, draft_seconds=gamma * c * unit,
-                                   verify_seconds=(1 + s * gamma) * unit)
+        time += draft_tokens * c + 1 + s * draft_tokens
+        draft_tokens, _ = schedule.update(drafted=draft_tokens, accepted=a, draft_seconds=draft_tokens * c * unit,
+                                   verify_seconds=(1 + s * draft_tokens) * unit)
     return tokens / time
 
 
-def expected(phases, c, s, gamma):
+def expected(phases, c, s, draft_tokens):
     """Exact expected speedup of a constant draft length, averaged over the phases."""
-    tok = sum(theory.expected_tokens_positional([accept_prob(p, k) for k in range(gamma)])
+    tok = sum(theory.expected_tokens_positional([accept_prob(p, k) for k in range(draft_tokens)])
               for p in phases) / len(phases)
-    return tok / (gamma * (c + s) + 1)
+    return tok / (draft_tokens * (c + s) + 1)
 
 
 def main() -> int:

@@ -113,20 +113,20 @@ def main(argv=None) -> int:
             ref, _ = runners["cropped"].run("reference", q.text, setting)
             same_tokens &= all(out[v][0].ids == ref.ids for v in VARIANTS)
             ref_match += out["transformers"][0].target_forwards == ref.target_forwards
-            tau = {v: metrics.mean_accepted_length(out[v][1]) for v in VARIANTS}
+            tau = {v: metrics.tau(out[v][1]) for v in VARIANTS}
             for v in diffs:
                 diffs[v].append(tau["cropped"] - tau[v])
-            per_prompt.append({"gamma": g, "prompt_id": q.id, "category": q.category,
+            per_prompt.append({"draft_tokens": g, "prompt_id": q.id, "category": q.category,
                                **{f"alpha_{v}": metrics.alpha_estimate(out[v][1]) for v in VARIANTS},
                                **{f"tau_{v}": tau[v] for v in VARIANTS},
                                **{f"forwards_{v}": out[v][0].target_forwards for v in VARIANTS},
                                "forwards_reference": ref.target_forwards})
         s = {v: metrics.summarize(e) for v, e in ev.items()}
-        row = {"gamma": g, "prompts": len(prompts), "same_tokens": same_tokens,
+        row = {"draft_tokens": g, "prompts": len(prompts), "same_tokens": same_tokens,
                "transformers_variant_matches_reference_forwards": f"{ref_match}/{len(prompts)}"}
         for v in VARIANTS:
             row[v] = {"alpha": s[v].alpha, "acceptance_rate": s[v].acceptance_rate,
-                      "tokens_per_forward": s[v].mean_accepted_length,
+                      "tau": s[v].tau,
                       "target_forwards": s[v].target_forwards,
                       "per_position_conditional": s[v].per_position_conditional}
         for v, d in diffs.items():
@@ -159,9 +159,9 @@ def markdown(result) -> str:
              "reference forwards |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
-        cells = [str(r["gamma"])]
+        cells = [str(r["draft_tokens"])]
         cells += [f"{r[v]['alpha']:.3f}" for v in VARIANTS]
-        cells += [f"{r[v]['tokens_per_forward']:.3f}" for v in VARIANTS]
+        cells += [f"{r[v]['tau']:.3f}" for v in VARIANTS]
         for v in VARIANTS[1:]:
             d = r[f"tau_cropped_minus_{v}"]
             cells.append(f"{d['mean']:+.3f} ({d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}); prompts "

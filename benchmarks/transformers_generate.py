@@ -2,7 +2,7 @@
 recorded with ``mtp_viz.record``, beside mtp-viz's engine on the same prompts and settings.
 
 (a) Draft length: does transformers' ``num_assistant_tokens_schedule = "heuristic"`` move
-    the draft length with this drafter (the recorded ``draft_len`` of every step), against
+    the draft length with this drafter (the recorded ``draft_tokens`` of every step), against
     "constant", and what mtp-viz's heuristic schedule drafts on the same prompts.
 (b) Sampling: transformers drafts by argmax but scores the drafts as if sampled; its
     acceptance (accepted / drafted) and accepted drafts per step under do_sample=True,
@@ -45,14 +45,14 @@ def run_stats(events, max_new: int) -> dict:
     done, steps = events[-1], steps_of(events)
     made, free = 0, []
     for s in steps:
-        if s.draft_len and s.draft_len < max_new - made - 1:
-            free.append(s.draft_len)
+        if s.draft_tokens and s.draft_tokens < max_new - made - 1:
+            free.append(s.draft_tokens)
         made += s.new_tokens
-    drafting = [s for s in steps if s.draft_len]
+    drafting = [s for s in steps if s.draft_tokens]
     return {"new_tokens": done.new_tokens, "drafted": done.drafted, "accepted": done.accepted,
             "steps": len(drafting), "acceptance": done.accepted / done.drafted if done.drafted else 0.0,
             "accepted_per_step": done.accepted / len(drafting) if drafting else 0.0,
-            "tokens_per_forward": done.mean_accepted_length, "draft_lens": [s.draft_len for s in drafting],
+            "tau": done.tau, "draft_lens": [s.draft_tokens for s in drafting],
             "free_draft_lens": free, "seconds": done.seconds}
 
 
@@ -88,7 +88,7 @@ class Bench:
 def summarize(runs: list[dict]) -> dict:
     acc = [r["acceptance"] for r in runs]
     per = [r["accepted_per_step"] for r in runs]
-    tpf = [r["tokens_per_forward"] for r in runs]
+    tpf = [r["tau"] for r in runs]
     lens = [x for r in runs for x in r["draft_lens"]]
     free = [x for r in runs for x in r["free_draft_lens"]]
     drafted, accepted = sum(r["drafted"] for r in runs), sum(r["accepted"] for r in runs)

@@ -32,7 +32,7 @@ def check_invariants(events, max_new_tokens):
             assert [x.index for x in drafted] == list(range(len(drafted)))
             assert [x.index for x in acc] == list(range(len(acc)))
             assert all(x.step == e.step for x in drafted + acc + rej)
-            assert e.draft_len == len(drafted)
+            assert e.draft_tokens == len(drafted)
             assert e.accepted == len(acc) and e.agreed >= e.accepted  # one meaning everywhere
             if not e.cut:
                 assert len(acc) + len(rej) == len(drafted) and e.agreed == e.accepted
@@ -56,6 +56,6 @@ def check_experts(start, steps):
         return
     k, experts = moe["top_k"], moe["num_experts"]
     for s in steps:
-        tokens = start.prompt_tokens if s.step == 1 else s.draft_len + 1
+        tokens = start.prompt_tokens if s.step == 1 else s.draft_tokens + 1
         assert len(s.experts_per_layer) == moe["layers"]
         assert all(k <= n <= min(experts, k * tokens) for n in s.experts_per_layer), s

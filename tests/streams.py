@@ -30,8 +30,8 @@ def spec_step(step, drafts, accepted, *, bonus="", bonus_id=7, first_id=100, q=1
     if bonus is not None:
         kind = "extension" if accepted == len(drafts) else "correction"
         ev.append(Bonus(step=step, token_id=bonus_id, text=bonus, index=accepted, kind=kind))
-    ev.append(Step(step=step, draft_len=len(drafts), accepted=accepted, new_tokens=accepted + (bonus is not None),
-                   draft_seconds=draft_s, verify_seconds=verify_s, next_draft_len=next_len, reason=reason,
+    ev.append(Step(step=step, draft_tokens=len(drafts), accepted=accepted, new_tokens=accepted + (bonus is not None),
+                   draft_seconds=draft_s, verify_seconds=verify_s, next_draft_tokens=next_len, reason=reason,
                    cut=cut, t=t))
     return ev
 
@@ -59,7 +59,7 @@ def ar_run(texts=("def", " f", "(", ")", ":", "\n", EVIL, "<eos>"), dt=0.01):
     for i, tx in enumerate(texts, 1):
         tid = {"def": 100, " f": 101, "(": 102, ")": 7, ":": 100, "\n": 101}.get(tx, 7)
         ev += [Token(step=i, token_id=tid, text=tx, t=i * dt),
-               Step(step=i, draft_len=0, accepted=0, new_tokens=1, verify_seconds=dt, t=i * dt)]
+               Step(step=i, draft_tokens=0, accepted=0, new_tokens=1, verify_seconds=dt, t=i * dt)]
     ev.append(Done(new_tokens=len(texts), target_forwards=len(texts), seconds=len(texts) * dt))
     return ev
 
@@ -67,7 +67,7 @@ def ar_run(texts=("def", " f", "(", ")", ":", "\n", EVIL, "<eos>"), dt=0.01):
 # ---------------------------------------------------------------- runs of a given shape, for the metrics
 
 def spec_stream(plan, seconds=1.0, prefill_s=0.5):
-    """plan: list of (draft_len, accepted[, spec_step keywords]) per step. Like the
+    """plan: list of (draft_tokens, accepted[, spec_step keywords]) per step. Like the
     engine, step 1 is the prefill: no drafts, the target's first token closes it."""
     shape = dict(first_id=10, bonus_id=99)
     events = [Start("speculative", 5)] + spec_step(1, [], 0, verify_s=prefill_s, **shape)

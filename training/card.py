@@ -10,6 +10,11 @@ import json
 from pathlib import Path
 
 
+def _tau(r: dict) -> float:
+    """τ as a result says it; results written before the one name said it otherwise."""
+    return next(r[k] for k in ("tau", "mean_accepted_length", "tokens_per_forward") if r.get(k) is not None)
+
+
 def _read_jsonl(path: Path) -> list[dict]:
     return [json.loads(l) for l in path.read_text().splitlines() if l.strip()] if path.exists() else []
 
@@ -121,7 +126,7 @@ def bench_lines(bench: dict) -> list[str]:
         first = (r.get("per_position_conditional") or [None])[0]
         name = f"**{r['setting']}**" if r is best else r["setting"]
         rows.append(f"| {name} | {r['tokens_per_second']:.1f} | ×{r['speedup']:.2f} | {r['alpha']:.2f} | {pct(first)} | "
-                    f"{r['tokens_per_forward']:.2f} | {r['cost_coefficient']:.3f} | {r['verify_cost']:.2f} |")
+                    f"{_tau(r):.2f} | {r['cost_coefficient']:.3f} | {r['verify_cost']:.2f} |")
     rows += [
         "",
         "speedup: tokens/s over plain decoding, end to end; α: per-token acceptance (maximum likelihood); τ: new tokens",
@@ -157,7 +162,7 @@ def write_card(out: Path, bench_path: Path | None = None) -> Path:
         return "n/a" if x is None else f"{100 * x:.0f}%"
 
     def row(name, r):
-        return (f"| {name} | {r['prompts']} | {r['mean_accepted_length']:.2f} | {pct(r['first_position_acceptance'])} | "
+        return (f"| {name} | {r['prompts']} | {_tau(r):.2f} | {pct(r['first_position_acceptance'])} | "
                 + " / ".join(pct(x) for x in r["per_position_acceptance"]) + f" | {pct(r['draft_acceptance_rate'])} |")
 
     sample = code["samples"][0]
@@ -171,8 +176,8 @@ def write_card(out: Path, bench_path: Path | None = None) -> Path:
         "the real checkpoints, drafting costs a small fraction of a target step, so MTP pays off in wall-clock time on",
         "a CPU. Given English prose, which it never saw, the target soon falls into repetitive code-like text whose",
         f"first draft the drafter gets right about as often as on code ({pct(prose['first_position_acceptance'])} against "
-        f"{pct(code['first_position_acceptance'])}; {prose['mean_accepted_length']:.1f} and "
-        f"{code['mean_accepted_length']:.1f} tokens",
+        f"{pct(code['first_position_acceptance'])}; {_tau(prose):.1f} and "
+        f"{_tau(code):.1f} tokens",
         "per target forward), so prose is no example of low acceptance for this pair (table below).",
         "",
         "```python",

@@ -56,12 +56,12 @@ def summarize(events: list, draft_tokens: int) -> dict:
     s = metrics.summarize(events)
     per_pos = (list(s.per_position_conditional) + [None] * draft_tokens)[:draft_tokens]
     return {
-        "mean_accepted_length": round(s.mean_accepted_length, 4),
+        "tau": round(s.tau, 4) if s.tau is not None else None,
         "alpha": round(s.alpha, 4),
         "first_position_acceptance": None if per_pos[0] is None else round(per_pos[0], 4),
         "per_position_acceptance": [None if p is None else round(p, 4) for p in per_pos],  # conditional
         "draft_acceptance_rate": round(s.acceptance_rate, 4),
-        "verification_steps": sum(1 for r in metrics.step_records(events) if r.draft_len > 0),
+        "verification_steps": sum(1 for r in metrics.step_records(events) if r.draft_tokens > 0),
         "new_tokens": s.new_tokens,
         "target_forwards": s.target_forwards,
     }
@@ -81,7 +81,7 @@ def run_set(tok, target, drafter, prompts, max_new_tokens: int, draft_tokens: in
         pooled += events
         per = summarize(events, draft_tokens)
         samples.append({"prompt": text, "completion": tok.decode(list(done.generated_ids)),
-                        "mean_accepted_length": per["mean_accepted_length"],
+                        "tau": per["tau"],
                         "first_position_acceptance": per["first_position_acceptance"]})
     res = summarize(pooled, draft_tokens)
     res["measured_with"] = "mtp_viz.engine.loop + mtp_viz.analysis.metrics"
@@ -104,7 +104,7 @@ def evaluate_pair(out: Path, log_dir: Path | None = None, quick: bool = False, m
     }
     for name in ("held_out_code", "prose"):
         r = results[name]
-        print(f"{name}: mean accepted length {r['mean_accepted_length']}, alpha {r['alpha']}, first-position "
+        print(f"{name}: τ {r['tau']}, alpha {r['alpha']}, first-position "
               f"acceptance {r['first_position_acceptance']}, per position {r['per_position_acceptance']}", flush=True)
     (log_dir or out).mkdir(parents=True, exist_ok=True)
     ((log_dir or out) / "eval_results.json").write_text(json.dumps(results, indent=2) + "\n")

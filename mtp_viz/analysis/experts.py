@@ -22,7 +22,7 @@ __all__ = ["ExpertStep", "expert_steps", "mean_by_draft_length", "moe_of", "unro
 class ExpertStep:
     """One verification (or plain step) of a counted run."""
     step: int
-    draft_len: int
+    draft_tokens: int
     per_layer: tuple[int, ...]     # distinct experts per MoE layer
 
     @property
@@ -53,7 +53,7 @@ def unrouted(events: Sequence[Event]) -> str:
 def expert_steps(events: Iterable[Event]) -> list[ExpertStep]:
     """The counted steps after each generation's prefill (which sends the whole prompt,
     not a verification's γ + 1 tokens), in order."""
-    return [ExpertStep(e.step, e.draft_len, e.experts_per_layer) for e in events
+    return [ExpertStep(e.step, e.draft_tokens, e.experts_per_layer) for e in events
             if isinstance(e, Step) and e.experts_per_layer and e.step > 1]
 
 
@@ -61,10 +61,10 @@ def mean_by_draft_length(steps: Sequence[ExpertStep]) -> dict[int, float]:
     """Draft length γ -> distinct experts per layer, averaged over its steps and layers."""
     pooled: dict[int, list[float]] = {}
     for s in steps:
-        pooled.setdefault(s.draft_len, []).append(s.mean)
+        pooled.setdefault(s.draft_tokens, []).append(s.mean)
     return {g: sum(v) / len(v) for g, v in sorted(pooled.items())}
 
 
-def ceiling(gamma: int, top_k: int, num_experts: int) -> int:
+def ceiling(draft_tokens: int, top_k: int, num_experts: int) -> int:
     """The most experts γ + 1 tokens can reach in one layer: every token top_k of its own."""
-    return min(num_experts, top_k * (gamma + 1))
+    return min(num_experts, top_k * (draft_tokens + 1))

@@ -23,13 +23,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Iterable, Sequence
 
 from mtp_viz.engine import theory
-from mtp_viz.engine.events import Bonus, Done, Event, Rejected, Start, Step, Token
+from mtp_viz.engine.events import Bonus, Done, Event, Rejected, Start, Step, Token, tau_of
 
 from . import experts
 
 __all__ = [
     "StepRecord", "Summary", "step_records", "per_step_acceptance", "per_position_counts",
-    "per_position_acceptance", "acceptance_rate", "alpha_estimate", "mean_accepted_length",
+    "per_position_acceptance", "acceptance_rate", "alpha_estimate", "tau",
     "drafter_seconds_per_token", "target_step_seconds", "cost_coefficient", "summarize",
     "TheoryCheck", "theory_check", "drift",
 ]
@@ -38,7 +38,7 @@ __all__ = [
 @dataclass(frozen=True)
 class StepRecord:
     """One verification step, reduced to what the metrics need."""
-    draft_len: int
+    draft_tokens: int
     accepted: int
     new_tokens: int
     rejected: bool            # the target disagreed with draft number ``accepted``
@@ -69,9 +69,9 @@ def step_records(events: Iterable[Event]) -> list[StepRecord]:
         elif isinstance(e, Step):
             if not token_seen:
                 rejected = (correction or e.accepted in rejected_at
-                            or (e.accepted < e.draft_len and not e.cut))
+                            or (e.accepted < e.draft_tokens and not e.cut))
                 new = e.new_tokens or e.accepted + (0 if e.cut else 1)
-                out.append(StepRecord(e.draft_len, e.accepted, new, rejected, e.cut,
+                out.append(StepRecord(e.draft_tokens, e.accepted, new, rejected, e.cut,
                                       e.draft_seconds, e.verify_seconds))
             correction = token_seen = False
             rejected_at = set()
@@ -83,7 +83,7 @@ def step_records(events: Iterable[Event]) -> list[StepRecord]:
 
 def per_step_acceptance(events: Iterable[Event]) -> list[float | None]:
     """accepted ÷ drafted for each speculative step (None where nothing was drafted)."""
-    return [r.accepted / r.draft_len if r.draft_len else None for r in step_records(events)]
+    return [r.accepted / r.draft_tokens if r.draft_tokens else None for r in step_records(events)]
 
 
 def per_position_counts(events: Iterable[Event]) -> list[tuple[int, int, int]]:
@@ -96,7 +96,7 @@ def per_position_counts(events: Iterable[Event]) -> list[tuple[int, int, int]]:
     counts: list[list[int]] = []
     for r in step_records(events):
         judged = r.accepted + (1 if r.rejected else 0)
-        for k in range(r.draft_len):
+        for k in range(r.draft_tokens):
             while len(counts) <= k:
                 counts.append([0, 0, 0])
             counts[k][0] += 1
@@ -118,7 +118,7 @@ def per_position_acceptance(events: Iterable[Event], conditional: bool = True) -
 def acceptance_rate(events: Iterable[Event]) -> float:
     """accepted ÷ drafted over all steps (0 when nothing was drafted)."""
     recs = step_records(events)
-    drafted = sum(r.draft_len for r in recs)
+    drafted = sum(r.draft_tokens for r in recs)
     return sum(r.accepted for r in recs) / drafted if drafted else 0.0
 
 
@@ -136,20 +136,25 @@ def _forwards_and_tokens(events: Sequence[Event]) -> tuple[int, int]:
     return len(steps), sum(s.new_tokens for s in steps)
 
 
-def mean_accepted_length(events: Iterable[Event]) -> float:
-    """τ: new tokens per target forward, the target's own token included.
+def tau(events: Iterable[Event]) -> float | None:
+    """τ, new tokens per target forward after each generation's prefill, the target's own
+    token included (:func:`mtp_viz.engine.events.tau_of`); None before any verification.
 
-    Uses the ``Done`` totals when present (so a prefill forward that produced no
-    token counts as the engine reports it), else the ``Step`` events.
+    Uses the ``Done`` totals when present, else the ``Step`` events.
     """
-    forwards, tokens = _forwards_and_tokens(list(events))
-    return tokens / forwards if forwards else 0.0
+    events = list(events)
+    forwards, tokens = _forwards_and_tokens(events)
+    return tau_of(tokens, forwards, _generations(events))
+
+
+def _generations(events: Sequence[Event]) -> int:
+    return sum(isinstance(e, Start) for e in events) or (1 if events else 0)
 
 
 def drafter_seconds_per_token(events: Iterable[Event]) -> float:
-    """Drafter time per drafted token: Σ draft_seconds ÷ Σ draft_len."""
+    """Drafter time per drafted token: Σ draft_seconds ÷ Σ draft_tokens."""
     recs = step_records(events)
-    drafted = sum(r.draft_len for r in recs)
+    drafted = sum(r.draft_tokens for r in recs)
     return sum(r.draft_seconds for r in recs) / drafted if drafted else 0.0
 
 
@@ -163,7 +168,7 @@ def _decode_step_seconds(events: Sequence[Event]) -> list[float]:
         elif isinstance(e, Token):
             token_seen = True
         elif isinstance(e, Step):
-            if not first and e.verify_seconds > 0 and (token_seen or e.draft_len > 0):
+            if not first and e.verify_seconds > 0 and (token_seen or e.draft_tokens > 0):
                 out.append(e.verify_seconds)
             first = token_seen = False
     return out
@@ -208,20 +213,12 @@ class Summary:
     rejections: int = 0
     acceptance_rate: float = 0.0
     alpha: float = 0.0
-    mean_accepted_length: float = 0.0
-    mean_draft_len: float = 0.0        # over steps that drafted (the prefill step does not)
+    tau: float | None = None           # τ after the prefill (engine.events.tau_of); None before any verification
+    mean_draft_tokens: float = 0.0        # over steps that drafted (the prefill step does not)
     drafter_seconds_per_token: float = 0.0
     verify_seconds_per_step: float = 0.0
     per_position_conditional: list = field(default_factory=list)
     per_position_unconditional: list = field(default_factory=list)
-
-    @property
-    def tau(self) -> float | None:
-        """τ after the prefill: tokens per verification, the bonus included, over the forwards
-        that follow each generation's prefill, (tokens − generations) ÷ (forwards − generations);
-        None before any verification. The one formula the bench, peers and servers report."""
-        verifications = self.target_forwards - self.generations
-        return (self.new_tokens - self.generations) / verifications if verifications > 0 else None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -234,11 +231,11 @@ def summarize(events: Iterable[Event]) -> Summary:
     starts = [e for e in events if isinstance(e, Start)]
     forwards, tokens = _forwards_and_tokens(events)
     seconds = sum(e.seconds for e in events if isinstance(e, Done))
-    drafted = sum(r.draft_len for r in recs)
+    drafted = sum(r.draft_tokens for r in recs)
     accepted = sum(r.accepted for r in recs)
     rejections = sum(r.rejected for r in recs)
     verify = _decode_step_seconds(events)
-    drafting = [r for r in recs if r.draft_len > 0]
+    drafting = [r for r in recs if r.draft_tokens > 0]
     return Summary(
         mode=starts[0].mode if starts else "",
         generations=len(starts),
@@ -252,8 +249,8 @@ def summarize(events: Iterable[Event]) -> Summary:
         rejections=rejections,
         acceptance_rate=accepted / drafted if drafted else 0.0,
         alpha=theory.alpha_mle(accepted, rejections),
-        mean_accepted_length=tokens / forwards if forwards else 0.0,
-        mean_draft_len=drafted / len(drafting) if drafting else 0.0,
+        tau=tau_of(tokens, forwards, _generations(events)),
+        mean_draft_tokens=drafted / len(drafting) if drafting else 0.0,
         drafter_seconds_per_token=drafter_seconds_per_token(events),
         verify_seconds_per_step=sum(verify) / len(verify) if verify else 0.0,
         per_position_conditional=per_position_acceptance(events, conditional=True),
@@ -271,12 +268,12 @@ class TheoryCheck:
     over γ+1 tokens achieves: such a value is timing noise, not a cost."""
     acceptance_rate: float
     alpha: float
-    gamma: float                      # mean draft length over steps that drafted
-    tau: float                        # measured tokens per target forward
+    draft_tokens: float                      # mean draft length over steps that drafted
+    tau: float | None                 # measured τ, tokens per target forward after the prefill
     tau_predicted: float              # Eq. 1 at the measured α and γ
     c: float                          # drafter step ÷ target step
     speedup_predicted: float          # Eq. 2: τ(α, γ) / (γc + 1)
-    gamma_star: int
+    optimal_draft_tokens: int
     speedup_star: float
     speedup_measured: float | None = None
     v: float | None = None            # verify seconds per step ÷ autoregressive step seconds
@@ -301,8 +298,8 @@ def theory_check(events: Iterable[Event], baseline: Iterable[Event] | None = Non
         return None
     base = list(baseline) if baseline is not None else None
     c = cost_coefficient(events, base)
-    gamma = s.mean_draft_len
-    g_star, s_star = theory.optimal_gamma(s.alpha, c, cap)
+    draft_tokens = s.mean_draft_tokens
+    g_star, s_star = theory.optimal_draft_tokens(s.alpha, c, cap)
     measured = v = v_raw = predicted_v = None
     if base is not None:
         bs = summarize(base)
@@ -314,12 +311,12 @@ def theory_check(events: Iterable[Event], baseline: Iterable[Event] | None = Non
                 # Leviathan et al. assume verifying γ+1 tokens costs one target step; where
                 # it costs v steps instead, the prediction becomes τ / (γc + v).
                 v = v_raw
-                predicted_v = s.mean_accepted_length / (gamma * c + v)
+                predicted_v = s.tau / (draft_tokens * c + v) if s.tau is not None else None
     return TheoryCheck(
-        acceptance_rate=s.acceptance_rate, alpha=s.alpha, gamma=gamma,
-        tau=s.mean_accepted_length, tau_predicted=theory.expected_tokens(s.alpha, gamma),
-        c=c, speedup_predicted=theory.predicted_speedup(s.alpha, gamma, c),
-        gamma_star=g_star, speedup_star=s_star, speedup_measured=measured, v=v, v_raw=v_raw,
+        acceptance_rate=s.acceptance_rate, alpha=s.alpha, draft_tokens=draft_tokens,
+        tau=s.tau, tau_predicted=theory.expected_tokens(s.alpha, draft_tokens),
+        c=c, speedup_predicted=theory.predicted_speedup(s.alpha, draft_tokens, c),
+        optimal_draft_tokens=g_star, speedup_star=s_star, speedup_measured=measured, v=v, v_raw=v_raw,
         speedup_predicted_v=predicted_v,
         per_position_conditional=tuple(s.per_position_conditional),
         per_position_unconditional=tuple(s.per_position_unconditional),
@@ -329,7 +326,7 @@ def theory_check(events: Iterable[Event], baseline: Iterable[Event] | None = Non
 def _experts_fields(events: Sequence[Event]) -> dict:
     """The theory check's experts fields: empty unless the run counted its experts."""
     moe = experts.moe_of(events) or {}
-    touched = [s.mean for s in experts.expert_steps(events) if s.draft_len > 0]
+    touched = [s.mean for s in experts.expert_steps(events) if s.draft_tokens > 0]
     if not touched:
         return {}
     return {"experts_touched": sum(touched) / len(touched), "experts_top_k": int(moe.get("top_k", 0)),

@@ -27,45 +27,45 @@ from typing import Sequence
 from mtp_viz.engine import theory
 
 
-def speedup(alpha: float, gamma: int, plain: float, verify: dict[int, float], draft: float) -> float:
+def speedup(alpha: float, draft_tokens: int, plain: float, verify: dict[int, float], draft: float) -> float:
     """S(α, γ) over a plain step of ``plain`` seconds (see the module's docstring)."""
-    return theory.expected_tokens(alpha, gamma) * plain / (gamma * draft + verify[gamma + 1])
+    return theory.expected_tokens(alpha, draft_tokens) * plain / (draft_tokens * draft + verify[draft_tokens + 1])
 
 
-def run_speedup(alpha: float, gamma: int, n: int, plain: float, plain_prefill: float, verify: dict[int, float],
+def run_speedup(alpha: float, draft_tokens: int, n: int, plain: float, plain_prefill: float, verify: dict[int, float],
                 draft: float, prefill: float) -> float:
     """S_run for a run of ``n`` new tokens (prefills in seconds, whole prompt)."""
-    step = gamma * draft + verify[gamma + 1]
-    return (plain_prefill + (n - 1) * plain) / (prefill + (n - 1) / theory.expected_tokens(alpha, gamma) * step)
+    step = draft_tokens * draft + verify[draft_tokens + 1]
+    return (plain_prefill + (n - 1) * plain) / (prefill + (n - 1) / theory.expected_tokens(alpha, draft_tokens) * step)
 
 
-def break_even(gamma: int, plain: float, verify: dict[int, float], draft: float, tol: float = 1e-6) -> float | None:
+def break_even(draft_tokens: int, plain: float, verify: dict[int, float], draft: float, tol: float = 1e-6) -> float | None:
     """The acceptance at which γ drafts neither gain nor lose; None if none in [0, 1]."""
-    if speedup(1.0, gamma, plain, verify, draft) < 1.0:
+    if speedup(1.0, draft_tokens, plain, verify, draft) < 1.0:
         return None
-    if speedup(0.0, gamma, plain, verify, draft) >= 1.0:
+    if speedup(0.0, draft_tokens, plain, verify, draft) >= 1.0:
         return 0.0
     lo, hi = 0.0, 1.0
     while hi - lo > tol:
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if speedup(mid, gamma, plain, verify, draft) < 1.0 else (lo, mid)
+        lo, hi = (mid, hi) if speedup(mid, draft_tokens, plain, verify, draft) < 1.0 else (lo, mid)
     return (lo + hi) / 2
 
 
-def best_gamma(alpha: float, plain: float, verify: dict[int, float], draft: float) -> tuple[int, float]:
+def best_draft_tokens(alpha: float, plain: float, verify: dict[int, float], draft: float) -> tuple[int, float]:
     """The draft length of largest S at ``alpha`` among those measured, and that S."""
-    gammas = sorted(w - 1 for w in verify if w > 1)
-    return max(((g, speedup(alpha, g, plain, verify, draft)) for g in gammas), key=lambda gs: gs[1])
+    draft_tokens_list = sorted(w - 1 for w in verify if w > 1)
+    return max(((g, speedup(alpha, g, plain, verify, draft)) for g in draft_tokens_list), key=lambda gs: gs[1])
 
 
 def curves(plain: float, verify: dict[int, float], draft: float, alphas: Sequence[float]) -> dict:
     """For every measured γ: S at each α, and its break-even α; for each α, the best γ."""
-    gammas = sorted(w - 1 for w in verify if w > 1)
+    draft_tokens_list = sorted(w - 1 for w in verify if w > 1)
     return {
         "alphas": list(alphas),
-        "speedup": {g: [speedup(a, g, plain, verify, draft) for a in alphas] for g in gammas},
-        "break_even": {g: break_even(g, plain, verify, draft) for g in gammas},
-        "best": {a: best_gamma(a, plain, verify, draft) for a in alphas},
+        "speedup": {g: [speedup(a, g, plain, verify, draft) for a in alphas] for g in draft_tokens_list},
+        "break_even": {g: break_even(g, plain, verify, draft) for g in draft_tokens_list},
+        "best": {a: best_draft_tokens(a, plain, verify, draft) for a in alphas},
     }
 
 
@@ -75,4 +75,4 @@ def grid(step: float = 0.05) -> list[float]:
     return [round(i * step, 6) for i in range(n + 1)]
 
 
-__all__ = ["best_gamma", "break_even", "curves", "grid", "run_speedup", "speedup"]
+__all__ = ["best_draft_tokens", "break_even", "curves", "grid", "run_speedup", "speedup"]

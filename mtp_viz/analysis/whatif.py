@@ -33,7 +33,7 @@ __all__ = ["WhatIfRow", "WhatIf", "what_if"]
 
 @dataclass(frozen=True)
 class WhatIfRow:
-    gamma: int
+    draft_tokens: int
     tau: float                # estimated tokens per target forward at this draft length
     speedup: float            # estimated speedup over autoregressive decoding
     extrapolated: bool        # uses acceptance of positions this run never judged
@@ -45,14 +45,14 @@ class WhatIf:
     alphas: tuple[float, ...]  # the measured conditional acceptance per position
     c: float                   # drafter step ÷ target step (measured)
     slope: float               # s: verification cost added per drafted token (0 without a baseline)
-    run_gamma: float           # the run's own mean draft length
+    run_draft_tokens: float           # the run's own mean draft length
     run_tau: float             # the run's measured τ
     run_speedup: float | None  # the run's measured speedup (None without a baseline)
     best: int                  # the best draft length among rows the run measured
 
     @property
     def best_row(self) -> WhatIfRow:
-        return next(r for r in self.rows if r.gamma == self.best)
+        return next(r for r in self.rows if r.draft_tokens == self.best)
 
 
 def what_if(check: TheoryCheck | None, cap: int = 12) -> WhatIf | None:
@@ -70,9 +70,9 @@ def what_if(check: TheoryCheck | None, cap: int = 12) -> WhatIf | None:
     measured = len(alphas)
     full = alphas[:cap] + [alphas[-1]] * max(0, cap - measured)
     # v(γ₀) = 1 + s·γ₀  =>  s = (v − 1)/γ₀; the cost of a step becomes 1 + γ(c + s)
-    slope = (check.v - 1.0) / check.gamma if check.v is not None and check.gamma > 0 else 0.0
+    slope = (check.v - 1.0) / check.draft_tokens if check.v is not None and check.draft_tokens > 0 else 0.0
     rows = tuple(WhatIfRow(g, theory.expected_tokens_positional(full[:g]),
                            theory.predicted_speedup_positional(full[:g], check.c + slope), g > measured)
                  for g in range(1, cap + 1))
-    best = max((r for r in rows if not r.extrapolated), key=lambda r: r.speedup).gamma
-    return WhatIf(rows, tuple(alphas), check.c, slope, check.gamma, check.tau, check.speedup_measured, best)
+    best = max((r for r in rows if not r.extrapolated), key=lambda r: r.speedup).draft_tokens
+    return WhatIf(rows, tuple(alphas), check.c, slope, check.draft_tokens, check.tau, check.speedup_measured, best)

@@ -102,11 +102,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def parse_settings(draft_tokens: str | None, schedules: str, quick: bool) -> list[Setting]:
     from mtp_viz.engine.schedules import SCHEDULES
     try:
-        gammas = ([int(x) for x in draft_tokens.split(",") if x.strip()] if draft_tokens
+        draft_tokens_list = ([int(x) for x in draft_tokens.split(",") if x.strip()] if draft_tokens
                   else list(QUICK["draft_tokens"] if quick else (1, 2, 4, 8)))
     except ValueError as e:
         raise UserError("--draft-tokens must be comma-separated whole numbers, like 1,2,4,8.") from e
-    if not gammas:
+    if not draft_tokens_list:
         raise UserError("--draft-tokens must list draft lengths, like 1,2,4,8.")
     names = [s.strip() for s in schedules.split(",") if s.strip()]
     if not names:
@@ -114,7 +114,7 @@ def parse_settings(draft_tokens: str | None, schedules: str, quick: bool) -> lis
     for s in names:
         if s not in SCHEDULES:
             raise UserError(f"Unknown schedule {s!r}; choose from {', '.join(SCHEDULES)}.")
-    return settings_grid(gammas, names)
+    return settings_grid(draft_tokens_list, names)
 
 
 @dataclass(frozen=True)
@@ -186,7 +186,7 @@ def check(args: argparse.Namespace) -> Plan:
     settings = parse_settings(args.draft_tokens, args.schedules, quick)
     sampling = Sampling(args.temperature, seed=args.seed)
     for s in settings:  # as each run's settings will be: a bad one is refused before a model loads
-        RunSettings(prompts[0].text, max_new_tokens=n, draft_tokens=s.gamma, schedule=s.schedule,
+        RunSettings(prompts[0].text, max_new_tokens=n, draft_tokens=s.draft_tokens, schedule=s.schedule,
                     sampling=sampling, chat=not args.no_chat).validate(MAX_NEW_TOKENS)
     precisions = [] if server else bench_precision.parse(args)  # every name checked before a model loads
     engine_of(args)                                              # and the engine's
@@ -285,7 +285,7 @@ def compile_plan(base: RunSettings, prompts, settings) -> list[RunSettings]:
     (:func:`mtp_viz.measure.session.interleaved`)."""
     from mtp_viz.measure.session import WARM_UP_TOKENS
     warm = dataclasses.replace(base, max_new_tokens=min(base.max_new_tokens, WARM_UP_TOKENS))
-    return [dataclasses.replace(b, prompt=p.text, schedule=s.schedule, draft_tokens=s.gamma)
+    return [dataclasses.replace(b, prompt=p.text, schedule=s.schedule, draft_tokens=s.draft_tokens)
             for b, ps in ((base, prompts), (warm, prompts[:1])) for p in ps for s in settings]
 
 
@@ -310,7 +310,7 @@ def _run(args, sampling, prompts, settings, precisions, n, repeats, quick, greed
     finally:
         bar.close()
         for a in arms:
-            a.runner.close()
+            a.close()
     mismatches = runs.mismatches
     meta = {
         "target": args.target, "drafter": args.drafter, "weights": args.weights,

@@ -54,7 +54,7 @@ def on_engine(pairs, engine: str, runs=()) -> list:
 
 COLUMNS = [  # (title, key, format) of the precision table
     ("precisions", "precision", "{}"), ("setting", None, None), ("accept", "acceptance_rate", "{:.1%}"),
-    ("first draft", None, None), ("α", "alpha", "{:.3f}"), ("τ", "decode_tokens_per_forward", "{:.2f}"),
+    ("first draft", None, None), ("α", "alpha", "{:.3f}"), ("τ", "tau", "{:.2f}"),
     ("c", "cost_coefficient", "{:.3f}"), ("v", "verify_cost", "{:.2f}"),
     ("plain tok/s", "autoregressive_tokens_per_second", "{:.1f}"), ("speedup", "speedup", "×{:.2f}"),
     ("drift", "drift", "{:.1%}"), ("parity", None, None),
@@ -63,7 +63,7 @@ COLUMNS = [  # (title, key, format) of the precision table
 
 def _cell(row, title, key, fmt) -> str:
     if title == "setting":  # the row's name without its precisions, which the first column gives
-        return f"{row['schedule']}-{row['gamma']}"
+        return f"{row['schedule']}-{row['draft_tokens']}"
     if title == "first draft":
         pos = row.get("per_position_conditional") or []
         return f"{pos[0]:.0%}" if pos and pos[0] is not None else "–"

@@ -56,7 +56,7 @@ COLUMNS = [
     ("τ (pred)", None, None), ("c", "cost_coefficient", "{:.3f}"),
     ("v", "verify_cost", "{:.2f}"), ("predicted", "predicted_speedup", "×{:.2f}"),
     ("meas/pred", "measured_over_predicted", "{:.2f}"),
-    ("pred with v", "predicted_speedup_with_verify_cost", "×{:.2f}"), ("γ*", "optimal_gamma", "{}"),
+    ("pred with v", "predicted_speedup_with_verify_cost", "×{:.2f}"), ("γ*", "optimal_draft_tokens", "{}"),
     ("parity", None, None),
 ]
 
@@ -76,8 +76,8 @@ def _cells(row, columns=COLUMNS) -> list[str]:
         if title == "fwd (ref)":
             out.append(f"{row['target_forwards']} ({_f(row['reference_target_forwards'], '{}')})")
         elif title == "τ (pred)":
-            out.append(f"{_f(row.get('decode_tokens_per_forward'))} "
-                       f"({_f(row['predicted_tokens_per_forward'])})")
+            out.append(f"{_f(row.get('tau'))} "
+                       f"({_f(row['tau_predicted'])})")
         elif title == "parity":
             out.append("–" if row["parity"] is None else
                        ("ok" if row["parity"] else f"FAIL ×{row['parity_failures']}"))
@@ -250,10 +250,10 @@ def figures(result) -> list:
     speedup by category, overhead against transformers."""
     import plotly.graph_objects as go
     rows, figs = result["settings"], []
-    const = sorted((r for r in rows if r["schedule"] == "constant"), key=lambda r: r["gamma"])
+    const = sorted((r for r in rows if r["schedule"] == "constant"), key=lambda r: r["draft_tokens"])
     if const:
         f = go.Figure()
-        xs = [r["gamma"] for r in const]
+        xs = [r["draft_tokens"] for r in const]
         f.add_scatter(x=xs, y=[r["speedup"] for r in const], name="ours (measured, end to end)",
                       mode="lines+markers")
         f.add_scatter(x=xs, y=[r["decode_speedup"] for r in const], name="ours (measured, decode)",
@@ -266,7 +266,7 @@ def figures(result) -> list:
                       name="predicted, measured verify cost", mode="lines+markers", line={"dash": "dot"})
         for r in rows:
             if r["schedule"] != "constant":
-                f.add_scatter(x=[r["mean_draft_len"]], y=[r["speedup"]], mode="markers",
+                f.add_scatter(x=[r["mean_draft_tokens"]], y=[r["speedup"]], mode="markers",
                               marker={"size": 12, "symbol": "star"}, name=f"{r['setting']} (mean γ)")
         f.add_hline(y=1.0, line={"color": "grey", "width": 1})
         f.update_layout(title="Speedup over autoregressive vs draft length", xaxis_title="draft length γ",

@@ -38,7 +38,7 @@ from typing import Any, ClassVar
 
 __all__ = [
     "Event", "Start", "Drafted", "Accepted", "Rejected", "Bonus", "Token", "Step", "Done",
-    "Error", "Ran", "event_from_dict", "verdicts", "EVENT_TYPES",
+    "Error", "Ran", "event_from_dict", "renamed", "verdicts", "EVENT_TYPES", "RENAMED", "tau_of",
 ]
 
 
@@ -60,7 +60,7 @@ class Event:
         if cls is Event:
             return event_from_dict(d)
         names = {f.name: f for f in dataclasses.fields(cls)}
-        kwargs = {k: _frozen(v) for k, v in d.items() if k in names}
+        kwargs = {k: _frozen(v) for k, v in renamed(d).items() if k in names}
         return cls(**kwargs)
 
 
@@ -111,6 +111,32 @@ class Ran:
             return cls(**{k: v for k, v in said.items() if k in names})
         older = _BEFORE_RAN.get(settings.get("backend")) or _BEFORE_RAN.get(settings.get("engine"))
         return older or cls()
+
+
+def tau_of(new_tokens: int, target_forwards: int, generations: int = 1) -> float | None:
+    """τ, tokens per target forward after the prefill: each generation's prefill forward
+    writes its first token, and every later forward verifies, keeping its accepted drafts
+    and the target's own token, so τ = (new tokens − generations) ÷ (forwards − generations).
+    None before any verification. The one formula every source, view and study reports
+    (vLLM's ``mean_acceptance_length`` leaves the prefill out the same way)."""
+    verifications = target_forwards - generations
+    return (new_tokens - generations) / verifications if verifications > 0 else None
+
+
+# Fields older traces and clients named otherwise: draft length had several names, and τ was
+# ``mean_accepted_length`` over every forward, the prefill included (recomputed on reading).
+RENAMED = {"draft_len": "draft_tokens", "next_draft_len": "next_draft_tokens"}
+
+
+def renamed(d: dict[str, Any]) -> dict[str, Any]:
+    """An event's dict with older field names read as today's (:data:`RENAMED`)."""
+    if not any(k in d for k in (*RENAMED, "mean_accepted_length")):
+        return d
+    out = {RENAMED.get(k, k): v for k, v in d.items() if k != "mean_accepted_length"}
+    if d.get("type") == "done" and "tau" not in out and isinstance(out.get("new_tokens"), int) \
+            and isinstance(out.get("target_forwards"), int):
+        out["tau"] = tau_of(out["new_tokens"], out["target_forwards"]) or 0.0
+    return out
 
 
 # what older traces said in place of ``ran``, by their ``backend`` or ``engine`` key
@@ -219,12 +245,12 @@ class Step(Event):
     """Summary closing each verification step (speculative) or each forward (autoregressive)."""
     type: ClassVar[str] = "step"
     step: int
-    draft_len: int                 # tokens drafted this step
+    draft_tokens: int              # tokens drafted this step (the draft length)
     accepted: int                  # drafts kept this step: the number of its Accepted events
     new_tokens: int = 0            # tokens appended this step (accepted + bonus, after any cut)
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
-    next_draft_len: int = 0        # what the schedule chose for the next step
+    next_draft_tokens: int = 0     # what the schedule chose for the next step
     reason: str = ""               # why the schedule chose it
     cut: str = ""                  # "eos" when tokens after an end-of-sequence were dropped
     t: float = 0.0                 # seconds since the start of generation, at the step's end
@@ -245,7 +271,7 @@ class Done(Event):
     drafted: int = 0
     accepted: int = 0
     acceptance_rate: float = 0.0   # accepted / drafted
-    mean_accepted_length: float = 0.0  # new tokens per target forward (bonus included)
+    tau: float = 0.0               # τ: new tokens per target forward after the prefill (tau_of; 0 before any)
     tokens_per_second: float = 0.0
     stop_reason: str = ""          # "eos", "max_new_tokens" or "stopped"
     generated_ids: tuple[int, ...] = ()
@@ -260,12 +286,11 @@ class Done(Event):
            server_metrics: dict[str, Any] | None = None) -> "Done":
         """A run's end from what was counted, its rates derived here, once, for every source
         (the engine, transformers' recorder, the servers): acceptance = accepted ÷ drafted,
-        tokens per target forward = new tokens ÷ forwards, tokens/s = new tokens ÷ seconds
-        (each 0 where its denominator is)."""
+        τ = :func:`tau_of`, tokens/s = new tokens ÷ seconds (each 0 where its denominator is)."""
         ids = tuple(generated_ids)
         n = len(ids)
         return cls(n, target_forwards, seconds, text, drafter_forwards, drafted, accepted,
-                   accepted / drafted if drafted else 0.0, n / target_forwards if target_forwards else 0.0,
+                   accepted / drafted if drafted else 0.0, tau_of(n, target_forwards) or 0.0,
                    n / seconds if seconds > 0 else 0.0, stop_reason, ids, compile_seconds=compile_seconds,
                    server_metrics=server_metrics or {})
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .theory import optimal_gamma
+from .theory import optimal_draft_tokens
 
 
 @dataclass
@@ -211,8 +211,8 @@ class OptimalSchedule(Schedule):
             for i, v in enumerate((1.0, x, y, x * x, x * y)):
                 self._line[i] += v
         c, s = self.cost()
-        gamma, speedup = optimal_gamma(self.position_alphas(self.cap), c + s, self.cap)
-        self.current = self._clamp(gamma)
+        draft_tokens, speedup = optimal_draft_tokens(self.position_alphas(self.cap), c + s, self.cap)
+        self.current = self._clamp(draft_tokens)
         return self.current, (f"α≈{self.alpha():.2f} c≈{c:.2f}"
                               + (f" s≈{s:.2f}" if s else "")
                               + f": γ*={self.current} (×{speedup:.2f} predicted)")

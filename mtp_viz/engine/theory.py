@@ -5,7 +5,7 @@ Speculative Decoding" (ICML 2023):
 
 - ``alpha`` (α): the probability that the target accepts a drafted token, assumed the
   same for every position and independent of the others.
-- ``gamma`` (γ): the number of tokens drafted per verification step.
+- ``draft_tokens`` (γ): the number of tokens drafted per verification step.
 - ``c``: the cost coefficient, the time of one drafter step over the time of one
   target step (one autoregressive forward).
 
@@ -40,19 +40,19 @@ from typing import Sequence
 
 __all__ = [
     "expected_tokens", "expected_tokens_positional", "predicted_speedup",
-    "predicted_speedup_positional", "optimal_gamma", "alpha_mle",
-    "alpha_from_mean_accepted_length",
+    "predicted_speedup_positional", "optimal_draft_tokens", "alpha_mle",
+    "alpha_from_tau",
 ]
 
 
-def expected_tokens(alpha: float, gamma: int) -> float:
+def expected_tokens(alpha: float, draft_tokens: int) -> float:
     """Eq. 1: expected tokens per verification step (the target's own token included)."""
-    if gamma < 0:
-        raise ValueError("gamma must be >= 0")
+    if draft_tokens < 0:
+        raise ValueError("draft_tokens must be >= 0")
     alpha = min(max(float(alpha), 0.0), 1.0)
     if alpha >= 1.0:
-        return float(gamma + 1)
-    return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
+        return float(draft_tokens + 1)
+    return (1.0 - alpha ** (draft_tokens + 1)) / (1.0 - alpha)
 
 
 def expected_tokens_positional(alphas: Sequence[float]) -> float:
@@ -64,9 +64,9 @@ def expected_tokens_positional(alphas: Sequence[float]) -> float:
     return total
 
 
-def predicted_speedup(alpha: float, gamma: int, c: float) -> float:
+def predicted_speedup(alpha: float, draft_tokens: int, c: float) -> float:
     """Eq. 2 (Leviathan et al., Theorem 3.8): expected speedup in wall time."""
-    return expected_tokens(alpha, gamma) / (gamma * max(c, 0.0) + 1.0)
+    return expected_tokens(alpha, draft_tokens) / (draft_tokens * max(c, 0.0) + 1.0)
 
 
 def predicted_speedup_positional(alphas: Sequence[float], c: float) -> float:
@@ -74,7 +74,7 @@ def predicted_speedup_positional(alphas: Sequence[float], c: float) -> float:
     return expected_tokens_positional(alphas) / (len(alphas) * max(c, 0.0) + 1.0)
 
 
-def optimal_gamma(alpha: float | Sequence[float], c: float, cap: int = 16) -> tuple[int, float]:
+def optimal_draft_tokens(alpha: float | Sequence[float], c: float, cap: int = 16) -> tuple[int, float]:
     """The draft length in 1..cap that maximizes the predicted speedup, and that speedup.
 
     ``alpha`` is either one acceptance probability (Eq. 2) or per-position conditional
@@ -110,18 +110,18 @@ def alpha_mle(accepted: float, rejections: float) -> float:
     return accepted / n if n > 0 else 0.0
 
 
-def alpha_from_mean_accepted_length(tau: float, gamma: int, tol: float = 1e-10) -> float:
+def alpha_from_tau(tau: float, draft_tokens: int, tol: float = 1e-10) -> float:
     """Invert Eq. 1: the α at which E[tokens per step] with draft length γ equals ``tau``."""
-    if gamma < 1:
-        raise ValueError("gamma must be >= 1")
+    if draft_tokens < 1:
+        raise ValueError("draft_tokens must be >= 1")
     if tau <= 1.0:
         return 0.0
-    if tau >= gamma + 1:
+    if tau >= draft_tokens + 1:
         return 1.0
     lo, hi = 0.0, 1.0  # expected_tokens is increasing in alpha
     while hi - lo > tol:
         mid = (lo + hi) / 2
-        if expected_tokens(mid, gamma) < tau:
+        if expected_tokens(mid, draft_tokens) < tau:
             lo = mid
         else:
             hi = mid

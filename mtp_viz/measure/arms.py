@@ -29,7 +29,7 @@ from mtp_viz.analysis import metrics
 from mtp_viz.sources.precision import Precision
 
 from . import reduce as one_arm   # one arm's records reduced (this module: every arm's)
-from .records import AUTOREGRESSIVE, LOCAL_LABELS, Record, RunKey, Setting
+from .records import AUTOREGRESSIVE, LOCAL_LABELS, REFERENCE, Record, RunKey, Setting
 from .peers import PeerRow, peer_rows
 from .reduce import CategoryRow, PlainRow, SettingRow
 
@@ -57,6 +57,18 @@ class Arm:
     def has_reference(self) -> bool:
         """transformers' assisted decoding runs this pair: both models compute in one dtype."""
         return self.pair.target.dtype == self.pair.drafter_model.dtype
+
+    def run(self, mode: str, prompt: str, setting: Setting | None = None, n: int | None = None):
+        """One timed run on this arm's runner, placed: its precisions and engine (none for
+        transformers' reference run) and the prompt's length."""
+        rec, events = self.runner.run(mode, prompt, setting, n)
+        return dataclasses.replace(
+            rec, prompt_tokens=len(self.runner.encode(prompt)), target_precision=self.precision.target,
+            drafter_precision=self.precision.drafter if mode != AUTOREGRESSIVE else None,
+            engine=self.engine if mode != REFERENCE else None), events
+
+    def close(self) -> None:
+        self.runner.close()
 
     def owns(self, key: RunKey) -> bool:
         """Runs of this arm, and its target's plain runs."""

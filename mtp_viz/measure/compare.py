@@ -26,6 +26,7 @@ from .peers import PeerArm
 from .records import AUTOREGRESSIVE, SPECULATIVE, Record, Setting
 from .reduce import fastest, median, speedup_ratios, tps_by_repeat, verdict
 from .runner import Runner
+from .session import Task, rotated
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,7 @@ class PlainArm:
         self.name, self.engine = f"the {pair.decoder.ran.label}", pair.decoder.ran.engine
 
     def run(self, mode: str, prompt: str, setting: Setting | None = None, n: int | None = None):
+        """One timed run of its plain decoding, whatever ``mode`` asks."""
         return self.runner.run(AUTOREGRESSIVE, prompt, None, n)
 
     def close(self) -> None:
@@ -125,45 +127,43 @@ def measure(pair: Any, s: RunSettings, repeats: int, stop: threading.Event | Non
     setting = Setting(s.schedule, s.draft_tokens or runner.drafter.default_draft_tokens)
     compiled_pair = PlainArm(compiled, base) if compiled is not None else None
     beside = ([compiled_pair] if compiled_pair else []) + list(peers)
-    todo: list[tuple[str, Any, Setting | None]] = [(SPECULATIVE, runner, setting), (AUTOREGRESSIVE, runner, None)]
-    todo += [(arm.mode, arm, None) for arm in beside]   # a peer runs its one mode, on itself
+    todo = [Task(SPECULATIVE, runner, setting), Task(AUTOREGRESSIVE, runner)]
+    todo += [Task(arm.mode, arm) for arm in beside]   # a peer runs its one mode, on itself
     notes: list[str] = []
     try:
         # untimed warm-up, plain first; checks the prompt as every run does
-        plain_ids = runner.run(AUTOREGRESSIVE, s.prompt, None, WARM_UP_TOKENS)[0].ids
-        runner.run(SPECULATIVE, s.prompt, setting, WARM_UP_TOKENS)
+        plain_ids = todo[1].run(s.prompt, WARM_UP_TOKENS)[0].ids
+        todo[0].run(s.prompt, WARM_UP_TOKENS)
         for task in todo[2:]:
             try:
-                ids = task[1].run(task[0], s.prompt, None, WARM_UP_TOKENS)[0].ids
+                ids = task.run(s.prompt, WARM_UP_TOKENS)[0].ids
             except UserError as e:   # a peer that fails before any timing is left out, not the Measure
-                if not task[1].optional:
+                if not task.arm.optional:
                     raise
                 said = told(e)
-                notes.append(f"Measure left out {task[1].name}, whose warm-up failed: {said[:1].lower()}{said[1:]}")
+                notes.append(f"Measure left out {task.arm.name}, whose warm-up failed: {said[:1].lower()}{said[1:]}")
                 todo.remove(task)
                 continue
-            if s.greedy and task[1].checked and ids != plain_ids:
-                notes.append(f"Left out {task[1].name}: under greedy decoding it wrote other tokens than "
+            if s.greedy and task.arm.checked and ids != plain_ids:
+                notes.append(f"Left out {task.arm.name}: under greedy decoding it wrote other tokens than "
                              "this pair's plain decoding, so it does not serve this model.")
                 todo.remove(task)
-        records: dict[int, list[Record]] = {i: [] for i in range(len(todo))}
-        for r in range(repeats):
-            shift = r % len(todo)   # two tasks: speculative first on even repeats, plain first on odd
-            for i in list(range(len(todo)))[shift:] + list(range(shift)):
+        records: dict[Task, list[Record]] = {task: [] for task in todo}
+        for r in range(repeats):   # with two tasks: speculative first on even repeats, plain first on odd
+            for task in rotated(todo, r):
                 if stop is not None and stop.is_set():
                     raise UserError("Measure was stopped.")
-                mode, arm, st = todo[i]
-                rec, _ = arm.run(mode, s.prompt, st)
-                records[i].append(dataclasses.replace(rec, repeat=r))
+                rec, _ = task.run(s.prompt)
+                records[task].append(dataclasses.replace(rec, repeat=r))
     finally:
         runner.close()
         if compiled_pair is not None:
             compiled_pair.close()
-    own = records[0] + records[1]
+    own = records[todo[0]] + records[todo[1]]
     tps = {m: statistics.median(x.new_tokens / x.seconds for x in own if x.mode == m)
            for m in (SPECULATIVE, AUTOREGRESSIVE)}
-    plain = {x.repeat: x.ids for x in records[1]} if s.greedy else None
-    rows = tuple(_row(todo[i][1], records[i], plain) for i in range(2, len(todo)))
+    plain = {x.repeat: x.ids for x in records[todo[1]]} if s.greedy else None
+    rows = tuple(_row(task.arm, records[task], plain) for task in todo[2:])
     return Measurement(tuple(speedup_ratios(own, SPECULATIVE, setting.name)), tps[SPECULATIVE],
                        tps[AUTOREGRESSIVE], torch.get_num_threads(), own[0].clock, rows, tuple(notes),
                        pair.decoder.ran.label)

@@ -26,11 +26,11 @@ PEER = "peer"   # a peer's runs' mode in the records (its source ran speculative
 
 
 class PeerArm:
-    """One server in a bench or a Measure: the task's arm and its runner at once. In a
-    Measure (:mod:`.compare`) a failed warm-up leaves it out (``optional``), and under
-    greedy decoding it is kept only if it writes the pair's plain tokens (``checked``): a
-    server may serve another model."""
-    baseline = several_engines = has_reference = exact = False
+    """One server in a bench or a Measure (:class:`mtp_viz.measure.session.Measured`): it
+    runs its one mode, on itself, and its records are mode :data:`PEER`. In a Measure
+    (:mod:`.compare`) a failed warm-up leaves it out (``optional``), and under greedy
+    decoding it is kept only if it writes the pair's plain tokens (``checked``): a server
+    may serve another model."""
     optional = checked = True
 
     def __init__(self, url: str, base: RunSettings, index: int = 0):
@@ -41,7 +41,6 @@ class PeerArm:
         self.speculates = self.source.speculates(url)
         self.software = self.source.label         # "vLLM" or "llama.cpp": what answered
         self.engine = ""                          # what its start event said ran (after a run)
-        self.runner = self
 
     @property
     def mode(self) -> str:
@@ -66,7 +65,8 @@ class PeerArm:
         return False   # a peer's runs are no local arm's
 
     def run(self, mode: str, prompt: str, setting: Setting | None = None, n: int | None = None):
-        """One run on the server, on its own stream's clock: ``(record, events)``."""
+        """One run on the server (its own mode, whatever ``mode`` asks), on its own
+        stream's clock: ``(record, events)``."""
         from mtp_viz.engine.events import Done, Start, Step
         s = dataclasses.replace(self.base, prompt=prompt, modes=(self.mode,),
                                 max_new_tokens=n or self.base.max_new_tokens)
@@ -80,6 +80,10 @@ class PeerArm:
         return Record(PEER, done.seconds, done.new_tokens, done.target_forwards, tuple(done.generated_ids),
                       setting=self.label, prompt_tokens=start.prompt_tokens, prefill_seconds=first,
                       engine=self.engine), events
+
+
+    def close(self) -> None:
+        """Nothing to free: each run is one request."""
 
 
 def open_peers(urls: Sequence[str], base: RunSettings) -> list[PeerArm]:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 ALPHAS = (0.5, 0.7, 0.9)
-MAX_GAMMA = 8
+PROFILED_DRAFT_TOKENS = 8   # the longest draft the profile times by default
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ class Run:
     """One whole run's medians: plain (``alpha`` None) or speculative at a set acceptance."""
     engine: str
     alpha: float | None
-    gamma: int
+    draft_tokens: int
     tokens_per_second: float
     seconds: list[float]                   # each repeat's
     acceptance: float | None = None        # drafts kept ÷ drafts made
@@ -99,7 +99,7 @@ def _check(stop: Any) -> None:
         raise UserError("The profile was stopped.")
 
 
-def costs(pair: Any, engine: str, prompt_ids: list[int], gamma_max: int, repeats: int,
+def costs(pair: Any, engine: str, prompt_ids: list[int], max_draft_tokens: int, repeats: int,
           clock: Callable[[], float], stop: Any = None) -> Costs:
     """The per-forward costs of ``pair`` on its decoder (see the module's docstring); the
     first pass over every shape is untimed (a compiled graph's first call compiles it)."""
@@ -107,12 +107,12 @@ def costs(pair: Any, engine: str, prompt_ids: list[int], gamma_max: int, repeats
     from mtp_viz.engine.loop import _picker
     from mtp_viz.engine.sampling import Sampler, Sampling
     dec, device = pair.decoder, pair.device
-    widths = list(range(1, gamma_max + 2))
+    widths = list(range(1, max_draft_tokens + 2))
     drafter = pair.make_drafter("mtp") if pair.has_mtp else None
     pick = _picker(Sampler(Sampling(), device=device))
     samples: dict[str, list[float]] = {"prefill": [], "plain": [], "draft": [], **{f"verify{w}": [] for w in widths}}
     passes = repeats + 1
-    need = len(prompt_ids) + passes * (len(widths) + 1) + gamma_max + 2
+    need = len(prompt_ids) + passes * (len(widths) + 1) + max_draft_tokens + 2
     for r in range(passes):  # a session per pass: the prefill is timed on a new cache each time
         _check(stop)
         with dec.open(need) as kv:
@@ -133,7 +133,7 @@ def costs(pair: Any, engine: str, prompt_ids: list[int], gamma_max: int, repeats
                     samples[f"verify{w}" if want else "plain"].append(t)
                 if want and w == 1 and drafter is not None:
                     ctx = DraftContext(ids[:-1] + [ids[-1]], hidden=f.hidden[:, :1], shared_kv=f.shared_kv)
-                    p, t = _timed(clock, device, lambda: drafter.propose(ctx, gamma_max, pick, lambda i, q: True))
+                    p, t = _timed(clock, device, lambda: drafter.propose(ctx, max_draft_tokens, pick, lambda i, q: True))
                     if timed:
                         samples["draft"].append((t - p.compile_seconds) / max(len(p.tokens), 1))
     med = {k: statistics.median(v) for k, v in samples.items() if v}
@@ -141,7 +141,7 @@ def costs(pair: Any, engine: str, prompt_ids: list[int], gamma_max: int, repeats
                  med["prefill"], round(getattr(pair, "compile_seconds", 0.0), 3), samples)
 
 
-def runs(pair: Any, engine: str, prompt_ids: list[int], n: int, gamma: int, alphas, repeats: int,
+def runs(pair: Any, engine: str, prompt_ids: list[int], n: int, draft_tokens: int, alphas, repeats: int,
          clock_for: Callable[[], Any], seed: int = 0, stop: Any = None) -> list[Run]:
     """Whole greedy runs of ``n`` tokens: plain, then the MTP drafter at each set α,
     ``repeats`` times in rotated turns after one untimed warm-up of each."""
@@ -160,7 +160,7 @@ def runs(pair: Any, engine: str, prompt_ids: list[int], n: int, gamma: int, alph
         d = ScriptedDrafter(pair.make_drafter("mtp"), script, len(prompt_ids), a, vocab, seed)
 
         def spec(clock, d=d):
-            return list(loop.speculative(pair.decoder, d, prompt_ids, max_new_tokens=n, draft_tokens=gamma,
+            return list(loop.speculative(pair.decoder, d, prompt_ids, max_new_tokens=n, draft_tokens=draft_tokens,
                                          clock=clock))
         arms[a] = spec
     for fn in list(arms.values())[1:]:
@@ -181,7 +181,7 @@ def runs(pair: Any, engine: str, prompt_ids: list[int], n: int, gamma: int, alph
         same = all(list(d.generated_ids) == script for d in ds)
         label = "" if a is None else f"acceptance set to {a:g}; every forward real"
         realized = _alpha_of([e for events in streams for e in events]) if a is not None else None
-        out.append(Run(engine, a, gamma if a is not None else 0, tps, secs, acc, same, label, realized))
+        out.append(Run(engine, a, draft_tokens if a is not None else 0, tps, secs, acc, same, label, realized))
     return out
 
 
@@ -189,25 +189,25 @@ def _alpha_of(events) -> float:
     """α by maximum likelihood (:func:`mtp_viz.engine.theory.alpha_mle`) over the steps of ``events``."""
     from mtp_viz.engine import theory
     from mtp_viz.engine.events import Step
-    steps = [e for e in events if isinstance(e, Step) and e.draft_len]
-    return theory.alpha_mle(sum(s.agreed for s in steps), sum(1 for s in steps if s.agreed < s.draft_len))
+    steps = [e for e in events if isinstance(e, Step) and e.draft_tokens]
+    return theory.alpha_mle(sum(s.agreed for s in steps), sum(1 for s in steps if s.agreed < s.draft_tokens))
 
 
-def own_acceptance(pair: Any, prompt_ids: list[int], n: int, gamma: int) -> dict[str, Any]:
-    """The real drafter's acceptance on the prompt (greedy, ``gamma`` drafts): drafts kept
+def own_acceptance(pair: Any, prompt_ids: list[int], n: int, draft_tokens: int) -> dict[str, Any]:
+    """The real drafter's acceptance on the prompt (greedy, ``draft_tokens`` drafts): drafts kept
     and made, the steps that rejected one, α by maximum likelihood and τ."""
     from mtp_viz.engine import loop, theory
     from mtp_viz.engine.events import Done, Step
     events = list(loop.speculative(pair.decoder, pair.make_drafter("mtp"), prompt_ids, max_new_tokens=n,
-                                   draft_tokens=gamma))
-    steps = [e for e in events if isinstance(e, Step) and e.draft_len]
-    drafted, agreed = sum(s.draft_len for s in steps), sum(s.agreed for s in steps)
-    rejections = sum(1 for s in steps if s.agreed < s.draft_len)
+                                   draft_tokens=draft_tokens))
+    steps = [e for e in events if isinstance(e, Step) and e.draft_tokens]
+    drafted, agreed = sum(s.draft_tokens for s in steps), sum(s.agreed for s in steps)
+    rejections = sum(1 for s in steps if s.agreed < s.draft_tokens)
     done = events[-1]
     assert isinstance(done, Done)
-    return {"gamma": gamma, "drafted": drafted, "accepted": agreed, "rejections": rejections,
+    return {"draft_tokens": draft_tokens, "drafted": drafted, "accepted": agreed, "rejections": rejections,
             "alpha": theory.alpha_mle(agreed, rejections),
-            "tau": done.mean_accepted_length}
+            "tau": done.tau}
 
 
 def prompt_ids(pair: Any, tokens: int) -> list[int]:
@@ -218,8 +218,8 @@ def prompt_ids(pair: Any, tokens: int) -> list[int]:
     return (base * (tokens // max(len(base), 1) + 1))[:tokens]
 
 
-def study(pairs: dict[str, Any], *, prompt_tokens: int = 32, new_tokens: int = 64, gamma: int = 4,
-          gamma_max: int = MAX_GAMMA, alphas=ALPHAS, repeats: int = 3, seed: int = 0,
+def study(pairs: dict[str, Any], *, prompt_tokens: int = 32, new_tokens: int = 64, draft_tokens: int = 4,
+          max_draft_tokens: int = PROFILED_DRAFT_TOKENS, alphas=ALPHAS, repeats: int = 3, seed: int = 0,
           stop: Any = None) -> dict[str, Any]:
     """The whole profile of one model pair on each engine of ``pairs`` (engine name -> the
     pair on it), JSON-ready: costs, whole runs, predictions (:mod:`mtp_viz.analysis.payoff`)
@@ -230,8 +230,8 @@ def study(pairs: dict[str, Any], *, prompt_tokens: int = 32, new_tokens: int = 6
     first = next(iter(pairs.values()))
     ids = prompt_ids(first, prompt_tokens)
     now, basis = own_clock(first.device)
-    measured = {e: costs(p, e, ids, gamma_max, repeats, now, stop) for e, p in pairs.items()}
-    whole = {e: runs(p, e, ids, new_tokens, gamma, alphas, repeats, lambda p=p: running_clock(p.device), seed, stop)
+    measured = {e: costs(p, e, ids, max_draft_tokens, repeats, now, stop) for e, p in pairs.items()}
+    whole = {e: runs(p, e, ids, new_tokens, draft_tokens, alphas, repeats, lambda p=p: running_clock(p.device), seed, stop)
              for e, p in pairs.items()}
     fastest = min(measured.values(), key=lambda c: c.plain)
     plain_runs = {e: next(r for r in rs if r.alpha is None) for e, rs in whole.items()}
@@ -245,10 +245,10 @@ def study(pairs: dict[str, Any], *, prompt_tokens: int = 32, new_tokens: int = 6
             for r in whole[e]:
                 if r.alpha is None:
                     continue
-                predicted = payoff.run_speedup(r.alpha, gamma, new_tokens, fastest.plain,
+                predicted = payoff.run_speedup(r.alpha, draft_tokens, new_tokens, fastest.plain,
                                                fastest.prefill_per_token * len(ids), c.verify, c.draft,
                                                c.prefill_per_token * len(ids))
-                at_realized = payoff.run_speedup(r.realized_alpha, gamma, new_tokens, fastest.plain,
+                at_realized = payoff.run_speedup(r.realized_alpha, draft_tokens, new_tokens, fastest.plain,
                                                  fastest.prefill_per_token * len(ids), c.verify, c.draft,
                                                  c.prefill_per_token * len(ids))
                 got = r.tokens_per_second / fastest_run.tokens_per_second
@@ -260,9 +260,9 @@ def study(pairs: dict[str, Any], *, prompt_tokens: int = 32, new_tokens: int = 6
     own = None
     if getattr(first, "weights", "real") == "real" and first.has_mtp:
         _check(stop)
-        own = own_acceptance(first, ids, new_tokens, gamma)
-    return {"meta": {"prompt_tokens": len(ids), "new_tokens": new_tokens, "draft_tokens": gamma,
-                     "max_draft_tokens": gamma_max, "alphas": list(alphas), "repeats": repeats, "clock": basis,
+        own = own_acceptance(first, ids, new_tokens, draft_tokens)
+    return {"meta": {"prompt_tokens": len(ids), "new_tokens": new_tokens, "draft_tokens": draft_tokens,
+                     "max_draft_tokens": max_draft_tokens, "alphas": list(alphas), "repeats": repeats, "clock": basis,
                      "peak_memory_bytes": peak_memory(first.device)},
             "engines": engines, "fastest_plain": {"engine": fastest.engine, "step_seconds": fastest.plain,
                                                   "run_engine": fastest_run.engine,
@@ -283,4 +283,4 @@ def describe(result: dict[str, Any], pair: Any, target: str) -> dict[str, Any]:
     return result
 
 
-__all__ = ["ALPHAS", "Costs", "MAX_GAMMA", "Run", "costs", "describe", "own_acceptance", "peak_memory", "prompt_ids", "runs", "study"]
+__all__ = ["ALPHAS", "Costs", "PROFILED_DRAFT_TOKENS", "Run", "costs", "describe", "own_acceptance", "peak_memory", "prompt_ids", "runs", "study"]

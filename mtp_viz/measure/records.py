@@ -17,21 +17,21 @@ LOCAL_LABELS = {SPECULATIVE: "ours"}
 class Setting:
     """One draft-length setting of a bench: a schedule and its (first) length."""
     schedule: str
-    gamma: int          # constant draft length, or the adaptive schedule's first length
+    draft_tokens: int          # constant draft length, or the adaptive schedule's first length
 
     @property
     def name(self) -> str:
-        return f"{self.schedule}-{self.gamma}"
+        return f"{self.schedule}-{self.draft_tokens}"
 
 
-def settings_grid(gammas: Sequence[int], schedules: Sequence[str]) -> list[Setting]:
+def settings_grid(draft_tokens_list: Sequence[int], schedules: Sequence[str]) -> list[Setting]:
     """The settings a bench runs: the constant schedule at every length, each adaptive
     schedule once, starting from the median length (it finds its own from there)."""
-    gammas = sorted(set(gammas))
-    start = gammas[len(gammas) // 2]
+    draft_tokens_list = sorted(set(draft_tokens_list))
+    start = draft_tokens_list[len(draft_tokens_list) // 2]
     out: list[Setting] = []
     for s in schedules:
-        out += [Setting(s, g) for g in gammas] if s == "constant" else [Setting(s, start)]
+        out += [Setting(s, g) for g in draft_tokens_list] if s == "constant" else [Setting(s, start)]
     return out
 
 
@@ -45,7 +45,7 @@ class Record:
     ids: tuple[int, ...] = ()  # the generated tokens, for the parity checks (not written)
     setting: str = ""          # speculative and reference: "<schedule>-<γ>"
     schedule: str = ""
-    gamma: int = 0
+    draft_tokens: int = 0
     prompt_id: str = ""
     category: str = ""
     repeat: int = 0

@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 from mtp_viz.analysis import metrics
 from mtp_viz.engine import theory
+from mtp_viz.engine.events import tau_of
 
 from .records import AUTOREGRESSIVE, REFERENCE, SPECULATIVE, Record, RunKey, Setting
 
@@ -104,10 +105,10 @@ def overhead(records, setting, key="seconds"):
 
 
 def forwards(records, mode, setting):
-    """Target forwards of repeat 0 and tokens per forward."""
+    """Target forwards of repeat 0 and τ over them (:func:`mtp_viz.engine.events.tau_of`)."""
     rs = [r for r in records if r.mode == mode and r.setting == setting and r.repeat == 0]
     f = sum(r.target_forwards for r in rs)
-    return f, (sum(r.new_tokens for r in rs) / f if f else None)
+    return f, tau_of(sum(r.new_tokens for r in rs), f, len(rs))
 
 
 def events_of(events: Events, mode: str, setting: str, category: str | None = None) -> list:
@@ -150,7 +151,7 @@ class SettingRow:
     """One setting's figures: bench.json's ``settings`` rows."""
     setting: str
     schedule: str
-    gamma: int
+    draft_tokens: int
     tokens_per_second: float | None
     speedup: float | None
     verdict: str                     # :func:`verdict` of the per-repeat speedups
@@ -161,31 +162,30 @@ class SettingRow:
     overhead_vs_reference_cpu: float | None
     target_forwards: int
     reference_target_forwards: int | None
-    tokens_per_forward: float | None
-    reference_tokens_per_forward: float | None
-    decode_tokens_per_forward: float | None
+    tau: float | None
+    reference_tau: float | None
     acceptance_rate: float | None
     alpha: float | None
-    mean_draft_len: float | None
-    predicted_tokens_per_forward: float | None
+    mean_draft_tokens: float | None
+    tau_predicted: float | None
     cost_coefficient: float | None
     verify_cost: float | None
     predicted_speedup: float | None
     measured_over_predicted: float | None
     predicted_speedup_with_verify_cost: float | None
-    optimal_gamma: int | None
+    optimal_draft_tokens: int | None
     per_position_conditional: list
     per_position_unconditional: list
     parity: bool | None
     parity_failures: int
     matches_autoregressive: bool
-    optimal_gamma_with_verify_cost: int | None = None   # with the verification slope (when measured)
+    optimal_draft_tokens_with_verify_cost: int | None = None   # with the verification slope (when measured)
     arm: ArmOf | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out = {k: v for k, v in asdict(self).items() if k != "arm"}
-        if out["optimal_gamma_with_verify_cost"] is None:  # absent, not null, where no slope was measured
-            del out["optimal_gamma_with_verify_cost"]
+        if out["optimal_draft_tokens_with_verify_cost"] is None:  # absent, not null, where no slope was measured
+            del out["optimal_draft_tokens_with_verify_cost"]
         return {**out, **(asdict(self.arm) if self.arm else {})}
 
 
@@ -193,7 +193,7 @@ class SettingRow:
 class CategoryCell:
     speedup: float | None
     alpha: float | None
-    tokens_per_forward: float | None
+    tau: float | None
 
 
 @dataclass(frozen=True)
@@ -221,17 +221,17 @@ def setting_row(records, events: Events, s: Setting, ar_events: list, ar_step) -
     ev = events_of(events, SPECULATIVE, s.name)
     summ = metrics.summarize(ev)
     c = metrics.cost_coefficient(ev, ar_events)
-    gamma = summ.mean_draft_len or float(s.gamma)
+    draft_tokens = summ.mean_draft_tokens or float(s.draft_tokens)
     alpha = summ.alpha
-    predicted = theory.predicted_speedup(alpha, gamma, c)
+    predicted = theory.predicted_speedup(alpha, draft_tokens, c)
     v = ratio(summ.verify_seconds_per_step, ar_step)   # verification cost in AR steps
     decode_speedup = speedup(records, SPECULATIVE, s.name, decode=True)
-    fwd, tau = forwards(records, SPECULATIVE, s.name)
+    fwd, _ = forwards(records, SPECULATIVE, s.name)
     ref_fwd, ref_tau = forwards(records, REFERENCE, s.name)
     ours = [r for r in records if r.mode == SPECULATIVE and r.setting == s.name]
     parity = [r.parity for r in ours]
     return SettingRow(
-        s.name, s.schedule, s.gamma,
+        s.name, s.schedule, s.draft_tokens,
         tokens_per_second=median(list(tps_by_repeat(records, SPECULATIVE, s.name).values())),
         speedup=speedup(records, SPECULATIVE, s.name),
         verdict=verdict(speedup_ratios(records, SPECULATIVE, s.name)), decode_speedup=decode_speedup,
@@ -240,14 +240,13 @@ def setting_row(records, events: Events, s: Setting, ar_events: list, ar_step) -
         overhead_vs_reference=overhead(records, s.name),
         overhead_vs_reference_cpu=overhead(records, s.name, "cpu_seconds"),
         target_forwards=fwd, reference_target_forwards=ref_fwd or None,
-        tokens_per_forward=tau, reference_tokens_per_forward=ref_tau,
-        decode_tokens_per_forward=ratio(summ.new_tokens - summ.generations, summ.target_forwards - summ.generations),
-        acceptance_rate=summ.acceptance_rate, alpha=alpha, mean_draft_len=summ.mean_draft_len,
-        predicted_tokens_per_forward=theory.expected_tokens(alpha, gamma),
+        tau=summ.tau, reference_tau=ref_tau,
+        acceptance_rate=summ.acceptance_rate, alpha=alpha, mean_draft_tokens=summ.mean_draft_tokens,
+        tau_predicted=theory.expected_tokens(alpha, draft_tokens),
         cost_coefficient=c, verify_cost=v, predicted_speedup=predicted,
         measured_over_predicted=ratio(decode_speedup, predicted),
-        predicted_speedup_with_verify_cost=theory.expected_tokens(alpha, gamma) / (gamma * c + v) if v else None,
-        optimal_gamma=theory.optimal_gamma(alpha, c)[0] if summ.drafted else None,
+        predicted_speedup_with_verify_cost=theory.expected_tokens(alpha, draft_tokens) / (draft_tokens * c + v) if v else None,
+        optimal_draft_tokens=theory.optimal_draft_tokens(alpha, c)[0] if summ.drafted else None,
         per_position_conditional=summ.per_position_conditional,
         per_position_unconditional=summ.per_position_unconditional,
         parity=None if all(p is None for p in parity) else sum(p is False for p in parity) == 0,
@@ -267,7 +266,7 @@ def reduce(records: Sequence[Record], events: Events, settings: Sequence[Setting
     for cat in sorted({r.category for r in records}):
         cells = {s.name: CategoryCell(speedup(records, SPECULATIVE, s.name, cat),
                                       metrics.alpha_estimate(events_of(events, SPECULATIVE, s.name, cat)),
-                                      metrics.mean_accepted_length(events_of(events, SPECULATIVE, s.name, cat)))
+                                      metrics.tau(events_of(events, SPECULATIVE, s.name, cat)))
                  for s in settings}
         categories.append(CategoryRow(cat, len({r.prompt_id for r in records if r.category == cat}), cells))
     plain = PlainRow(median(list(tps_by_repeat(records, AUTOREGRESSIVE).values())),
@@ -280,14 +279,14 @@ def with_verify_slope(row: SettingRow, slope: float) -> SettingRow:
     (``slope`` autoregressive steps per drafted token) is counted."""
     if not row.alpha:
         return row
-    best = theory.optimal_gamma(row.alpha, row.cost_coefficient + slope)[0]
-    return dataclasses.replace(row, optimal_gamma_with_verify_cost=best)
+    best = theory.optimal_draft_tokens(row.alpha, row.cost_coefficient + slope)[0]
+    return dataclasses.replace(row, optimal_draft_tokens_with_verify_cost=best)
 
 
 def verify_slope(rows: Sequence[SettingRow]) -> float | None:
     """Least-squares slope s of verification cost v(γ) ≈ v0 + sγ over constant settings
     (in autoregressive steps per drafted token); None with fewer than two lengths."""
-    pts = [(r.mean_draft_len, r.verify_cost) for r in rows if r.schedule == "constant" and r.verify_cost]
+    pts = [(r.mean_draft_tokens, r.verify_cost) for r in rows if r.schedule == "constant" and r.verify_cost]
     if len({round(x, 6) for x, _ in pts}) < 2:
         return None
     mx = sum(x for x, _ in pts) / len(pts)

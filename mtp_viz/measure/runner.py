@@ -64,10 +64,10 @@ class Runner:
         the record names its mode and setting."""
         n = n or self.base.max_new_tokens
         if mode == REFERENCE:
-            rec, events = self._reference(prompt, setting.gamma, n), None
+            rec, events = self._reference(prompt, setting.draft_tokens, n), None
         else:
             rec, events = self._ours(mode, prompt, setting, n)
-        named = dict(setting=setting.name, schedule=setting.schedule, gamma=setting.gamma) if setting else {}
+        named = dict(setting=setting.name, schedule=setting.schedule, draft_tokens=setting.draft_tokens) if setting else {}
         return dataclasses.replace(rec, mode=mode, **named), events
 
     def _ours(self, mode: str, prompt: str, setting: Setting | None, n: int):
@@ -76,14 +76,14 @@ class Runner:
         s = dataclasses.replace(self.base, prompt=prompt, modes=(mode,), max_new_tokens=n)
         schedule = None
         if mode == SPECULATIVE:
-            cap = max(self.cap, setting.gamma)
-            s = dataclasses.replace(s, schedule=setting.schedule, draft_tokens=setting.gamma)
-            schedule = self.schedules.get(setting.schedule, self.kind, setting.gamma, cap)
+            cap = max(self.cap, setting.draft_tokens)
+            s = dataclasses.replace(s, schedule=setting.schedule, draft_tokens=setting.draft_tokens)
+            schedule = self.schedules.get(setting.schedule, self.kind, setting.draft_tokens, cap)
         clock = running_clock(self.pair.device)
         stream = run_mode(self.pair, s, mode, schedule=schedule, detokenize=False, clock=clock)  # checked: untimed
         return _timed(mode, stream, clock.basis)
 
-    def _reference(self, prompt: str, gamma: int, n: int) -> Record:
+    def _reference(self, prompt: str, draft_tokens: int, n: int) -> Record:
         import torch
 
         from mtp_viz.sources.interleave import own_clock
@@ -92,7 +92,7 @@ class Runner:
         assistant = self.pair.drafter_model
         gc = assistant.generation_config
         saved = (gc.num_assistant_tokens, gc.num_assistant_tokens_schedule)
-        gc.num_assistant_tokens, gc.num_assistant_tokens_schedule = gamma, "constant"
+        gc.num_assistant_tokens, gc.num_assistant_tokens_schedule = draft_tokens, "constant"
         model = self.pair.target
         x = torch.tensor([ids], device=model.device)
         eos = list(self.pair.eos_token_ids or ()) or None

@@ -80,7 +80,7 @@ def reduce(records: Sequence[Record], streams: Sequence[tuple[Prompt, list]], co
             "speedup": speedup(records, SPECULATIVE, ""),
             "acceptance_rate": s.acceptance_rate, "alpha": s.alpha,
             "tau": s.tau,   # after the prefill (metrics.Summary.tau)
-            "mean_draft_len": s.mean_draft_len,
+            "mean_draft_tokens": s.mean_draft_tokens,
             "per_position_conditional": s.per_position_conditional,
             "per_position_unconditional": s.per_position_unconditional,
             "same_tokens_as_baseline": (all(same) if same else None),

@@ -2,34 +2,58 @@
 repeat after repeat, with greedy parity against transformers.
 
 Within each repeat, each prompt runs every task once, in an order rotated from prompt to
-prompt and repeat to repeat, so slow drift of the machine (thermal, other jobs) falls on
-all modes alike; before the first timed run each task runs once, untimed and short (first
-calls pay for lazy initialisation). Greedy runs must reproduce the reference token for
-token (:func:`check_parity`).
+prompt and repeat to repeat (:func:`rotated`, Measure's rotation too), so slow drift of
+the machine (thermal, other jobs) falls on all modes alike; before the first timed run
+each task runs once, untimed and short (first calls pay for lazy initialisation). Greedy
+runs must reproduce the reference token for token (:func:`check_parity`).
+
+A task runs an arm (:class:`Measured`): a local precision pair on an engine
+(:class:`mtp_viz.measure.arms.Arm`), a peer server (:class:`mtp_viz.measure.peers.PeerArm`),
+Measure's pair (:class:`mtp_viz.measure.runner.Runner`) or an engine beside it
+(:class:`mtp_viz.measure.compare.PlainArm`). Each returns its records placed: what ran,
+in which precisions, on which engine; the session adds where (prompt, repeat).
 """
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from mtp_viz.prompts import Prompt
 from mtp_viz.sources.base import WARM_UP_TOKENS
 
-from .peers import PEER
 from .records import AUTOREGRESSIVE, REFERENCE, SPECULATIVE, Record, RunKey, Setting
 
+
+class Measured(Protocol):
+    """What a task runs: one arm of a bench or a Measure."""
+
+    def run(self, mode: str, prompt: str, setting: Setting | None = None, n: int | None = None
+            ) -> tuple[Record, list | None]:
+        """One timed run of ``mode`` (``n`` new tokens, else the arm's own): its record,
+        placed (its mode as the arm ran it, its engine, precisions and prompt length), and
+        its events where kept."""
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
 class Task:
-    """One kind of run a bench repeats on every prompt."""
+    """One kind of run a bench, or a Measure, repeats on every prompt."""
     mode: str
-    arm: Any                     # measure.arms.Arm
+    arm: Measured
     setting: Setting | None = None
 
-    def run(self, prompt: str, n: int | None = None):
-        return self.arm.runner.run(self.mode, prompt, self.setting, n)
+    def run(self, prompt: str, n: int | None = None) -> tuple[Record, list | None]:
+        return self.arm.run(self.mode, prompt, self.setting, n)
+
+
+def rotated(todo: Sequence[Task], turn: int) -> list[Task]:
+    """The tasks in the order turn ``turn`` runs them: shifted one place a turn, so each
+    goes first as often as the others and slow drift of the machine falls on all alike
+    (the bench's turns are prompts within repeats; Measure's, its repeats)."""
+    shift = turn % len(todo)
+    return list(todo[shift:]) + list(todo[:shift])
 
 
 def tasks(arms: Sequence[Any], settings: Sequence[Setting], greedy: bool, peers: Sequence[Any] = ()) -> list[Task]:
@@ -42,7 +66,7 @@ def tasks(arms: Sequence[Any], settings: Sequence[Setting], greedy: bool, peers:
         if greedy and a.has_reference and a.baseline:  # transformers' run: one per pair, not per engine
             out += [Task(REFERENCE, a, s) for s in settings if s.schedule == "constant"]
         out += [Task(SPECULATIVE, a, s) for s in settings]
-    return out + [Task(PEER, p) for p in peers]
+    return out + [Task(p.mode, p) for p in peers]
 
 
 @dataclass
@@ -65,11 +89,10 @@ def interleaved(arms: Sequence[Any], settings: Sequence[Setting], prompts: Seque
     out = Runs()
     for r in range(repeats):
         for i, prompt in enumerate(prompts):
-            shift = (r * len(prompts) + i) % len(todo)
             ran: dict[RunKey, Record] = {}
-            for task in todo[shift:] + todo[:shift]:
+            for task in rotated(todo, r * len(prompts) + i):
                 rec, ev = task.run(prompt.text)
-                rec = _placed(rec, task, prompt, r)
+                rec = dataclasses.replace(rec, prompt_id=prompt.id, category=prompt.category, repeat=r)
                 ran[rec.key] = rec
                 if ev is not None:
                     out.events.setdefault(rec.key, []).append((prompt, r, ev))
@@ -85,18 +108,6 @@ def interleaved(arms: Sequence[Any], settings: Sequence[Setting], prompts: Seque
                         warn(line)
             out.records.extend(ran.values())
     return out
-
-
-def _placed(rec: Record, task: Task, prompt: Prompt, repeat: int) -> Record:
-    """The record with where it ran: its prompt, repeat and the arm's precisions and engine."""
-    arm = task.arm
-    if task.mode == PEER:   # a server: its record says its engine and prompt length itself
-        return dataclasses.replace(rec, prompt_id=prompt.id, category=prompt.category, repeat=repeat)
-    return dataclasses.replace(
-        rec, prompt_id=prompt.id, category=prompt.category, repeat=repeat,
-        prompt_tokens=len(arm.runner.encode(prompt.text)), target_precision=arm.precision.target,
-        drafter_precision=arm.precision.drafter if task.mode != AUTOREGRESSIVE else None,
-        engine=arm.engine if task.mode != REFERENCE else None)
 
 
 def check_parity(runs: dict[tuple[str, str], Record], exact: bool = True, where: str = ""
@@ -131,4 +142,4 @@ def check_parity(runs: dict[tuple[str, str], Record], exact: bool = True, where:
     return out, failures, lines
 
 
-__all__ = ["Runs", "Task", "check_parity", "interleaved", "tasks"]
+__all__ = ["Measured", "Runs", "Task", "check_parity", "interleaved", "rotated", "tasks"]

@@ -101,7 +101,7 @@ def _request(events: list[Event], prompt: int) -> Request | None:
     steps = [e for e in events if isinstance(e, Step)]
     ttft = steps[0].t if steps else done.seconds
     return Request(prompt, done.new_tokens, done.seconds, ttft, tuple(done.generated_ids),
-                   sum(s.draft_len for s in steps), sum(s.accepted for s in steps),
+                   sum(s.draft_tokens for s in steps), sum(s.accepted for s in steps),
                    sum(1 for s in steps if s.step > 1))
 
 

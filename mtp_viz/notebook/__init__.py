@@ -125,8 +125,8 @@ def show_events(events: Iterable[Event], *, charts: bool = True, out=None,
 
 
 def _css() -> str:
-    from mtp_viz.paths import assets_dir
-    return (assets_dir() / "app.css").read_text(encoding="utf-8")
+    from mtp_viz.views.export import stylesheet
+    return stylesheet()
 
 
 def show_anatomy(pair: Any, events: Iterable[Event] = ()) -> None:

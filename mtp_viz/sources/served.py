@@ -4,7 +4,7 @@ server's drafted and accepted counts over the tokens it wrote), and the ``done``
 
 A server sends what it decided, not which drafts it rejected: its streams have no
 ``drafted``/``rejected`` events, ``q`` stays 1.0, and a view shows
-``step.draft_len - step.accepted`` as a count of rejected drafts.
+``step.draft_tokens - step.accepted`` as a count of rejected drafts.
 """
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def step_events(tokens: Sequence[Received], accepted: Sequence[int], drafted: Se
         return
     first = tokens[0]
     yield Bonus(1, first.token_id, first.text, first.p, 0, "extension")
-    yield Step(1, 0, 0, 1, next_draft_len=drafted[0] if drafted else 0, reason="server",
+    yield Step(1, 0, 0, 1, next_draft_tokens=drafted[0] if drafted else 0, reason="server",
                t=first.t)
     at = 1
     for i, (n, d) in enumerate(zip(accepted, drafted)):
@@ -66,7 +66,7 @@ def step_events(tokens: Sequence[Received], accepted: Sequence[int], drafted: Se
                             new[n].token_id if len(new) > n else None, text=lambda k, _: new[k].text,
                             p=[t.p for t in new], p_bonus=new[-1].p, rejected=(), drafted=d)
         cut = "" if len(new) == n + 1 else (finish if finish in ("eos", "max_new_tokens") else "eos")
-        yield Step(step, d, n, len(new), next_draft_len=drafted[i + 1] if i + 1 < len(drafted) else 0,
+        yield Step(step, d, n, len(new), next_draft_tokens=drafted[i + 1] if i + 1 < len(drafted) else 0,
                    reason="server", cut=cut, t=new[-1].t)
     if at != len(tokens):
         raise Mismatch("more tokens than steps")

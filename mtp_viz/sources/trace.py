@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from mtp_viz.engine.engines import ENGINES
-from mtp_viz.engine.events import EVENT_TYPES, Done, Error, Event, Start, Step, event_from_dict
+from mtp_viz.engine.events import EVENT_TYPES, Done, Error, Event, Start, Step, event_from_dict, renamed
 from mtp_viz.errors import UserError, clip
 
 FORMAT = "mtp-viz-trace"
@@ -56,7 +56,8 @@ _EXPERTS = (0, MAX_EXPERTS, f"at most {MAX_LAYERS} expert counts from 0 to {MAX_
 _RANGES = {"t": _TIME, "seconds": _TIME, "draft_seconds": _TIME, "verify_seconds": _TIME, "compile_seconds": _TIME,
            "p": _PROBABILITY, "q": _PROBABILITY, "acceptance_rate": _PROBABILITY,
            "p_top": _PROBABILITY, "q_top": _PROBABILITY, "residual_top": _PROBABILITY,
-           "draft_len": _DRAFT, "next_draft_len": _DRAFT, "index": _DRAFT, "agreed": _DRAFT,
+           "draft_tokens": _DRAFT, "next_draft_tokens": _DRAFT, "index": _DRAFT, "agreed": _DRAFT,
+           "tau": (0.0, MAX_DRAFT + 1.0, f"a number of tokens per forward from 0 to {MAX_DRAFT + 1}"),
            "experts_per_layer": _EXPERTS}
 # List fields the views loop over whole, by name: the most items each may hold.
 _LENGTHS = {"experts_per_layer": MAX_LAYERS}
@@ -232,6 +233,7 @@ def _check_header(d: dict, n: int, first: bool) -> None:
 
 
 def _event(d: dict, n: int) -> Event:
+    d = renamed(d)   # an older trace's field names, read as today's
     cls = EVENT_TYPES.get(d.get("type")) if isinstance(d.get("type"), str) else None
     if cls is None:
         raise UserError(f"Line {n} of the trace has an unknown event type.")
@@ -245,7 +247,7 @@ def _event(d: dict, n: int) -> Event:
             raise UserError(_out_of_range(name, n))
     if cls is Start and isinstance(d.get("settings"), dict):
         _check_settings(d["settings"], n)
-    if cls is Step and d.get("accepted", 0) > d.get("draft_len", 0):  # else "rejected -3"
+    if cls is Step and d.get("accepted", 0) > d.get("draft_tokens", 0):  # else "rejected -3"
         raise UserError(f"Line {n} of the trace has a step that kept more drafts than it drafted.")
     try:
         return event_from_dict(d)

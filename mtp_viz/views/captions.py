@@ -67,12 +67,12 @@ def _verdict(step: Step, within: Sequence[Event], start: Event) -> str:
     word = f" {_quoted(own.text)}" if own is not None and own.text else ""
     if isinstance(own, Token):
         return f"Step {step.step}: the target wrote{word} in one forward pass{_took(step.verify_seconds)}."
-    if step.draft_len == 0:
+    if step.draft_tokens == 0:
         if step.step == 1 and isinstance(start, Start):
             return (f"Step 1: the target read the prompt ({_tokens(start.prompt_tokens)}) in one forward pass"
                     f"{_took(step.verify_seconds)} and wrote its first token{word}.")
         return f"Step {step.step}: no drafts; the target wrote one token of its own{word}."
-    k, n = step.draft_len, step.accepted
+    k, n = step.draft_tokens, step.accepted
     rejected = [e for e in within if isinstance(e, Rejected)]
     head = (f"Step {step.step}: the drafter proposed {_tokens(k)}{_took(step.draft_seconds, ' in {}')}. "
             f"The target checked them in one forward pass{_took(step.verify_seconds)}: ")

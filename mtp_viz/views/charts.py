@@ -65,16 +65,16 @@ def spec_steps(events: Iterable[Event]) -> list[Step]:
 
 def acceptance_figure(events: Sequence[Event], ar_events: Sequence[Event] = ()):
     """Share of drafts accepted per step (bars) and cumulative (line)."""
-    steps = [s for s in spec_steps(events) if s.draft_len > 0]
+    steps = [s for s in spec_steps(events) if s.draft_tokens > 0]
     data = []
     if steps:
         x = [s.step for s in steps]
-        rate = [s.accepted / s.draft_len for s in steps]
+        rate = [s.accepted / s.draft_tokens for s in steps]
         cum, a, d = [], 0, 0
         for s in steps:
-            a, d = a + s.accepted, d + s.draft_len
+            a, d = a + s.accepted, d + s.draft_tokens
             cum.append(a / d)
-        text = [f"step {s.step}: {s.accepted}/{s.draft_len} accepted" for s in steps]
+        text = [f"step {s.step}: {s.accepted}/{s.draft_tokens} accepted" for s in steps]
         data = [dict(type="bar", x=x, y=rate, name="this step", marker=dict(color=COLORS["accepted"]),
                      opacity=0.55, hovertext=text, hoverinfo="text"),
                 dict(type="scatter", mode="lines", x=x, y=cum, name="cumulative",
@@ -92,18 +92,18 @@ def draft_length_figure(events: Sequence[Event], ar_events: Sequence[Event] = ()
         x = [s.step for s in steps]
         # a trace's reason and cut are anyone's text: escaped, since plotly reads tags in hover text
         why = ["first step"] + [f"step {p.step}: {html.escape(p.reason or 'schedule')}" for p in steps[:-1]]
-        hover = [f"step {s.step}: drafted {s.draft_len}, accepted {s.accepted}<br>length set by {w}"
+        hover = [f"step {s.step}: drafted {s.draft_tokens}, accepted {s.accepted}<br>length set by {w}"
                  + (f"<br>cut by {html.escape(s.cut)}" if s.cut else "") for s, w in zip(steps, why)]
         data = [dict(type="bar", x=x, y=[s.accepted for s in steps], name="accepted",
                      marker=dict(color=COLORS["accepted"]), opacity=0.45, hoverinfo="skip"),
-                dict(type="scatter", mode="lines+markers", x=x, y=[s.draft_len for s in steps],
+                dict(type="scatter", mode="lines+markers", x=x, y=[s.draft_tokens for s in steps],
                      name="draft length", line=dict(color=COLORS["draft"], shape="hv", width=2.5),
                      marker=dict(size=7), hovertext=hover, hoverinfo="text")]
     return _figure("Draft length per step", data, xtitle="verification step", ytitle="tokens", compact=True,
                    yaxis=dict(rangemode="tozero", dtick=1), barmode="overlay")
 
 
-def tokens_per_forward_figure(events: Sequence[Event], ar_events: Sequence[Event] = ()):
+def tau_figure(events: Sequence[Event], ar_events: Sequence[Event] = ()):
     """New tokens per target forward; autoregressive decoding is always 1."""
     steps = spec_steps(events)
     data = []
@@ -184,9 +184,9 @@ def experts_figure(events: Sequence[Event], ar_events: Sequence[Event] = ()):
         k, total = moe["top_k"], moe["num_experts"]
         means = experts.mean_by_draft_length(steps)
         xs = list(range(0, max(means) + 1))
-        data = [dict(type="scatter", mode="markers", x=[s.draft_len for s in steps], y=[s.mean for s in steps],
+        data = [dict(type="scatter", mode="markers", x=[s.draft_tokens for s in steps], y=[s.mean for s in steps],
                      name="a verification", marker=dict(color=COLORS["verify"], size=8, opacity=0.45),
-                     hovertext=[f"step {s.step}: {s.draft_len} drafts<br>experts per layer: "
+                     hovertext=[f"step {s.step}: {s.draft_tokens} drafts<br>experts per layer: "
                                 f"{', '.join(map(str, s.per_layer))}" for s in steps], hoverinfo="text"),
                 dict(type="scatter", mode="lines+markers", x=list(means), y=list(means.values()),
                      name="mean", line=dict(color="#155e75", width=3),
@@ -231,7 +231,7 @@ CHARTS: tuple[Chart, ...] = (
           "How many tokens each target forward produced: accepted drafts plus the "
           "target's own token. Plain decoding is always 1; this number (τ) is where "
           "any speedup comes from.",
-          tokens_per_forward_figure, row=1),
+          tau_figure, row=1),
     Chart("position-plot", "Acceptance by draft position",
           "How often the 1st, 2nd, 3rd… draft of a step was accepted. Later drafts build on "
           "earlier guesses and the drafter sees the target's state only once per step, so "

@@ -59,13 +59,14 @@ GLOSSARY: tuple[tuple[str, str, str], ...] = (
      "rejection are never judged but still count as drafted, so this understates α when γ > 1."),
     ("α (alpha)", "alpha", "The probability that the target accepts one draft, given the earlier ones were "
      "accepted; estimated as accepted ÷ (accepted + rejections)."),
-    ("τ (tokens per target forward)", "tau", "New tokens per target forward, the target's own token "
-     "included. Plain decoding has τ = 1; with γ drafts τ is at most γ + 1."),
+    ("τ (tokens per target forward)", "tau", "New tokens per target forward after the prefill, the "
+     "target's own token included: (new tokens − 1) ÷ (forwards − 1), the prefill's forward and its first "
+     "token left out. Plain decoding has τ = 1; with γ drafts τ is at most γ + 1."),
     ("bonus token", "bonus-token", "The token the target adds from its own verify pass when every draft was "
      "accepted: one more token for free."),
     ("correction", "correction", "The target's own token at the first rejected position; it replaces the "
      "rejected draft, so a step always yields at least one token."),
-    ("γ and γ* (gamma, gamma star)", "gamma", "γ is the draft length, the number of tokens drafted per "
+    ("γ and γ* (draft length, best draft length)", "gamma", "γ is the draft length, the number of tokens drafted per "
      "step; γ* is the draft length with the highest estimated speedup for this run's acceptance by position "
      "and its measured costs (the What-if table; the theory panel names the same one)."),
     ("cost coefficient c", "cost-coefficient", "The time of one drafter step ÷ the time of one target "
@@ -157,12 +158,12 @@ def what_if_html(w: WhatIf | None,
     top = max(r.speedup for r in w.rows) or 1.0
     body = []
     for r in w.rows:
-        best = r.gamma == w.best
+        best = r.draft_tokens == w.best
         cls = " ".join(c for c in ("mv-best" if best else "", "mv-extra" if r.extrapolated else "") if c)
         mark = " ★ γ*, best by this run's data" if best else (" (extrapolated)" if r.extrapolated else "")
         body.append(
-            f'<tr class="{cls}" data-gamma="{r.gamma}" data-tau="{r.tau:.4f}" data-speedup="{r.speedup:.4f}"'
-            f'{" data-best" if best else ""}><td>{r.gamma}</td><td>{r.tau:.2f}</td><td>×{r.speedup:.2f}</td>'
+            f'<tr class="{cls}" data-gamma="{r.draft_tokens}" data-tau="{r.tau:.4f}" data-speedup="{r.speedup:.4f}"'
+            f'{" data-best" if best else ""}><td>{r.draft_tokens}</td><td>{r.tau:.2f}</td><td>×{r.speedup:.2f}</td>'
             f'<td><span class="mv-bar" style="width:{120 * r.speedup / top:.0f}px"></span>{mark}</td></tr>')
     alphas = ", ".join(f"{a:.2f}" for a in w.alphas)
     measured = "" if w.run_speedup is None else f" and a speedup of ×{w.run_speedup:.2f} (one run each)"
@@ -170,7 +171,7 @@ def what_if_html(w: WhatIf | None,
             if w.slope else f"c = {w.c:.3f}; verification counted as one target step (no usable baseline timing)")
     return (f'<div class="mv-whatif" data-best="{w.best}">{head}'
             f'<p>Estimated from this run: acceptance by position {html.escape(alphas)}; {html.escape(cost)}. '
-            f'The run itself drafted {w.run_gamma:.2f} tokens per step and measured τ = {w.run_tau:.2f}'
+            f'The run itself drafted {w.run_draft_tokens:.2f} tokens per step and measured τ = {w.run_tau:.2f}'
             f'{measured}.</p>'
             '<table><thead><tr><th>draft length γ</th><th>τ (estimated)</th><th>speedup (estimated)</th>'
             f'<th></th></tr></thead><tbody>{"".join(body)}</tbody></table></div>')

@@ -20,8 +20,8 @@ from mtp_viz.engine.events import Done, Event, Start, Step
 
 from . import charts, stats, tokens
 
-CSV_COLUMNS = ("mode", "step", "draft_len", "accepted", "rejected", "new_tokens", "draft_ms", "verify_ms",
-               "t_s", "next_draft_len", "reason", "cut")
+CSV_COLUMNS = ("mode", "step", "draft_tokens", "accepted", "rejected", "new_tokens", "draft_ms", "verify_ms",
+               "t_s", "next_draft_tokens", "reason", "cut")
 # A spreadsheet runs a cell that starts with one of these as a formula; a trace's text
 # is anyone's, so its cells get a leading quote (the usual CSV-injection defence).
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\n")
@@ -50,8 +50,8 @@ def steps_csv(spec: Sequence[Event], ar: Sequence[Event] = ()) -> str:
         timed = any(e.draft_seconds or e.verify_seconds for e in steps)
         for e in steps:
             ms = [f"{e.draft_seconds * 1000:.3f}", f"{e.verify_seconds * 1000:.3f}"] if timed else ["", ""]
-            w.writerow([_text_cell(mode), e.step, e.draft_len, e.accepted, e.draft_len - e.accepted,
-                        e.new_tokens, *ms, f"{e.t:.6f}", e.next_draft_len, _text_cell(e.reason),
+            w.writerow([_text_cell(mode), e.step, e.draft_tokens, e.accepted, e.draft_tokens - e.accepted,
+                        e.new_tokens, *ms, f"{e.t:.6f}", e.next_draft_tokens, _text_cell(e.reason),
                         _text_cell(e.cut)])
     return out.getvalue()
 

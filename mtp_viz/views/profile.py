@@ -85,7 +85,7 @@ def blocks(result: dict[str, Any]) -> list[tuple[str, Any]]:
     own = result.get("own_acceptance")
     if own:
         out.append(("p", f"The pair's own drafter on this prompt: α = {own['alpha']:.3f} (maximum likelihood), "
-                         f"τ = {own['tau']:.2f} tokens per target forward, at γ = {own['gamma']}."))
+                         f"τ = {own['tau']:.2f} tokens per target forward, at γ = {own['draft_tokens']}."))
     elif meta.get("weights_label"):
         out.append(("p", "The pair's own acceptance is not measured: its weights are random, so its drafts are noise."))
     return out

@@ -16,7 +16,7 @@ import html
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from mtp_viz.engine.events import Accepted, Bonus, Done, Error, Event, Ran, Start, Step, Token
+from mtp_viz.engine.events import Accepted, Bonus, Done, Error, Event, Ran, Start, Step, Token, tau_of
 
 from .explain import explain
 from .tokens import escape_token
@@ -48,8 +48,9 @@ class RunStats:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
     @property
-    def tokens_per_forward(self) -> float:
-        return self.tokens / self.forwards if self.forwards else 0.0
+    def tau(self) -> float | None:
+        """τ: tokens per target forward after the prefill (:func:`~mtp_viz.engine.events.tau_of`)."""
+        return tau_of(self.tokens, self.forwards)
 
     def add(self, e: Event) -> "RunStats":
         """Fold one more event in (streaming keeps one RunStats instead of recounting)."""
@@ -69,7 +70,7 @@ class RunStats:
                 self.seconds = max(self.seconds, e.t)
         elif isinstance(e, Step):
             self.forwards += 1
-            self.drafted += e.draft_len
+            self.drafted += e.draft_tokens
             self.seconds = max(self.seconds, e.t)
         elif isinstance(e, Done):
             self.done, self.stop_reason, self.seconds = True, e.stop_reason, e.seconds
@@ -94,7 +95,8 @@ def stats_html(stats: RunStats) -> str:
     """The line under a pane: tokens, target forwards, tokens/s, elapsed."""
     items = [(f"{stats.tokens}", "tokens"), (f"{stats.forwards}", "target forwards")]
     if stats.mode == "speculative":
-        items.append((f"{stats.tokens_per_forward:.2f}", "tokens / forward"))
+        if stats.tau is not None:
+            items.append((f"{stats.tau:.2f}", "τ (tokens per verification)"))
         if stats.drafted:
             items.append((f"{100 * stats.accepted / stats.drafted:.0f}%", "drafts accepted"))
     items += [(f"{stats.tokens_per_second:.1f}", "tokens/s"),

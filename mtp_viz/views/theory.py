@@ -25,14 +25,14 @@ def theory_panel_html(check: TheoryCheck | None) -> str:
     rows = [
         ("acceptance rate (accepted ÷ drafted)", f"{check.acceptance_rate:.1%}", ""),
         ("α (per-token acceptance, MLE)", f"{check.alpha:.3f}", ""),
-        ("mean draft length γ", f"{check.gamma:.2f}", ""),
-        ("tokens per target forward τ", f"{check.tau:.2f}",
+        ("mean draft length γ", f"{check.draft_tokens:.2f}", ""),
+        ("tokens per target forward τ", f"{check.tau:.2f}" if check.tau is not None else "–",
          f"{check.tau_predicted:.2f} = (1−α^(γ+1))/(1−α)"),
     ]
     if check.experts_touched is not None:
         k, total = check.experts_top_k, check.experts_total
         rows.append(("experts per layer per verification", f"{check.experts_touched:.2f}",
-                     f"{k} for one plain step; at most {ceiling(round(check.gamma), k, total)} of {total} "
+                     f"{k} for one plain step; at most {ceiling(round(check.draft_tokens), k, total)} of {total} "
                      f"for γ+1 tokens"))
     if check.timed:
         rows += _cost_rows(check)

@@ -97,7 +97,7 @@ def unreported_rejections(step: Step, shown: int) -> int:
     says how many, not which); ``shown`` is the step's ``rejected`` events. The target
     agreed with ``max(agreed, accepted)`` drafts (``agreed`` is 0 where unknown): the
     rest were rejected. 0 for the local engine, which reports every rejected draft."""
-    return max(0, step.draft_len - max(step.agreed, step.accepted) - shown)
+    return max(0, step.draft_tokens - max(step.agreed, step.accepted) - shown)
 
 
 def rejected_count_html(step: Step, shown: int) -> str:
@@ -106,8 +106,8 @@ def rejected_count_html(step: Step, shown: int) -> str:
     n = unreported_rejections(step, shown)
     if n <= 0:
         return ""
-    return (f'<span class="mv-rejcount" data-step="{step.step}" data-drafted="{step.draft_len}" '
-            f'data-rejected="{n}" title="step {step.step}: {step.draft_len} drafted, {n} rejected; '
+    return (f'<span class="mv-rejcount" data-step="{step.step}" data-drafted="{step.draft_tokens}" '
+            f'data-rejected="{n}" title="step {step.step}: {step.draft_tokens} drafted, {n} rejected; '
             f'the server reports how many drafts it rejected, not which tokens">✗{n}</span>')
 
 

@@ -13,8 +13,8 @@ def test_counts_and_rates():
     assert metrics.acceptance_rate(ev) == pytest.approx(9 / 16)
     assert metrics.alpha_estimate(ev) == pytest.approx(9 / 12)
     assert metrics.per_step_acceptance(ev) == [None, 1.0, 0.5, 0.0, 0.75]
-    # tokens: 1 (prefill) + 5 + 3 + 1 + 4 = 14 over 5 forwards
-    assert metrics.mean_accepted_length(ev) == pytest.approx(14 / 5)
+    # tokens: 1 (prefill) + 5 + 3 + 1 + 4 = 14 over 5 forwards: τ leaves the prefill out
+    assert metrics.tau(ev) == pytest.approx((14 - 1) / (5 - 1))
 
 
 def test_per_position_acceptance():
@@ -55,19 +55,19 @@ def test_pooled_streams_and_json_round_trip():
     a, b = spec_stream(PLAN[:2]), spec_stream(PLAN[2:])
     pooled = a + b
     assert metrics.acceptance_rate(pooled) == metrics.acceptance_rate(spec_stream(PLAN))
-    assert metrics.mean_accepted_length(pooled) == pytest.approx(15 / 6)
+    assert metrics.tau(pooled) == pytest.approx((15 - 2) / (6 - 2))   # two prefills left out
     again = [event_from_dict(json.loads(json.dumps(e.to_dict()))) for e in pooled]
     assert metrics.summarize(again) == metrics.summarize(pooled)
     s = metrics.summarize(pooled)
     assert (s.generations, s.steps, s.drafted, s.accepted, s.rejections) == (2, 6, 16, 9, 3)
-    assert s.mode == "speculative" and s.mean_draft_len == 4
+    assert s.mode == "speculative" and s.mean_draft_tokens == 4
 
 
 def test_autoregressive_stream():
     ev = ar_run([""] * 10, 0.1)
     s = metrics.summarize(ev)
     assert s.steps == 0 and s.drafted == 0 and s.mode == "autoregressive"
-    assert s.new_tokens == 10 and s.mean_accepted_length == 1.0
+    assert s.new_tokens == 10 and s.tau == 1.0
     assert s.tokens_per_second == pytest.approx(10.0)
     assert metrics.target_step_seconds(ev) == pytest.approx(0.1)
     # the prefill forward is not a decode step
@@ -89,12 +89,12 @@ def test_theory_check_uses_measured_numbers():
     ev = spec_stream([(4, 4, {"draft_s": 0.004, "verify_s": 0.15})] * 3 + [(4, 1, {"verify_s": 0.15})])
     chk = metrics.theory_check(ev, ar_run([""] * 5, 0.1))
     alpha = metrics.alpha_estimate(ev)
-    assert chk.alpha == alpha and chk.gamma == 4
+    assert chk.alpha == alpha and chk.draft_tokens == 4
     assert chk.tau_predicted == pytest.approx(theory.expected_tokens(alpha, 4))
     assert chk.c == pytest.approx(metrics.cost_coefficient(ev, ar_run([""] * 5, 0.1)))
     assert chk.v == pytest.approx(1.5)
     assert chk.speedup_predicted_v == pytest.approx(chk.tau / (4 * chk.c + 1.5))
-    assert (chk.gamma_star, chk.speedup_star) == theory.optimal_gamma(alpha, chk.c, 16)
+    assert (chk.optimal_draft_tokens, chk.speedup_star) == theory.optimal_draft_tokens(alpha, chk.c, 16)
     assert metrics.theory_check(ar_run([""] * 3, 0.1)) is None
 
 

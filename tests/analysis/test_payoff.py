@@ -28,7 +28,7 @@ def test_break_even_is_where_the_speedup_is_one():
 
 
 def test_the_best_draft_length_grows_with_acceptance():
-    low, high = payoff.best_gamma(0.4, 1.0, VERIFY, 0.05), payoff.best_gamma(0.95, 1.0, VERIFY, 0.05)
+    low, high = payoff.best_draft_tokens(0.4, 1.0, VERIFY, 0.05), payoff.best_draft_tokens(0.95, 1.0, VERIFY, 0.05)
     assert low[0] < high[0] == 4 and high[1] > low[1]
     c = payoff.curves(1.0, VERIFY, 0.05, payoff.grid(0.25))
     assert c["alphas"] == [0.0, 0.25, 0.5, 0.75, 1.0] and sorted(c["speedup"]) == [1, 2, 3, 4]

@@ -108,7 +108,7 @@ EXTRA_CHART = """
 import json, sys
 from mtp_viz.views import charts
 charts.CHARTS += (charts.Chart("extra-plot", "An extra chart", "It counts the steps. It is a test.",
-                               lambda spec, ar: charts.tokens_per_forward_figure(spec), live=True, row=2),)
+                               lambda spec, ar: charts.tau_figure(spec), live=True, row=2),)
 from mtp_viz.views import explain
 from mtp_viz.app.handlers import local
 from mtp_viz.app.page import layout

@@ -44,7 +44,7 @@ def test_pause_comes_after_each_draft_and_verification_and_leaves_the_clock(pair
     ids = [e.generated_ids for e in (plain[-1], paused[-1])]
     assert ids[0] == ids[1]                                     # pausing changes no token
     steps = [e for e in paused if isinstance(e, Step)]
-    drafting = [s for s in steps[1:] if s.draft_len]
+    drafting = [s for s in steps[1:] if s.draft_tokens]
     # after the prefill and each later step but the last: "verified"; after each draft: "drafted"
     assert phases.count("verified") == len(steps) - 1 and phases.count("drafted") == len(drafting)
     assert phases[0] == "verified" and all(a != b for a, b in zip(phases, phases[1:]))
@@ -126,7 +126,7 @@ def test_a_run_in_step_mode_waits_and_next_advances(pair):
     assert "Stopped." in frames[-1].status
     # the step's own numbers are in its caption
     step2 = [e for e in sess.spec if isinstance(e, Step) and e.step == 2][0]
-    assert f"proposed {step2.draft_len} token" in captions_seen[2]
+    assert f"proposed {step2.draft_tokens} token" in captions_seen[2]
 
 
 def test_caption_of_a_partial_acceptance_names_the_rejected_draft():
@@ -157,7 +157,7 @@ def test_steps_csv_has_a_row_per_step_with_its_numbers():
     assert tuple(rows[0]) == export.CSV_COLUMNS and len(rows) == len(steps)
     for row, e in zip(rows, steps):
         assert int(row["step"]) == e.step and int(row["accepted"]) == e.accepted
-        assert int(row["rejected"]) == e.draft_len - e.accepted
+        assert int(row["rejected"]) == e.draft_tokens - e.accepted
         assert float(row["verify_ms"]) == pytest.approx(e.verify_seconds * 1000, abs=1e-3)
     assert {r["mode"] for r in rows} == {"speculative", "autoregressive"}
 
@@ -184,11 +184,11 @@ def test_downloads_keep_only_the_newest_files():
 def test_captions_cover_events_of_every_kind():
     """No event kind breaks the caption: a run ending in a rejection, a bonus or a cut."""
     ev = [Start(mode="speculative", prompt_tokens=3),
-          Step(step=1, draft_len=0, accepted=0, new_tokens=1),
+          Step(step=1, draft_tokens=0, accepted=0, new_tokens=1),
           Drafted(step=2, index=0, token_id=1, text="x"),
           Rejected(step=2, index=0, token_id=1, text="x"),
           Bonus(step=2, token_id=2, text="<eos>", index=0, kind="correction"),
-          Step(step=2, draft_len=1, accepted=0, new_tokens=1, cut="eos")]
+          Step(step=2, draft_tokens=1, accepted=0, new_tokens=1, cut="eos")]
     text = captions.caption(ev)
     assert "rejected the first, and wrote its own token \u201c<eos>\u201d" in text
     assert "end-of-sequence" in text

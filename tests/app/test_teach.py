@@ -19,10 +19,10 @@ from mtp_viz.analysis.whatif import what_if
 from streams import PLAN, ar_run, spec_stream
 
 
-def check(alphas, c, v=None, gamma=4.0):
+def check(alphas, c, v=None, draft_tokens=4.0):
     """A TheoryCheck carrying only what the what-if reads (the rest is not used)."""
-    return TheoryCheck(acceptance_rate=0.0, alpha=0.0, gamma=gamma, tau=2.0, tau_predicted=0.0, c=c,
-                       speedup_predicted=0.0, gamma_star=1, speedup_star=0.0, v=v,
+    return TheoryCheck(acceptance_rate=0.0, alpha=0.0, draft_tokens=draft_tokens, tau=2.0, tau_predicted=0.0, c=c,
+                       speedup_predicted=0.0, optimal_draft_tokens=1, speedup_star=0.0, v=v,
                        per_position_conditional=tuple(alphas))
 
 
@@ -44,9 +44,9 @@ def test_what_if_equals_theory_for_a_constant_alpha():
     a, c, cap = 0.7, 0.05, 10
     w = what_if(check([a] * cap, c), cap=cap)
     for r in w.rows:
-        assert r.tau == pytest.approx(theory.expected_tokens(a, r.gamma))
-        assert r.speedup == pytest.approx(theory.predicted_speedup(a, r.gamma, c))
-    assert (w.best, w.best_row.speedup) == pytest.approx(theory.optimal_gamma(a, c, cap))
+        assert r.tau == pytest.approx(theory.expected_tokens(a, r.draft_tokens))
+        assert r.speedup == pytest.approx(theory.predicted_speedup(a, r.draft_tokens, c))
+    assert (w.best, w.best_row.speedup) == pytest.approx(theory.optimal_draft_tokens(a, c, cap))
 
 
 def test_what_if_of_a_recorded_run_uses_its_measured_acceptance_and_costs():
@@ -57,17 +57,17 @@ def test_what_if_of_a_recorded_run_uses_its_measured_acceptance_and_costs():
     alphas = metrics.per_position_acceptance(spec, conditional=True)
     assert list(w.alphas) == pytest.approx(alphas)
     assert tc.v == pytest.approx(1.5) and tc.c == pytest.approx(0.1)
-    slope = (tc.v - 1) / tc.gamma            # v(γ) = 1 + sγ through the measured v(4)
+    slope = (tc.v - 1) / tc.draft_tokens            # v(γ) = 1 + sγ through the measured v(4)
     assert w.slope == pytest.approx(slope)
     padded = alphas + [alphas[-1]] * 4
     for r in w.rows:
-        assert r.tau == pytest.approx(theory.expected_tokens_positional(padded[:r.gamma]))
-        assert r.speedup == pytest.approx(theory.predicted_speedup_positional(padded[:r.gamma], tc.c + slope))
-        assert r.extrapolated == (r.gamma > 4)
+        assert r.tau == pytest.approx(theory.expected_tokens_positional(padded[:r.draft_tokens]))
+        assert r.speedup == pytest.approx(theory.predicted_speedup_positional(padded[:r.draft_tokens], tc.c + slope))
+        assert r.extrapolated == (r.draft_tokens > 4)
     # at the run's own draft length, cost 1 + γ(c + s) = γc + v: the theory panel's denominator
     assert w.rows[3].speedup == pytest.approx(w.rows[3].tau / (4 * tc.c + tc.v))
     measured = [r for r in w.rows if not r.extrapolated]
-    assert w.best == max(measured, key=lambda r: r.speedup).gamma
+    assert w.best == max(measured, key=lambda r: r.speedup).draft_tokens
     assert w.run_speedup == tc.speedup_measured
 
 

@@ -115,7 +115,7 @@ def test_metrics_agree_with_engine_totals():
     assert rec.seconds == done.seconds > 0 and rec.clock == "cpu" == ev[0].settings["clock"]
     assert 0 < s.acceptance_rate < 1 and s.rejections > 0
     assert (s.drafted, s.accepted) == (done.drafted, done.accepted)
-    assert s.mean_accepted_length == pytest.approx(done.mean_accepted_length)
+    assert s.tau == pytest.approx(done.tau)
     assert s.target_forwards == rec.target_forwards == runner.forwards
     # every corrupted step rejects exactly once; all others accept everything drafted
     assert s.alpha == pytest.approx(s.accepted / (s.accepted + s.rejections))
@@ -246,7 +246,7 @@ def test_bench_runs_every_precision_pair_in_one_run(saved_pair, tmp_path, capsys
     assert rows["float32/float32"]["parity"] is True and rows["int8/int8"]["parity"] is True  # float32 arithmetic
     assert rows["bfloat16/float32"]["parity"] is None  # transformers does not run two dtypes: no reference
     for r in result["settings"]:
-        assert r["speedup"] > 0 and 0 <= r["acceptance_rate"] <= 1 and r["tokens_per_forward"] > 0
+        assert r["speedup"] > 0 and 0 <= r["acceptance_rate"] <= 1 and r["tau"] > 0
         assert r["autoregressive_tokens_per_second"] == \
             result["autoregressive_by_precision"][r["target_precision"]]["tokens_per_second"]
     assert {(r["mode"], r.get("target_precision"), r.get("drafter_precision")) for r in result["runs"]} == {

@@ -157,25 +157,25 @@ def test_heuristic_schedule_grows_and_shrinks(target, prompt, reference):
     sched = make_schedule("heuristic", initial=2, cap=7)
     steps = [e for e in speculative(target, right, prompt, max_new_tokens=N, schedule=sched)
              if isinstance(e, Step)]
-    assert [s.draft_len for s in steps[1:4]] == [2, 4, 6]
+    assert [s.draft_tokens for s in steps[1:4]] == [2, 4, 6]
     assert all(s.reason.startswith("all accepted") for s in steps[1:4])
     assert sched.current == 7
     # the heuristic carries over into the next generation with the same schedule object
     first = [e for e in speculative(target, right, prompt, max_new_tokens=N, schedule=sched)
              if isinstance(e, Step)][1]
-    assert first.draft_len == 7
+    assert first.draft_tokens == 7
     # the transient one restarts from the initial length
     sched_t = make_schedule("heuristic_transient", initial=2, cap=7)
     for _ in range(2):
         first = [e for e in speculative(target, right, prompt, max_new_tokens=N, schedule=sched_t)
                  if isinstance(e, Step)][1]
-        assert first.draft_len == 2
+        assert first.draft_tokens == 2
     # always wrong: shrinks to the floor of 1
     wrong = ScriptDrafter(len(prompt), [(t + 1) % V for t in reference])
     steps = [e for e in speculative(target, wrong, prompt, max_new_tokens=N,
                                     schedule=make_schedule("heuristic", initial=4))
              if isinstance(e, Step)]
-    assert [s.draft_len for s in steps[1:6]] == [4, 3, 2, 1, 1]
+    assert [s.draft_tokens for s in steps[1:6]] == [4, 3, 2, 1, 1]
 
 
 def test_confidence_schedule_stops_at_unsure_token(target, prompt, reference):
@@ -184,18 +184,18 @@ def test_confidence_schedule_stops_at_unsure_token(target, prompt, reference):
     events = list(speculative(target, drafter, prompt, max_new_tokens=20,
                               schedule=make_schedule("confidence", initial=5, threshold=0.5)))
     drafted_steps = [e for e in events if isinstance(e, Step) and e.step > 1]
-    assert drafted_steps and all(s.draft_len == 1 for s in drafted_steps[:-1])
+    assert drafted_steps and all(s.draft_tokens == 1 for s in drafted_steps[:-1])
     # threshold 0 never stops early: full length
     events = list(speculative(target, drafter, prompt, max_new_tokens=20,
                               schedule=make_schedule("confidence", initial=5, threshold=0.0)))
-    assert [e for e in events if isinstance(e, Step)][1].draft_len == 5
+    assert [e for e in events if isinstance(e, Step)][1].draft_tokens == 5
 
 
 def test_initial_length_defaults_to_drafter_generation_config(target, prompt):
     assistant = gemma_assistant(V, WINDOW, k=6)
     events = list(speculative(target, MTPDrafter(assistant, target), prompt, max_new_tokens=20))
     assert events[0].settings["draft_tokens"] == 6
-    assert [e for e in events if isinstance(e, Step)][1].draft_len == 6
+    assert [e for e in events if isinstance(e, Step)][1].draft_tokens == 6
 
 
 def test_prompt_lookup_prefers_a_full_continuation():

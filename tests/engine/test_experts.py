@@ -90,7 +90,7 @@ def test_each_steps_experts_are_those_of_a_fresh_forward(target, reference, draf
             assert step.experts_per_layer == fresh_counts(target, sequence, fed), step.step
         # one token goes to exactly top_k experts per layer; more tokens to at most k·tokens
         assert all(2 <= n <= min(8, 2 * fed) for step, _, fed in steps for n in step.experts_per_layer)
-    lengths = {s.draft_len for s, _, _ in forwards(runs[0])}
+    lengths = {s.draft_tokens for s, _, _ in forwards(runs[0])}
     assert 0 in lengths and len(lengths - {0}) >= 2  # the prefill and verifications of several lengths
     assert all(s.experts_per_layer == (2, 2, 2, 2) for s, _, _ in forwards(runs[1])[1:])
 

@@ -69,13 +69,13 @@ def pairs(draw):
 
 
 @SLOW
-@given(pair=pairs(), gamma=st.integers(1, 6), schedule=st.sampled_from(list(SCHEDULES)),
+@given(pair=pairs(), draft_tokens=st.integers(1, 6), schedule=st.sampled_from(list(SCHEDULES)),
        n=st.integers(1, 24))
-def test_greedy_parity_and_invariants_for_any_small_pair(pair, gamma, schedule, n):
+def test_greedy_parity_and_invariants_for_any_small_pair(pair, draft_tokens, schedule, n):
     target, drafter, prompt = pair
     reference = greedy_reference(target, prompt, n)
     events = list(speculative(target, drafter, prompt, max_new_tokens=n, schedule=schedule,
-                              draft_tokens=gamma))
+                              draft_tokens=draft_tokens))
     assert generated(events) == reference
     check_invariants(events, n)
     ar = list(autoregressive(target, prompt, max_new_tokens=n))

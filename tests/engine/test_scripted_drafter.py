@@ -31,13 +31,13 @@ class Counted:
         return self.step(*a)
 
 
-def run(models, alpha, gamma=4, seed=0):
+def run(models, alpha, draft_tokens=4, seed=0):
     target, assistant = models
     script = list(autoregressive(target, PROMPT, max_new_tokens=N))[-1].generated_ids
     inner = MTPDrafter(assistant, target)
     inner.step = counted = Counted(inner.step)   # counts the assistant's real forwards
     d = ScriptedDrafter(inner, script, len(PROMPT), alpha, V, seed)
-    events = list(speculative(target, d, PROMPT, max_new_tokens=N, draft_tokens=gamma))
+    events = list(speculative(target, d, PROMPT, max_new_tokens=N, draft_tokens=draft_tokens))
     return script, events, counted.calls
 
 
@@ -49,9 +49,9 @@ def test_the_output_is_plain_greedy_whatever_alpha(models, alpha):
 
 def test_alpha_one_keeps_every_draft_and_zero_none(models):
     _, events, forwards = run(models, 1.0)
-    steps = [e for e in events if isinstance(e, Step) and e.draft_len]
-    assert all(s.agreed == s.draft_len for s in steps)
-    assert forwards == sum(s.draft_len for s in steps) == sum(isinstance(e, Drafted) for e in events)
+    steps = [e for e in events if isinstance(e, Step) and e.draft_tokens]
+    assert all(s.agreed == s.draft_tokens for s in steps)
+    assert forwards == sum(s.draft_tokens for s in steps) == sum(isinstance(e, Drafted) for e in events)
     _, events, _ = run(models, 0.0)
     assert all(s.agreed == 0 for s in events if isinstance(s, Step))
 
@@ -62,10 +62,10 @@ def test_the_kept_drafts_follow_the_geometric_model(models):
     for seed in range(6):
         _, events, _ = run(models, 0.6, seed=seed)
         for s in events:
-            if isinstance(s, Step) and s.draft_len == 4:
+            if isinstance(s, Step) and s.draft_tokens == 4:
                 steps += 1
                 agreed += s.agreed
-                rejections += s.agreed < s.draft_len
+                rejections += s.agreed < s.draft_tokens
                 tokens += s.agreed + 1
     assert steps > 60
     assert theory.alpha_mle(agreed, rejections) == pytest.approx(0.6, abs=0.1)

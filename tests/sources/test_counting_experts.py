@@ -92,7 +92,7 @@ def test_the_trace_keeps_the_counts(counted, tmp_path):
 
 
 def _step(**extra) -> str:
-    return json.dumps({"type": "step", "step": 1, "draft_len": 0, "accepted": 0, **extra})
+    return json.dumps({"type": "step", "step": 1, "draft_tokens": 0, "accepted": 0, **extra})
 
 
 def _start(experts) -> str:

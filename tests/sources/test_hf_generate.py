@@ -69,7 +69,7 @@ def check_recorded(events, out, prompt, n, prefill=True):
     start = events[0]
     assert start.mode == "speculative" and list(start.prompt_ids) == prompt
     if prefill:
-        assert steps[0].draft_len == 0 and steps[0].new_tokens == 1
+        assert steps[0].draft_tokens == 0 and steps[0].new_tokens == 1
     for e in events:
         if isinstance(e, (Accepted, Rejected, Bonus)):
             assert 0.0 <= e.p <= 1.0 + 1e-6
@@ -104,7 +104,7 @@ def test_tiny_pair_output_unchanged_and_events_are_the_run(tiny, sched, sample):
     assert s["temperature"] == (1.0 if sample else 0.0)
     done = rec.events[-1]
     assert done.text == tiny.tokenizer.decode(out[0, len(ids):]) and done.stop_reason == "max_new_tokens"
-    assert done.drafter_forwards == done.drafted == sum(x.draft_len for x in steps)  # one forward per draft
+    assert done.drafter_forwards == done.drafted == sum(x.draft_tokens for x in steps)  # one forward per draft
     assert "".join(e.text for e in rec.events if isinstance(e, (Accepted, Bonus))) == done.text
 
 
@@ -152,9 +152,9 @@ def test_the_mtp_generator_keeps_its_draft_length_under_the_heuristic_schedule(t
     steps = [s for s in rec.events if isinstance(s, Step)]
     made = [sum(s.new_tokens for s in steps[:i]) for i in range(len(steps))]
     # every step drafts 3, or what is left before the token limit (the bonus needs one)
-    assert [s.draft_len for s in steps[1:]] == [min(3, 64 - m - 1) for m in made[1:]]
+    assert [s.draft_tokens for s in steps[1:]] == [min(3, 64 - m - 1) for m in made[1:]]
     assert {s.reason for s in steps} == {"num_assistant_tokens unchanged"}
-    assert any(s.accepted == s.draft_len == 3 for s in rec.events if isinstance(s, Step))  # "+2" was due
+    assert any(s.accepted == s.draft_tokens == 3 for s in rec.events if isinstance(s, Step))  # "+2" was due
 
 
 def test_a_draft_model_assistant_moves_its_length_under_the_heuristic(rand):
@@ -170,7 +170,7 @@ def test_a_draft_model_assistant_moves_its_length_under_the_heuristic(rand):
         assert torch.equal(ref, out)
         steps = check_recorded(rec.events, out, ids, 24, prefill=False)
         assert rec.events[0].settings["drafter"] == "model"
-        assert len({s.draft_len for s in steps[1:]}) > 1
+        assert len({s.draft_tokens for s in steps[1:]}) > 1
         assert any(s.reason == "num_assistant_tokens -1" for s in steps)
         untouched(t, small)
 
@@ -252,7 +252,7 @@ def test_an_end_of_sequence_draft_cuts_its_step(tiny, sample):
         assert last.agreed == last.accepted and rejected == []
     else:       # greedy: recomputed from the logits, as the uncut run agreed
         assert last.agreed == agreed_before >= last.accepted
-        assert rejected == list(range(last.agreed, last.draft_len))
+        assert rejected == list(range(last.agreed, last.draft_tokens))
 
 
 class Collect(BaseStreamer):

@@ -220,13 +220,13 @@ def test_a_valid_run_still_reads():
     ({"4.new_tokens": -3}, "Line 4 of the trace has a 'new_tokens' that is not a count from 0 to a billion."),
     ({"1.prompt_tokens": -2}, "Line 1 of the trace has a 'prompt_tokens' that is not a count from 0 to a billion."),
     ({"4.generated_ids": [7, -1]}, "Line 4 of the trace has a 'generated_ids' that is not a count from 0 to a billion."),
-    ({"3.draft_len": 10**9, "3.accepted": 0},
-     "Line 3 of the trace has a 'draft_len' that is not a draft length or position from 0 to 256."),
+    ({"3.draft_tokens": 10**9, "3.accepted": 0},
+     "Line 3 of the trace has a 'draft_tokens' that is not a draft length or position from 0 to 256."),
     ({"2.p": 7.5}, "Line 2 of the trace has a 'p' that is not a probability from 0 to 1."),
     ({"2.kind": "secret"}, "Line 2 of the trace has a 'kind' that is not one of its known values."),
     ({"4.stop_reason": "<img src=x onerror=secret>"},
      "Line 4 of the trace has a 'stop_reason' that is not one of its known values."),
-    ({"3.accepted": 3, "3.draft_len": 1}, "Line 3 of the trace has a step that kept more drafts than it drafted."),
+    ({"3.accepted": 3, "3.draft_tokens": 1}, "Line 3 of the trace has a step that kept more drafts than it drafted."),
 ])
 def test_absurd_times_and_negative_counts_are_one_sentence(over, sentence):
     assert _refused(_run_events(**over)) == sentence
@@ -295,7 +295,7 @@ def test_steps_csv_neutralizes_formulas_in_text_cells(reason):
     assert rows[0]["reason"] == "'" + reason.replace("\r", "\n")
     assert rows[0]["mode"] == "speculative" and rows[0]["cut"] == ""
     # the numbers the project writes stay numbers
-    assert (rows[0]["step"], rows[0]["draft_len"], rows[0]["t_s"]) == ("1", "0", "0.010000")
+    assert (rows[0]["step"], rows[0]["draft_tokens"], rows[0]["t_s"]) == ("1", "0", "0.010000")
 
 
 def test_steps_csv_leaves_plain_text_and_numbers_alone():

@@ -110,7 +110,7 @@ def test_the_rebuilt_steps_sum_to_the_servers_counts(mtp, transformers_greedy):
         events = list(source.events(RunSettings(prompt, ("speculative",), max_new_tokens=N, chat=False)))
         steps = [e for e in events if isinstance(e, Step)]
         timings = greedy(mtp, ids, N)["timings"]   # the same request, not streamed
-        assert sum(s.draft_len for s in steps) == timings["draft_n"] == events[-1].drafted
+        assert sum(s.draft_tokens for s in steps) == timings["draft_n"] == events[-1].drafted
         assert sum(s.accepted for s in steps) == timings["draft_n_accepted"] == events[-1].accepted
         assert sum(s.new_tokens for s in steps) == events[-1].new_tokens
 

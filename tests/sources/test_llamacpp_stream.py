@@ -70,7 +70,7 @@ def test_a_stream_becomes_the_engines_events_and_its_counts_sum_to_the_servers()
     steps = [e for e in events if isinstance(e, Step)]
     done = events[-1]
     assert isinstance(events[0], Start) and events[0].ran.engine == "llamacpp" and not events[0].ran.rejected_ids
-    assert [(s.draft_len, s.accepted, s.new_tokens) for s in steps] == [(0, 0, 1), (4, 2, 3), (4, 0, 1)]
+    assert [(s.draft_tokens, s.accepted, s.new_tokens) for s in steps] == [(0, 0, 1), (4, 2, 3), (4, 0, 1)]
     assert isinstance(done, Done) and done.generated_ids == (5, 6, 7, 8, 9) and done.stop_reason == "max_new_tokens"
     assert (done.drafted, done.accepted) == (8, 2)   # the server's last draft_n and draft_n_accepted
     assert [e.kind for e in events if isinstance(e, Bonus)] == ["extension", "correction", "correction"]

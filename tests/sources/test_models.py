@@ -57,7 +57,7 @@ def test_heuristic_schedule_carries_its_length_across_generations(folders):
         events = list(pair.generate("w10 w11 w12", max_new_tokens=24, draft_tokens=3,
                                     schedule="heuristic", chat=False))
         steps = [e for e in events if e.type == "step"]
-        return steps[1].draft_len, steps[-1].next_draft_len  # first drafting step, last choice
+        return steps[1].draft_tokens, steps[-1].next_draft_tokens  # first drafting step, last choice
 
     first_len, carried = run()
     second_len, _ = run()
@@ -65,7 +65,7 @@ def test_heuristic_schedule_carries_its_length_across_generations(folders):
     assert second_len == carried  # the second generation starts where the first ended
     transient = [e for e in pair.generate("w10 w11 w12", max_new_tokens=24, draft_tokens=3,
                                           schedule="heuristic_transient", chat=False) if e.type == "step"]
-    assert transient[1].draft_len == 3
+    assert transient[1].draft_tokens == 3
 
 
 def test_a_preset_name_as_drafter_means_its_drafter():

@@ -35,16 +35,16 @@ def cli_runs(pair):
 def small_run() -> list:
     return [Start(mode="speculative", prompt_tokens=2, prompt_ids=(5, 6), settings={"drafter": "mtp"}),
             Bonus(step=1, token_id=7, text="<b>x</b>", p=0.5, kind="extension"),
-            Step(step=1, draft_len=0, accepted=0, new_tokens=1, t=0.01),
+            Step(step=1, draft_tokens=0, accepted=0, new_tokens=1, t=0.01),
             Accepted(step=2, index=0, token_id=8, text="é", p=0.9, q=0.8),
             Bonus(step=2, token_id=9, text="\n", p=0.7, index=1),
-            Step(step=2, draft_len=1, accepted=1, new_tokens=2, t=0.02),
+            Step(step=2, draft_tokens=1, accepted=1, new_tokens=2, t=0.02),
             Done(new_tokens=3, target_forwards=2, seconds=0.02, generated_ids=(7, 8, 9))]
 
 
 def ar_run() -> list:
     return [Start(mode="autoregressive", prompt_tokens=2, prompt_ids=(5, 6)),
-            Token(step=1, token_id=7, text="a", t=0.01), Step(step=1, draft_len=0, accepted=0, t=0.01),
+            Token(step=1, token_id=7, text="a", t=0.01), Step(step=1, draft_tokens=0, accepted=0, t=0.01),
             Done(new_tokens=1, target_forwards=1, seconds=0.01, generated_ids=(7,))]
 
 
@@ -87,9 +87,9 @@ GOOD = "\n".join(json.dumps(e.to_dict()) for e in small_run())
      "The trace has an unknown format version; this mtp-viz reads version 1."),
     ('{"type": "trace", "format": "other", "version": 1}\n' + GOOD, "The file is not an mtp-viz trace."),
     (GOOD + "\n" + HEAD, "Line 8 of the trace is a header, which only the first line may be."),
-    ('{"type": "step", "step": 1, "draft_len": 0, "accepted": 0}', "The trace does not begin with a start event."),
+    ('{"type": "step", "step": 1, "draft_tokens": 0, "accepted": 0}', "The trace does not begin with a start event."),
     (GOOD + "\n" + GOOD, "The trace holds two runs of the same mode; a trace holds at most one of each."),
-    (GOOD + '\n{"type": "step", "step": 3, "draft_len": 0, "accepted": 0}',
+    (GOOD + '\n{"type": "step", "step": 3, "draft_tokens": 0, "accepted": 0}',
      "The trace has events after a run ended that do not start a new run."),
     ('{"type": "start", "mode": "secret-mode", "prompt_tokens": 1}', "A run in the trace has an unknown mode."),
 ])
@@ -165,3 +165,25 @@ def test_shipped_example_traces_are_real_runs_of_the_bundled_pair():
         assert spec[-1].type == ar[-1].type == "done"
         assert 48 <= spec[-1].new_tokens <= 64 and spec[-1].drafted > 0
         assert spec[-1].generated_ids == ar[-1].generated_ids   # greedy: lossless
+
+
+def test_an_older_traces_names_read_as_todays():
+    """Draft length and τ have one name each; a trace written before reads through the one
+    table (events.RENAMED): draft_len and next_draft_len as draft_tokens and
+    next_draft_tokens, and the old mean_accepted_length (over every forward, the prefill
+    included) dropped for τ after the prefill, recomputed."""
+    old = "\n".join(json.dumps(d) for d in (
+        {"type": "start", "mode": "speculative", "prompt_tokens": 3, "prompt_ids": [1, 2, 3], "settings": {}},
+        {"type": "step", "step": 1, "draft_len": 0, "accepted": 0, "new_tokens": 1, "next_draft_len": 4},
+        {"type": "step", "step": 2, "draft_len": 4, "accepted": 4, "new_tokens": 5, "next_draft_len": 4},
+        {"type": "step", "step": 3, "draft_len": 4, "accepted": 1, "new_tokens": 2, "next_draft_len": 4},
+        {"type": "done", "new_tokens": 8, "target_forwards": 3, "seconds": 0.1, "mean_accepted_length": 8 / 3}))
+    events = trace.loads(old)
+    steps = [e for e in events if isinstance(e, Step)]
+    assert [(s.draft_tokens, s.next_draft_tokens) for s in steps] == [(0, 4), (4, 4), (4, 4)]
+    assert events[-1].tau == pytest.approx((8 - 1) / (3 - 1))
+    assert "mean_accepted_length" not in events[-1].to_dict() and "draft_len" not in steps[0].to_dict()
+    # an old name out of range is refused by its new name's range
+    bad = old.replace('"draft_len": 4, "accepted": 1', '"draft_len": 999, "accepted": 1')
+    with pytest.raises(UserError, match="draft_tokens"):
+        trace.loads(bad)

@@ -57,8 +57,8 @@ def test_steps_are_the_servers_per_step_arrays(url, prompt):
     spec = done.server_metrics["speculative_decoding"]
     steps = [e for e in evs if isinstance(e, Step)]
     assert isinstance(start, Start) and start.settings["backend"] == "vllm"
-    assert (steps[0].draft_len, steps[0].new_tokens) == (0, 1)
-    assert tuple(s.draft_len for s in steps[1:]) == spec["per_step_drafted"]
+    assert (steps[0].draft_tokens, steps[0].new_tokens) == (0, 1)
+    assert tuple(s.draft_tokens for s in steps[1:]) == spec["per_step_drafted"]
     assert tuple(s.accepted for s in steps[1:]) == spec["per_step_accepted"]
     assert not any(isinstance(e, (Drafted, Rejected)) for e in evs)
     kept = tuple(e.token_id for e in evs if isinstance(e, (Accepted, Bonus)))

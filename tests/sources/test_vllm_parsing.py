@@ -30,8 +30,8 @@ def test_steps_are_the_servers_arrays():
     chunks, events = _events()
     spec = chunks[-1]["metrics"]["speculative_decoding"]
     steps = [e for e in events if isinstance(e, Step)]
-    assert steps[0].draft_len == 0 and steps[0].new_tokens == 1          # the prefill
-    assert [s.draft_len for s in steps[1:]] == spec["per_step_drafted"]
+    assert steps[0].draft_tokens == 0 and steps[0].new_tokens == 1          # the prefill
+    assert [s.draft_tokens for s in steps[1:]] == spec["per_step_drafted"]
     assert [s.accepted for s in steps[1:]] == spec["per_step_accepted"]
     assert steps[-1].cut == "max_new_tokens" and steps[-1].new_tokens < steps[-1].accepted + 1
     assert not any(isinstance(e, (Drafted, Rejected)) for e in events)
@@ -59,7 +59,7 @@ def test_bonus_kinds_and_every_event_round_trips():
     for b in (e for e in events if isinstance(e, Bonus) and e.step > 1):
         s = steps[b.step]
         assert b.index == s.accepted
-        assert b.kind == ("correction" if s.accepted < s.draft_len else "extension")
+        assert b.kind == ("correction" if s.accepted < s.draft_tokens else "extension")
 
 
 def test_step_events_cut_by_eos_inside_a_step():
@@ -146,7 +146,7 @@ def test_chat_stream():
     chunks = list(sse_chunks((DATA / "vllm_chat_stream.txt").read_text().splitlines()))
     events = list(assemble([(0.5, c) for c in chunks], 0.0, "speculative", {"server": "http://x"}))
     assert events[0].prompt_ids == (2, 769, 668, 202, 769, 716, 202)
-    assert [(s.draft_len, s.accepted) for s in events if isinstance(s, Step)] == [(0, 0), (4, 4), (4, 4), (4, 4)]
+    assert [(s.draft_tokens, s.accepted) for s in events if isinstance(s, Step)] == [(0, 0), (4, 4), (4, 4), (4, 4)]
     assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"]) == events[-1].text
     assert all(0 < e.p <= 1 for e in events if isinstance(e, (Accepted, Bonus)))
     assert events[-1].new_tokens == 12 and events[-1].seconds == 0.5

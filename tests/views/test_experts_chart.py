@@ -56,7 +56,7 @@ def test_the_chart_plots_each_verification_against_its_draft_length(counted):
     fig = charts.experts_figure(spec, ar)
     steps = [e for e in spec if isinstance(e, Step)][1:]  # the prefill is no verification
     dots = trace_named(fig, "a verification")
-    assert list(dots.x) == [s.draft_len for s in steps]
+    assert list(dots.x) == [s.draft_tokens for s in steps]
     assert list(dots.y) == pytest.approx([sum(s.experts_per_layer) / 4 for s in steps])
     assert len(set(dots.x)) >= 2  # the heuristic schedule verified several draft lengths
     plain = trace_named(fig, "one plain token")
@@ -107,11 +107,11 @@ def test_the_theory_panel_counts_experts_and_takes_the_measured_v(counted):
     (verify seconds per step ÷ the baseline's seconds per step); on a counted MoE run too."""
     spec, ar = counted
     check = theory_check(spec, ar)
-    verify = [e.verify_seconds for e in spec if isinstance(e, Step) and e.step > 1 and e.draft_len > 0]
+    verify = [e.verify_seconds for e in spec if isinstance(e, Step) and e.step > 1 and e.draft_tokens > 0]
     plain = [e.verify_seconds for e in ar if isinstance(e, Step) and e.step > 1]
     assert check.v_raw == pytest.approx((sum(verify) / len(verify)) / (sum(plain) / len(plain)))
     assert check.v == (check.v_raw if check.v_raw >= 1 else None)
-    touched = [s.mean for s in experts.expert_steps(spec) if s.draft_len > 0]
+    touched = [s.mean for s in experts.expert_steps(spec) if s.draft_tokens > 0]
     assert check.experts_touched == pytest.approx(sum(touched) / len(touched))
     assert (check.experts_top_k, check.experts_total) == (2, 8)
     assert "experts per layer per verification" in theory.theory_panel_html(check)
@@ -121,9 +121,9 @@ def test_the_theory_panel_counts_experts_and_takes_the_measured_v(counted):
             for e in spec]
     check = theory_check(slow, ar)
     assert check.v == pytest.approx(2.5)
-    assert check.speedup_predicted_v == pytest.approx(check.tau / (check.gamma * check.c + 2.5))
+    assert check.speedup_predicted_v == pytest.approx(check.tau / (check.draft_tokens * check.c + 2.5))
     assert f"×{check.speedup_predicted_v:.2f} = τ/(γc+v)" in theory.theory_panel_html(check)
     w = what_if(check)
-    assert w.slope == pytest.approx(1.5 / check.gamma)
+    assert w.slope == pytest.approx(1.5 / check.draft_tokens)
     full = list(w.alphas) + [w.alphas[-1]] * 12
     assert w.rows[3].speedup == pytest.approx(formulas.predicted_speedup_positional(full[:4], check.c + w.slope))

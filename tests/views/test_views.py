@@ -61,7 +61,7 @@ def test_placeholder_when_empty():
 def test_run_stats_and_stats_html():
     s = stats.run_stats(spec_run())
     assert (s.tokens, s.forwards, s.drafted, s.accepted) == (8, 3, 12, 5)
-    assert s.tokens_per_forward == pytest.approx(8 / 3)
+    assert s.tau == pytest.approx((8 - 1) / (3 - 1))   # τ: the prefill's forward and token left out
     assert s.done and s.seconds == pytest.approx(0.03)
     h = stats.stats_html(s)
     for word in ("tokens", "target forwards", "tokens/s", "elapsed"):
@@ -184,7 +184,7 @@ def test_figures_from_events():
     dl = charts.draft_length_figure(ev)
     assert list(dl.data[1].y) == [3, 5, 4]
     assert "all accepted: +2" in dl.data[1].hovertext[1] and "rejection: -1" in dl.data[1].hovertext[2]
-    tpf = charts.tokens_per_forward_figure(ev)
+    tpf = charts.tau_figure(ev)
     assert list(tpf.data[0].y) == [4, 3, 1]
     pos = charts.position_figure(ev)
     assert list(pos.data[0].y) == [pytest.approx(2 / 3), 1.0, 0.5, None, None]
@@ -211,7 +211,7 @@ def test_a_traces_reason_and_cut_reach_the_draft_length_hover_escaped():
     """plotly reads tags in hover text; a trace's schedule reason and cut are anyone's."""
     from mtp_viz.engine.events import Start
     evil = "<img src=x onerror=alert(1)>"
-    events = [Start("speculative", 3), Step(1, 0, 0, new_tokens=1, next_draft_len=4, reason=evil),
+    events = [Start("speculative", 3), Step(1, 0, 0, new_tokens=1, next_draft_tokens=4, reason=evil),
               Step(2, 4, 2, new_tokens=3, cut=evil), Step(3, 4, 4, new_tokens=5)]
     fig = charts.draft_length_figure(events)
     hover = " ".join(fig.to_dict()["data"][1]["hovertext"])

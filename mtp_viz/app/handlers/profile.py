@@ -59,7 +59,7 @@ class Profiling:
             yield tokens.message_html(str(e), level="error"), gr.skip(), gr.skip(), sess
             return
         name = clip(spec.target) if values["model"] == CUSTOM else values["model"]
-        gamma = s.draft_tokens or 4
+        draft_tokens = s.draft_tokens or 4
         failed = ""
         try:
             for f in self.gate.compile_frames(pair, s, sess, spec):
@@ -71,7 +71,7 @@ class Profiling:
             t = time.monotonic()
             with work.working(sess.stop):   # the app's close stops it first
                 result = profile.study({pair.engine: pair}, prompt_tokens=PROMPT_TOKENS, new_tokens=s.max_new_tokens,
-                                       gamma=gamma, gamma_max=gamma if pair.compile_seconds else max(EAGER_WIDTHS, gamma),
+                                       draft_tokens=draft_tokens, max_draft_tokens=draft_tokens if pair.compile_seconds else max(EAGER_WIDTHS, draft_tokens),
                                        alphas=profile.ALPHAS if pair.has_mtp else (), repeats=REPEATS,
                                        stop=sess.stop)
             took = time.monotonic() - t

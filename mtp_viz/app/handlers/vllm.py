@@ -98,8 +98,8 @@ class ServerHandlers:
 
     @staticmethod
     def done_line(sess: runs.Session, software: str = "the server") -> str:
-        steps = [e for e in sess.spec if isinstance(e, Step) and e.draft_len]
-        drafted, kept = sum(e.draft_len for e in steps), sum(e.accepted for e in steps)
+        steps = [e for e in sess.spec if isinstance(e, Step) and e.draft_tokens]
+        drafted, kept = sum(e.draft_tokens for e in steps), sum(e.accepted for e in steps)
         line = (f"Done: {software} kept {kept} of {drafted} drafts in {len(steps)} verify steps; ✗N counts the "
                 "drafts it rejected at a step (not which).")
         return line + (" Race replay plays both runs on their timings." if sess.ar else "")

@@ -8,10 +8,10 @@ writes one token, then verify step i writes ``accepted[i] + 1`` (the kept drafts
 the target's own token), the last step possibly cut short by EOS or the token limit.
 Laying the arrays over the tokens gives, for each step, ``accepted`` events for the
 kept drafts, one ``bonus`` (a correction when fewer were kept than drafted, else an
-extension) and a ``step`` whose ``draft_len``/``accepted`` are the server's numbers.
+extension) and a ``step`` whose ``draft_tokens``/``accepted`` are the server's numbers.
 The server does not say which tokens it rejected, nor the drafter's probabilities: a
 vLLM stream has no ``drafted``/``rejected`` events, ``q`` stays 1.0, and a view shows
-``step.draft_len - step.accepted`` as a count of rejected drafts. ``start.settings``
+``step.draft_tokens - step.accepted`` as a count of rejected drafts. ``start.settings``
 says what ran (``ran``: :data:`RAN`; and ``backend: "vllm"``, as older traces do).
 
 Requests go to ``/v1/completions`` with the raw prompt (the server's tokenizer adds
