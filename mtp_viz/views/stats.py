@@ -96,7 +96,7 @@ def stats_html(stats: RunStats) -> str:
     items = [(f"{stats.tokens}", "tokens"), (f"{stats.forwards}", "target forwards")]
     if stats.mode == "speculative":
         if stats.tau is not None:
-            items.append((f"{stats.tau:.2f}", "τ (tokens per verification)"))
+            items.append((f"{stats.tau:.2f}", "τ (tokens / verify)"))
         if stats.drafted:
             items.append((f"{100 * stats.accepted / stats.drafted:.0f}%", "drafts accepted"))
     items += [(f"{stats.tokens_per_second:.1f}", "tokens/s"),
