@@ -12,7 +12,7 @@ import torch
 
 from factories import gemma_assistant, gemma_target
 from mtp_viz.app.handlers import local, recorded
-from mtp_viz.app.runtime import deploy, runs, service
+from mtp_viz.app.runtime import deploy, pairs, runs, service
 from mtp_viz.app.runtime.pairs import PairSpec
 from mtp_viz.measure import compare as measure
 from mtp_viz.analysis import stream
@@ -380,7 +380,7 @@ def test_pair_loader_loads_once_per_pair_however_it_is_written(tmp_path):
                  str(tmp_path / "m" / ".." / "m")]
     states = [loader.wait(PairSpec(s), timeout=5) for s in spellings]
     assert len(calls) == 1 and all(s.pair is states[0].pair for s in states)
-    assert deploy.pair_key("tiny", None) == deploy.pair_key(*__import__("mtp_viz.sources.presets").sources.presets.resolve("tiny"))
+    assert pairs.pair_key("tiny", None) == pairs.pair_key(*__import__("mtp_viz.sources.presets").sources.presets.resolve("tiny"))
     bad = loader.wait(PairSpec("bad"), timeout=5)
     assert bad.status == "error" and bad.message == "no such model"
 

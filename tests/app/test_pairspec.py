@@ -9,7 +9,7 @@ import pytest
 
 from locations import ROOT
 from mtp_viz.app.handlers import local
-from mtp_viz.app.runtime import deploy, service
+from mtp_viz.app.runtime import deploy, pairs, service
 from mtp_viz.app.runtime.pairs import PairSpec
 from mtp_viz.errors import UserError
 from mtp_viz.sources.precision import Precision
@@ -19,7 +19,7 @@ def test_a_spec_is_a_frozen_value_with_the_loaders_key(tmp_path):
     (tmp_path / "m").mkdir()
     spellings = [PairSpec(str(tmp_path / "m")), PairSpec(str(tmp_path / "m") + "/")]
     assert spellings[0].key == spellings[1].key   # one pair however its folder is written
-    assert PairSpec("tiny").key == (*deploy.pair_key("tiny", None), None, None, "eager")
+    assert PairSpec("tiny").key == (*pairs.pair_key("tiny", None), None, None, "eager")
     assert PairSpec("tiny", precision=Precision("int8")).key[2:] == ("int8", None, "eager")
     assert {PairSpec("tiny"), PairSpec.of("tiny", None, None, None)} == {PairSpec("tiny")}   # hashable, equal
     with pytest.raises(AttributeError):

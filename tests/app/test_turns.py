@@ -92,13 +92,15 @@ def test_a_run_waiting_for_the_engine_shows_its_place_and_leaves_on_stop():
     held = h.engine.join()
     sess = runs.Session()
     waits = h.gate.turn(sess)
-    line = next(waits)
+    line = next(waits).status
     assert "Waiting for the engine: 1 run ahead" in line
     sess.stop.set()
     with pytest.raises(UserError, match="Stopped while waiting for the engine"):
         next(waits)
     assert h.engine.waiting == 0
     held.leave()
-    ticket = next(h.gate.turn(runs.Session()))
+    with pytest.raises(StopIteration) as turned:   # no wait: the turn is returned at once
+        next(h.gate.turn(runs.Session()))
+    ticket = turned.value.value
     assert ticket.holding
     ticket.leave()

@@ -122,7 +122,7 @@ class Measuring:
             if with_compiled:
                 self.gate.loader.allow.check_build(spec.precision, COMPILE_ALIAS)
             urls = self.peers.check(peers)
-            for item in self.gate.waits(spec, sess, with_compiled=with_compiled):
+            for item in self.gate.enter(spec, sess, s.only("speculative", "autoregressive"), with_compiled):
                 if isinstance(item, Frame):
                     yield outputs(item, sess)
                 else:
@@ -136,8 +136,6 @@ class Measuring:
         compiled_pair = None if notes else compiled_pair
         arms: list = []
         try:
-            for f in self.gate.compile_frames(pair, s.only("speculative", "autoregressive"), sess, spec):
-                yield outputs(f, sess)
             for line in runs.compile_lines(compiled_pair, s.only("autoregressive"), sess.stop) if compiled_pair else ():
                 yield outputs(Frame(status=line), sess)
             if urls:

@@ -12,7 +12,7 @@ from typing import Any, Iterator
 import gradio as gr
 
 from mtp_viz.app.runtime import runs, service
-from mtp_viz.app.runtime.deploy import pair_key
+from mtp_viz.app.runtime.pairs import pair_key
 from mtp_viz.app.runtime.pairs import PairSpec
 from mtp_viz.app.runtime.service import Load
 from mtp_viz.app.runtime.turns import Turns, ahead_words
@@ -178,34 +178,36 @@ class Gate:
         except UserError:
             return gr.skip()
 
-    def ready_pair(self, spec: PairSpec, sess: runs.Session) -> Iterator[Any]:
-        """Wait for the pair, yielding status lines; the last item is the pair (or None)."""
+    def ready_pair(self, spec: PairSpec, sess: runs.Session, mine: bool = True) -> Iterator[Frame]:
+        """Wait for the pair, yielding its line (also in ``#model-status`` where it is the
+        form's own, ``mine``); returns the pair."""
         while (st := self.loader.wait(spec, timeout=0.5)).busy:
             if sess.stop.is_set():  # the model keeps loading for the next run
                 raise UserError("Stopped while the model loads.")
-            yield self.model_line(spec)
+            line = self.model_line(spec)
+            yield Frame(status=line, model_status=line if mine else None)
         if st.status != Load.READY:
             raise UserError(st.message)
-        yield st.pair
+        return st.pair
 
-    def waits(self, spec: PairSpec, sess: runs.Session, with_compiled: bool = False) -> Iterator[Any]:
-        """Wait for the pair (loading or compiling holds no turn on the engine), then for
-        the engine's turn, yielding frames (the pair's line also in ``#model-status``); the
-        last item is (pair, held ticket). ``with_compiled``: also wait for the same models on the
-        compiled engine (its line in ``#status`` only); the last item is then
-        ((pair, compiled pair), ticket)."""
-        for item in self.ready_pair(spec, sess):
-            if isinstance(item, str):
-                yield Frame(status=item, model_status=item)
-            else:
-                pair = item
-        for item in self.ready_pair(spec.on(engines.COMPILE_ALIAS), sess) if with_compiled else ():
-            if isinstance(item, str):
-                yield Frame(status=item)
-            else:
-                pair = (pair, item)
-        for item in self.turn(sess):
-            yield Frame(status=item) if isinstance(item, str) else (pair, item)
+    def enter(self, spec: PairSpec, sess: runs.Session, s: RunSettings | None = None,
+              with_compiled: bool = False) -> Iterator[Any]:
+        """The one way into a run (Run, Measure, the profile, ``/generate``): wait for the pair
+        (a load or compile holds no turn on the engine), with ``with_compiled`` for the same
+        models compiled too, then for the engine's turn, then compile the graphs ``s`` needs
+        (none for ``s`` None), yielding frames. The last item is (pair, held ticket), or
+        ((pair, compiled pair), ticket). A failure once the turn is taken leaves it first."""
+        pair = yield from self.ready_pair(spec, sess)
+        if with_compiled:
+            pair = (pair, (yield from self.ready_pair(spec.on(engines.COMPILE_ALIAS), sess, mine=False)))
+        ticket = yield from self.turn(sess)
+        try:
+            if s is not None:
+                yield from self.compile_frames(pair[0] if with_compiled else pair, s, sess, spec)
+        except BaseException:
+            ticket.leave()
+            raise
+        yield pair, ticket
 
     def compile_frames(self, pair: Any, s: RunSettings, sess: runs.Session, spec: PairSpec) -> Iterator[Frame]:
         """A compiled pair's missing graphs for ``s``, compiled before the run's first token,
@@ -218,20 +220,20 @@ class Gate:
         if compiled:
             yield Frame(model_status=self.model_line(spec))
 
-    def turn(self, sess: runs.Session) -> Iterator[Any]:
-        """Join the engine's line (the pair is ready by now); yield status lines while
-        waiting; the last item is the held :class:`mtp_viz.app.runtime.turns.Ticket`, which the caller leaves."""
+    def turn(self, sess: runs.Session) -> Iterator[Frame]:
+        """Join the engine's line (the pair is ready by now), yielding a frame while waiting;
+        returns the held :class:`mtp_viz.app.runtime.turns.Ticket`, which the caller leaves."""
         ticket = self.engine.join()
         try:
             while not ticket.wait(0.5):
                 if sess.stop.is_set():
                     raise UserError("Stopped while waiting for the engine.")
-                yield tokens.message_html(f"Waiting for the engine: {ahead_words(ticket.ahead, 'run')} "
-                                          "(one at a time, so timings never share the CPU)…")
+                yield Frame(status=tokens.message_html(f"Waiting for the engine: {ahead_words(ticket.ahead, 'run')} "
+                                                       "(one at a time, so timings never share the CPU)…"))
         except BaseException:  # Stop, or the visitor left: the place goes
             ticket.leave()
             raise
-        yield ticket
+        return ticket
 
 
 __all__ = ["CUSTOM", "Gate", "compiled_line", "loaded_choice", "model_status", "pair_name", "ran_in"]

@@ -132,7 +132,7 @@ class Handlers:
             spec = self.gate.asked_by(values)
             sess.faster = sess.beside(spec.weights)   # what a Measure timed beside this pair
             yield outputs(reset | Frame(status=self.gate.model_line(spec)), sess, gr.update(interactive=False))
-            for item in self.gate.waits(spec, sess):
+            for item in self.gate.enter(spec, sess, s):
                 if isinstance(item, Frame):
                     yield outputs(item)
                 else:
@@ -141,8 +141,6 @@ class Handlers:
             yield outputs(refused(e), sess, gr.update(interactive=False))
             return
         try:
-            for f in self.gate.compile_frames(pair, s, sess, spec):
-                yield outputs(f)
             for f in runs.compare_frames(self.source(pair, sess), s, sess,
                                          frame_interval=deploy.env_frame_interval()):
                 yield outputs(f)
@@ -203,7 +201,7 @@ class Handlers:
             self.loader.allow.check(spec.target, spec.drafter)
             s = form.api_settings(prompt, mode, drafter, max_new_tokens, draft_tokens, schedule, temperature,
                                   top_p, top_k, seed, chat, self.cap, self.prompt_cap)
-            for item in self.gate.waits(spec, sess):
+            for item in self.gate.enter(spec, sess):
                 if isinstance(item, Frame):
                     yield []   # still waiting: lets the server notice a client that left
                 else:

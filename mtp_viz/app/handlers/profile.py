@@ -50,9 +50,10 @@ class Profiling:
         try:
             s = self.settings(values).only("speculative")
             spec = self.gate.asked_by(values)
-            for item in self.gate.waits(spec, sess):
+            for item in self.gate.enter(spec, sess, s):   # a compiled pair's graphs for the form's γ too
                 if isinstance(item, Frame):
-                    yield item.status, gr.skip(), gr.skip(), sess
+                    if item.status:
+                        yield item.status, gr.skip(), gr.skip(), sess
                 else:
                     pair, ticket = item
         except UserError as e:
@@ -62,9 +63,6 @@ class Profiling:
         draft_tokens = s.draft_tokens or 4
         failed = ""
         try:
-            for f in self.gate.compile_frames(pair, s, sess, spec):
-                if f.status:   # a compiled pair's graphs for the form's γ, as before a run
-                    yield f.status, gr.skip(), gr.skip(), sess
             yield tokens.message_html(
                 f"Profiling on the {pair.engine} engine: every forward's cost, {REPEATS} repeats, then whole runs of "
                 f"{s.max_new_tokens} tokens at a set acceptance; nothing rendered meanwhile…"), gr.skip(), gr.skip(), sess

@@ -8,7 +8,9 @@ from typing import Any
 
 from mtp_viz.errors import UserError
 from mtp_viz.sources.presets import PRESETS, canonical, display_name, resolve
-from mtp_viz.sources.precision import PRECISIONS, precision_name
+from mtp_viz.sources.precision import PRECISIONS, Precision, precision_name
+
+from .pairs import pair_key
 
 E2B = ("google/gemma-4-E2B-it", "google/gemma-4-E2B-it-assistant")
 WAITING = 16    # local runs, measurements and /generate calls open at once, each waiting for its
@@ -184,15 +186,6 @@ def default_pair(allow: AllowList) -> tuple[str, str | None, str]:
                           "(or set MTP_VIZ_TARGET=google/gemma-4-E2B-it) for the real thing.")
 
 
-def pair_key(target: str, drafter: str | None) -> tuple[str, str | None]:
-    """One key per pair of models however they are written (see :func:`canonical`)."""
-    target_spec, preset_drafter = resolve(target.strip())
-    drafter = drafter or preset_drafter
-    if drafter and drafter.strip().lower() in PRESETS:
-        drafter = resolve(drafter.strip())[1]
-    return canonical(target_spec), canonical(drafter) if drafter else None
-
-
 __all__ = ["AllowList", "E2B", "FRAMES_PER_SECOND", "IN_MEMORY", "WAITING", "default_pair", "e2b_cached", "env_cap",
            "env_dtype", "env_flag", "env_frame_interval", "env_int", "env_prompt_cap", "env_sessions", "in_memory_key",
-           "pair_key", "presets"]
+           "presets"]

@@ -11,8 +11,18 @@ from typing import Any
 
 from mtp_viz.engine import engines
 from mtp_viz.sources.precision import Precision
+from mtp_viz.sources.presets import PRESETS, canonical, resolve
 
-from .deploy import pair_key
+
+def pair_key(target: str, drafter: str | None) -> tuple[str, str | None]:
+    """One key per pair of models however they are written (see
+    :func:`mtp_viz.sources.presets.canonical`): ``tiny``, its folder and ``./its/folder/``
+    are one pair, and a preset's drafter is its own."""
+    target_spec, preset_drafter = resolve(target.strip())
+    drafter = drafter or preset_drafter
+    if drafter and drafter.strip().lower() in PRESETS:
+        drafter = resolve(drafter.strip())[1]
+    return canonical(target_spec), canonical(drafter) if drafter else None
 
 
 @dataclass(frozen=True)
@@ -39,7 +49,7 @@ class PairSpec:
 
     @property
     def key(self) -> tuple:
-        """The loader's key: the models however they are written (:func:`.deploy.pair_key`,
+        """The loader's key: the models however they are written (:func:`pair_key`,
         so ``tiny``, its folder and ``./its/folder/`` are one pair), the precision asked of
         each, and the engine."""
         return (*pair_key(self.target, self.drafter), self.precision.target, self.precision.drafter, self.engine)
@@ -70,4 +80,4 @@ class PairSpec:
             (f", {self.engine}" if self.engine != engines.default_engine() else "")
 
 
-__all__ = ["PairSpec"]
+__all__ = ["PairSpec", "pair_key"]

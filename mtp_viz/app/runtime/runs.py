@@ -23,7 +23,7 @@ from mtp_viz.engine.schedules import ScheduleCache
 from mtp_viz.sources.base import WARM_UP_TOKENS, Source
 from mtp_viz.sources.settings import RunSettings
 
-from . import deploy, service, work
+from . import deploy, pairs, service, work
 from .deploy import FRAMES_PER_SECOND
 from .service import user_message
 
@@ -341,9 +341,9 @@ def preloaded(pair: Any) -> Callable[..., Any]:
     own engine, warmed but not loaded again (:func:`mtp_viz.launch` set torch's threads as
     the app sets them); any other pair, these models in another precision, or asked on
     another engine, loads as usual."""
-    key = deploy.pair_key(pair.name, pair.drafter_name)
+    key = pairs.pair_key(pair.name, pair.drafter_name)
     return lambda target, drafter, precision=None, engine=None, progress=None: warm(pair) \
-        if deploy.pair_key(target, drafter) == key and precision is None and engine is None \
+        if pairs.pair_key(target, drafter) == key and precision is None and engine is None \
         else load_and_warm(target, drafter, precision, engine, progress)
 
 
