@@ -113,7 +113,7 @@ VALUES = dict(prompt="def fib(n):", model="tiny", custom_target="", custom_draft
               top_p=0.95, top_k=0, seed=0, chat=False, baseline=True)
 
 
-def trace_run(h) -> list:
+def trace_run(h) -> Reader:
     list(h.run(dict(VALUES), None))          # the first run's lazy imports and warm-up, off the trace
     with Reader() as r:
         for _ in h.run(dict(VALUES), None):
@@ -121,7 +121,7 @@ def trace_run(h) -> list:
     return r
 
 
-def trace_measure(h) -> list:
+def trace_measure(h) -> Reader:
     list(h.measuring.measure(dict(VALUES), 2, None))
     with Reader() as r:
         for _ in h.measuring.measure(dict(VALUES), 2, None):
@@ -129,12 +129,15 @@ def trace_measure(h) -> list:
     return r
 
 
-def trace_bench(out: Path) -> list:
+def trace_bench() -> Reader:
+    """``mtp-viz bench --quick`` of 8 tokens; its results go to a folder thrown away."""
+    import tempfile
     from mtp_viz.cli.main import main
-    argv = ["bench", "--quick", "--max-new-tokens", "8", "--force", "--out", str(out / "bench")]
-    main(argv)
-    with Reader() as r:
+    with tempfile.TemporaryDirectory() as out:
+        argv = ["bench", "--quick", "--max-new-tokens", "8", "--force", "--no-progress", "--out", out]
         main(argv)
+        with Reader() as r:
+            main(argv)
     return r
 
 
@@ -150,7 +153,7 @@ def main(argv=None) -> int:
     import torch
     torch.set_num_threads(1)
     h = app_handlers()
-    paths = {"app Run": trace_run(h), "app Measure": trace_measure(h), "bench run": trace_bench(a.out)}
+    paths = {"app Run": trace_run(h), "app Measure": trace_measure(h), "bench run": trace_bench()}
     report = {}
     for name, r in paths.items():
         back = dict(Counter(b[0] for b in r.back).most_common())
