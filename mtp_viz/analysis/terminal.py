@@ -43,7 +43,7 @@ def print_styled(events, color: bool, out=None) -> Done | None:
 
 def summary_line(d: Done) -> str:
     parts = [f"{d.new_tokens} new tokens", f"{d.target_forwards} target forwards",
-             f"{d.tau:.2f} tokens/forward"]
+             f"τ {d.tau:.2f} (tokens / verify)"]
     if d.drafted:
         parts.append(f"acceptance {d.acceptance_rate:.0%} ({d.accepted}/{d.drafted})")
     parts.append(f"{d.tokens_per_second:.1f} tokens/s")

@@ -84,7 +84,7 @@ def test_show_outside_a_notebook_prints_the_terminal_view(tiny_in_memory, capsys
     import mtp_viz
     events = mtp_viz.show(tiny_in_memory, PROMPT, max_new_tokens=12, chat=False)
     printed = capsys.readouterr().out
-    assert len(ids(events)) == 12 and "12 new tokens" in printed and "tokens/forward" in printed
+    assert len(ids(events)) == 12 and "12 new tokens" in printed and "(tokens / verify)" in printed
     assert {e.mode for e in events if e.type == "start"} == {"speculative"}  # the drawn run, as before
     # and the speedup over its plain baseline, worded as the app's Run words it
     line = printed.strip().splitlines()[-1]
