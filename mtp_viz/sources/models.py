@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Iterator
 
 from mtp_viz.engine.build import building

@@ -38,6 +38,12 @@ class Frame:
         return dataclasses.replace(self, **parts, figures={**self.figures, **other.figures},
                                    last=self.last or other.last)
 
+    def parts(self) -> list[Any]:
+        """The frame as the page's outputs, in :data:`OUTPUTS` order: each text part, then
+        each chart's figure; None where the frame leaves that output as it is (the page
+        says "keep" in its UI library's own way: :func:`mtp_viz.app.handlers.recorded.outputs`)."""
+        return [getattr(self, s) for s in SLOTS] + [self.figures.get(c) for c in PLOTS]
+
     def shown(self) -> set[str]:
         """The parts this frame changes (chart ids for its figures)."""
         return {f.name for f in dataclasses.fields(self) if f.name not in ("figures", "last")
@@ -47,6 +53,7 @@ class Frame:
 # The outputs a frame fills, in the page's order: its text parts, then every chart.
 SLOTS = tuple(f.name for f in dataclasses.fields(Frame) if f.name not in ("figures", "last"))
 PLOTS = tuple(c.id for c in charts.CHARTS)
+OUTPUTS = SLOTS + PLOTS  # Frame.parts' order; the page adds the session and Race replay's button
 
 
 def cleared(spec: str, ar: str, figures: Mapping[str, Any], *, caption: str = "",
@@ -61,4 +68,4 @@ def cleared(spec: str, ar: str, figures: Mapping[str, Any], *, caption: str = ""
                  theory="", figures=figures)
 
 
-__all__ = ["Frame", "PANE", "PLOTS", "SLOTS", "cleared"]
+__all__ = ["Frame", "OUTPUTS", "PANE", "PLOTS", "SLOTS", "cleared"]

@@ -21,9 +21,9 @@ from typing import Any, Generator
 import gradio as gr
 
 from mtp_viz.analysis import stream
-from mtp_viz.app.runtime import runs, service
+from mtp_viz.app.runtime import runs
 from mtp_viz.views import captions, charts, export, stats, tokens
-from mtp_viz.views.frame import PANE, PLOTS, SLOTS, Frame, cleared
+from mtp_viz.views.frame import OUTPUTS, PANE, Frame, cleared
 from mtp_viz.errors import UserError
 from mtp_viz.sources import trace
 from mtp_viz.sources.recorded import TraceSource
@@ -31,7 +31,6 @@ from mtp_viz.sources.recorded import TraceSource
 from . import form
 
 REPLAY_SECONDS = 300.0  # the longest a Race replay plays before it shows the whole run
-OUTPUTS = SLOTS + PLOTS  # a frame's outputs, then the session and Race replay's button
 MAX_PARSES = 2          # traces parsed at once, all sessions together: parsing holds a CPU
 PARSE_WAIT = 30.0       # seconds a trace waits for a parse slot (a 5 MB parse takes about one)
 PARSES = threading.BoundedSemaphore(MAX_PARSES)
@@ -66,11 +65,10 @@ def read_trace(path: str) -> Generator[str, None, TraceSource]:
 
 
 def outputs(f: Frame, sess: Any = None, replay: Any = None) -> list[Any]:
-    """A frame as the run outputs list (:data:`OUTPUTS` order); parts it leaves ``None``
-    are skipped, so the page keeps them."""
-    vals = [gr.skip() if (v := getattr(f, s)) is None else v for s in SLOTS]
-    vals += [f.figures.get(c, gr.skip()) for c in PLOTS]
-    return vals + [gr.skip() if sess is None else sess, gr.skip() if replay is None else replay]
+    """A frame as the run outputs list (:meth:`Frame.parts`, the adapter beside the frame,
+    then the session and Race replay's button): Gradio's skip for what it leaves None, so
+    the page keeps it."""
+    return [gr.skip() if v is None else v for v in (*f.parts(), sess, replay)]
 
 
 def message(text: str, level: str = "info") -> Frame:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from mtp_viz.app.runtime import deploy, service
+from mtp_viz.app.runtime import deploy
 from mtp_viz.app.runtime.guard import ServerPolicy
 from mtp_viz.engine.decoding import Sampling
 from mtp_viz.errors import UserError

@@ -24,7 +24,7 @@ from typing import Any
 
 import gradio as gr
 
-from mtp_viz.app.runtime import deploy, runs, service
+from mtp_viz.app.runtime import deploy, runs
 from mtp_viz.app.runtime.guard import ServerPolicy
 from mtp_viz.app.runtime.pairs import PairSpec
 from mtp_viz.views import dashboard, tokens

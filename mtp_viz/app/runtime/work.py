@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import atexit
 import threading
-import time
 from contextlib import contextmanager
 from typing import Iterator
 
