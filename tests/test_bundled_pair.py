@@ -156,7 +156,11 @@ def test_quick_pipeline(tmp_path):
     """`python -m training.train_tiny --quick` end to end (tokenizer, target, drafter), a smoke test."""
     from training.train_tiny import main
 
-    main(["--quick", "--out", str(tmp_path), "--stages", "target,drafter"])
+    threads = torch.get_num_threads()
+    try:
+        main(["--quick", "--out", str(tmp_path), "--stages", "target,drafter"])
+    finally:   # the script sets torch's threads for its process; the tests after it time on one
+        torch.set_num_threads(threads)
     assert (tmp_path / "target" / "config.json").exists()
     assert (tmp_path / "drafter" / "config.json").exists()
     assert (tmp_path / "eval_prompts.json").exists()
