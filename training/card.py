@@ -11,8 +11,14 @@ from pathlib import Path
 
 
 def _tau(r: dict) -> float:
-    """τ as a result says it; results written before the one name said it otherwise."""
-    return next(r[k] for k in ("tau", "mean_accepted_length", "tokens_per_forward") if r.get(k) is not None)
+    """τ after the prefill, as a result says it (``tau``); a result written before τ had one
+    name says it as a bench row's ``decode_tokens_per_forward``, or gives the counts to
+    recompute it (one prefill per prompt; its ``mean_accepted_length`` counted the prefill)."""
+    from mtp_viz.engine.events import tau_of
+    for key in ("tau", "decode_tokens_per_forward"):
+        if r.get(key) is not None:
+            return r[key]
+    return tau_of(r["new_tokens"], r["target_forwards"], r["prompts"])
 
 
 def _read_jsonl(path: Path) -> list[dict]:
@@ -119,7 +125,7 @@ def bench_lines(bench: dict) -> list[str]:
         f"{1e3 * ar['step_seconds']:.1f} ms per target step. Every speculative output was identical to plain greedy "
         f"decoding ({m['parity_failures']} parity failures).",
         "",
-        "| setting | tokens/s | speedup | α | first-position acceptance | τ (tokens per forward) | c | v |",
+        "| setting | tokens/s | speedup | α | first-position acceptance | τ | c | v |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in bench["settings"]:
@@ -130,7 +136,7 @@ def bench_lines(bench: dict) -> list[str]:
     rows += [
         "",
         "speedup: tokens/s over plain decoding, end to end; α: per-token acceptance (maximum likelihood); τ: new tokens",
-        "per target forward, the prefill included; c: one drafter step ÷ one target step; v: one verification forward",
+        "per target forward after the prefill; c: one drafter step ÷ one target step; v: one verification forward",
         "(the newest token plus the drafts) ÷ one target step.",
     ]
     return rows
@@ -304,11 +310,11 @@ def write_card(out: Path, bench_path: Path | None = None) -> Path:
         "",
         f"Greedy decoding, constant draft length {ev['settings']['draft_tokens']}, {ev['settings']['max_new_tokens']} new "
         f"tokens per prompt, measured with {code['measured_with']}; every output was checked identical to",
-        "`target.generate(do_sample=False)`. Mean accepted length = new tokens per target forward (the target's own",
-        "token included; the prefill counts as one forward). Per-position acceptance = P(draft i accepted | drafts",
+        "`target.generate(do_sample=False)`. τ = new tokens per target forward after the prefill (the target's own",
+        "token included; each prompt's prefill and its first token left out). Per-position acceptance = P(draft i accepted | drafts",
         "1..i-1 accepted).",
         "",
-        f"| prompts | n | mean accepted length | first-position acceptance | per position ({'/'.join(str(i + 1) for i in range(ev['settings']['draft_tokens']))}) | drafts accepted overall |",
+        f"| prompts | n | τ | first-position acceptance | per position ({'/'.join(str(i + 1) for i in range(ev['settings']['draft_tokens']))}) | drafts accepted overall |",
         "|---|---|---|---|---|---|",
         row("held-out stdlib code", code),
         row("English prose (never seen in training)", prose),
