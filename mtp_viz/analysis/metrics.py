@@ -12,7 +12,8 @@ Definitions (speculative mode):
 - α (alpha) = accepted ÷ (accepted + rejections), where a rejection is a step that ended
   with a correction (the maximum-likelihood α of Leviathan et al., see
   :func:`mtp_viz.engine.theory.alpha_mle`).
-- mean accepted length τ = tokens per target forward, the target's own token included.
+- τ (:func:`tau`) = tokens per target forward after the prefill, the target's own token
+  included (:func:`mtp_viz.engine.events.tau_of`).
 - per-position acceptance at position k: *unconditional* = P(draft k accepted | draft k
   was drafted); *conditional* = P(draft k accepted | drafts 0..k-1 were accepted).
 - cost coefficient c = drafter seconds per drafted token ÷ target seconds per step.
