@@ -250,6 +250,7 @@ def compare_frames(source: Source, s: RunSettings, sess: Session, *, frame_inter
 
 
 COMPILE_POLL = 1.0   # seconds between status lines while a run's graphs compile (each frame is Gradio work beside the compile)
+COMPILE_TICK = 0.1   # seconds between looks for a graph that started (a line only when one did, or POLL passed)
 WARM_FRAMES = 0.05   # seconds between the warm-up's frames (see warm_up)
 # A first run as the page starts (#max-new 64, #draft-tokens 4, the constant schedule,
 # both modes) on a short prompt: what a pair asked compiled compiles when it loads, and
@@ -261,34 +262,44 @@ def compile_lines(pair: Any, s: RunSettings, stop: threading.Event) -> Iterator[
     """Compile, before a run's first token, every graph the runs of ``s`` can meet that
     ``pair`` (on the compiled engine) has not compiled yet
     (:func:`mtp_viz.sources.compiling.prepare`), on a thread of its own; yields a status
-    line every :data:`COMPILE_POLL` seconds meanwhile (nothing for an eager pair, or when
-    every graph is there). Stop ends the wait in one sentence; the graphs go on compiling
-    for the next run. A failure is one sentence (UserError)."""
+    line as each graph starts (every graph is named once, however fast it compiles: a warm
+    compiler cache takes a fraction of a second) and every :data:`COMPILE_POLL` seconds
+    meanwhile (nothing for an eager pair, or when every graph is there). Stop ends the wait
+    in one sentence; the graphs go on compiling for the next run. A failure is one
+    sentence (UserError)."""
     from mtp_viz.errors import UserError
     from mtp_viz.sources import compiling
     if getattr(pair, "fast", None) is None or not compiling.needed(pair, s):
         return
-    latest: list[Any] = [None]
+    heard: list[Any] = []   # each graph's progress, as the compile reaches it (list.append is atomic)
     failed: list[BaseException] = []
     done = threading.Event()
 
     def compile_all() -> None:
         try:
             with work.working():  # a compile cannot stop: the app's close waits for it (mtp_viz.app.runtime.work)
-                compiling.prepare(pair, [s], progress=lambda p: latest.__setitem__(0, p))
+                compiling.prepare(pair, [s], progress=heard.append)
         except BaseException as e:  # noqa: BLE001 - told below, as one sentence
             failed.append(e)
         finally:
             done.set()
+
+    def line(p: Any) -> str:
+        return tokens.message_html("Compiling this run's graphs before its first token, "
+                                   + (p.line() if p is not None else "waiting for the compiler (one compile at a time)")
+                                   + f"… {time.monotonic() - t:.0f} s")
     threading.Thread(target=compile_all, daemon=True, name="mtp-viz-compile").start()
-    t = time.monotonic()
-    while not done.wait(COMPILE_POLL):
+    t = last = time.monotonic()
+    said = 0
+    while not done.wait(COMPILE_TICK):
         if stop.is_set():
             raise UserError("Stopped while compiling; the graphs go on compiling for the next run.")
-        p = latest[0]
-        yield tokens.message_html("Compiling this run's graphs before its first token, "
-                                  + (p.line() if p is not None else "waiting for the compiler (one compile at a time)")
-                                  + f"… {time.monotonic() - t:.0f} s")
+        if said < len(heard) or time.monotonic() - last >= COMPILE_POLL:
+            news, said, last = heard[said:] or heard[-1:] or [None], len(heard), time.monotonic()
+            for p in news:
+                yield line(p)
+    for p in heard[said:]:   # graphs that started and ended between two looks
+        yield line(p)
     if failed:
         raise UserError(user_message(failed[0])) from failed[0]
 
