@@ -215,7 +215,7 @@ class Summary:
     acceptance_rate: float = 0.0
     alpha: float = 0.0
     tau: float | None = None           # τ after the prefill (engine.events.tau_of); None before any verification
-    mean_draft_tokens: float = 0.0        # over steps that drafted (the prefill step does not)
+    mean_draft_tokens: float = 0.0     # over steps that drafted (the prefill step does not)
     drafter_seconds_per_token: float = 0.0
     verify_seconds_per_step: float = 0.0
     per_position_conditional: list = field(default_factory=list)
@@ -269,7 +269,7 @@ class TheoryCheck:
     over γ+1 tokens achieves: such a value is timing noise, not a cost."""
     acceptance_rate: float
     alpha: float
-    draft_tokens: float                      # mean draft length over steps that drafted
+    draft_tokens: float               # mean draft length over steps that drafted
     tau: float | None                 # measured τ, tokens per target forward after the prefill
     tau_predicted: float              # Eq. 1 at the measured α and γ
     c: float                          # drafter step ÷ target step

@@ -81,7 +81,6 @@ class PeerArm:
                       setting=self.label, prompt_tokens=start.prompt_tokens, prefill_seconds=first,
                       engine=self.engine), events
 
-
     def close(self) -> None:
         """Nothing to free: each run is one request."""
 

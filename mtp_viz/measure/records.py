@@ -17,7 +17,7 @@ LOCAL_LABELS = {SPECULATIVE: "ours"}
 class Setting:
     """One draft-length setting of a bench: a schedule and its (first) length."""
     schedule: str
-    draft_tokens: int          # constant draft length, or the adaptive schedule's first length
+    draft_tokens: int   # constant draft length, or the adaptive schedule's first length
 
     @property
     def name(self) -> str:

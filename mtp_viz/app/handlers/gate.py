@@ -12,8 +12,7 @@ from typing import Any, Iterator
 import gradio as gr
 
 from mtp_viz.app.runtime import runs, service
-from mtp_viz.app.runtime.pairs import pair_key
-from mtp_viz.app.runtime.pairs import PairSpec
+from mtp_viz.app.runtime.pairs import PairSpec, pair_key
 from mtp_viz.app.runtime.service import Load
 from mtp_viz.app.runtime.turns import Turns, ahead_words
 from mtp_viz.engine import engines

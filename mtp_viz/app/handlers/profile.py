@@ -69,7 +69,9 @@ class Profiling:
             t = time.monotonic()
             with work.working(sess.stop):   # the app's close stops it first
                 result = profile.study({pair.engine: pair}, prompt_tokens=PROMPT_TOKENS, new_tokens=s.max_new_tokens,
-                                       draft_tokens=draft_tokens, max_draft_tokens=draft_tokens if pair.compile_seconds else max(EAGER_WIDTHS, draft_tokens),
+                                       draft_tokens=draft_tokens,
+                                       max_draft_tokens=(draft_tokens if pair.compile_seconds
+                                                         else max(EAGER_WIDTHS, draft_tokens)),
                                        alphas=profile.ALPHAS if pair.has_mtp else (), repeats=REPEATS,
                                        stop=sess.stop)
             took = time.monotonic() - t
