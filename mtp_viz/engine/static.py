@@ -10,7 +10,8 @@ import threading
 import torch
 
 ATTENTION = "mtp_viz_static"          # the twin's attention function, registered once
-STREAMED_ROWS = 5                     # the widest product StreamedLinear streams (a verification of 4 drafts)
+STREAMED_ROWS = 5                     # the widest product inductor's reductions stream (no kernel: 4 drafts)
+MAX_ROWS = 16                         # the widest product the kernel takes (kernels.MAX_ROWS: 15 drafts)
 _registered = threading.Lock()
 
 
@@ -41,25 +42,34 @@ def _register_attention() -> None:
 
 
 class StreamedLinear(torch.nn.Linear):
-    """A linear layer whose few-row products, inside a compiled graph, are reductions
-    inductor writes itself instead of a BLAS call. A decode step (the plain step, the MTP
-    drafter's step) multiplies one row by every weight matrix once, so it is bound by
-    reading the weights: y[n] = Σ_k x[k]·W[n, k], each output a dot product of a
-    contiguous row of W with the input held in cache. On a 2-core AVX-512 EPYC at one
-    thread MKL's single-row path streamed the bundled target's 62 MB of float32 weights at
-    8.4 GB/s, this at about 17 GB/s (docs/compiled.md). A verification of up to
-    :data:`STREAMED_ROWS` rows is one such reduction per row over the same W, which inductor
-    fuses into one loop that reads each row of W once for all of them (a float32 target's
-    forward of 5 tokens: 11.1 against 13.6 ms through BLAS). Wider, or several rows of
-    bfloat16 weights, stay BLAS's: there the reductions measured slower (9 rows: 8.1
-    against 7.5 ms for the bundled target's MLPs; bfloat16 at 5 rows 2-3x oneDNN's time).
-    Outside a graph (a long prompt's eager prefill) it is ``nn.Linear``; quantized weights
-    (a tensor subclass with its own kernel) are never swapped in (:func:`twin`)."""
+    """A linear layer whose few-row products, inside a compiled graph, read each row of W
+    once for all rows. A decode step (the plain step, the MTP drafter's step) multiplies one
+    row by every weight matrix, and a verification of k drafts k + 1 rows, so it is bound by
+    reading the weights: y[m, n] = Σ_k x[m, k]·W[n, k], each output a dot product of a
+    contiguous row of W with a row of x held in cache.
+
+    On an x86-64 CPU that product is the engine's own kernel (``torch.ops.mtp_viz.rows``,
+    :mod:`.kernels`) for up to :data:`~.kernels.MAX_ROWS` rows of float32, bfloat16 or
+    torchao's int8 weight-only weights: each output's value is the same whatever the number
+    of rows, so a verification's logits equal the plain steps' bit for bit, and on a
+    Sapphire Rapids core it streams bfloat16 at 22-26 GB/s for 1 to 9 rows where ATen's
+    ``linear`` reads 13-14 (docs/compiled.md). Where the kernel is not there (another CPU,
+    a GPU, no compiler) a product of up to :data:`STREAMED_ROWS` float32 rows, or one row of
+    bfloat16, is reductions inductor writes itself, wider ones BLAS's. Outside a graph (a
+    long prompt's eager prefill) it is ``nn.Linear``, or torchao's own int8 product."""
+
+    isa = 0          # the kernel's instruction set on this CPU (:func:`twin` sets it); 0: no kernel
+    int8 = None      # int8 weights as the kernel reads them: (q [N, K] int8, scale [N] float32)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = self.weight
         rows = x.numel() // x.shape[-1]
-        if (not torch.compiler.is_compiling() or rows > STREAMED_ROWS
+        if torch.compiler.is_compiling() and self.isa and rows <= MAX_ROWS:
+            if self.int8 is not None:
+                return torch.ops.mtp_viz.rows(x, self.int8[0], self.int8[1], self.bias, self.isa)
+            if w.dtype == x.dtype and w.dtype in (torch.float32, torch.bfloat16):
+                return torch.ops.mtp_viz.rows(x, w, None, self.bias, self.isa)
+        if (not torch.compiler.is_compiling() or rows > STREAMED_ROWS or self.int8 is not None
                 or (rows > 1 and w.dtype != torch.float32)):
             return torch.nn.functional.linear(x, w, self.bias)
         x2 = x.reshape(rows, x.shape[-1])
@@ -68,15 +78,34 @@ class StreamedLinear(torch.nn.Linear):
         return y if self.bias is None else y + self.bias
 
 
+def _int8_rows(w) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """torchao's int8 weight-only tensor (W = q·scale, one scale per row, no zero point) as
+    the kernel's (q, scale), sharing its storage; None for any other weight."""
+    q, scale, zero = (getattr(w, a, None) for a in ("qdata", "scale", "zero_point"))
+    if (q is None or scale is None or q.dtype != torch.int8 or q.dim() != 2
+            or scale.numel() != q.shape[0] or (zero is not None and bool(zero.any()))):
+        return None
+    return q.contiguous(), scale.reshape(-1).float()
+
+
 def twin(model):
     """A copy of ``model`` sharing every parameter (nothing of size is copied) with a
     config of its own, set to :data:`ATTENTION`, and its linear layers streamed
-    (:class:`StreamedLinear`)."""
+    (:class:`StreamedLinear`, on the engine's kernel where this CPU runs it)."""
+    from . import kernels
     _register_attention()
     other = copy.deepcopy(model, memo={id(p): p for p in model.parameters()})
+    cpu = all(p.device.type == "cpu" for p in model.parameters())
+    isa = kernels.isa() if cpu else 0
     for m in other.modules():
-        if type(m) is torch.nn.Linear and type(m.weight) is torch.nn.Parameter and m.weight.is_floating_point():
+        if type(m) is not torch.nn.Linear:
+            continue
+        if type(m.weight) is torch.nn.Parameter and m.weight.is_floating_point():
             m.__class__ = StreamedLinear   # the same module, its forward streamed
+            m.isa = isa
+        elif isa and (q := _int8_rows(m.weight)) is not None:
+            m.__class__ = StreamedLinear
+            m.isa, m.int8 = isa, q
     for config in {id(c): c for c in (other.config, getattr(other.config, "get_text_config", lambda: None)())
                    if c is not None}.values():
         config._attn_implementation = ATTENTION

@@ -305,7 +305,8 @@ at::Tensor rows(const at::Tensor& x, const at::Tensor& w, const std::optional<at
   // x as the kernel reads it: its bfloat16 pairs (vdpbf16ps), else float32 (bfloat16 widens exactly)
   const bool pairs = kind == BF16 && isa >= 3;
   at::Tensor xk = (pairs ? x.to(at::kBFloat16) : x.to(at::kFloat)).reshape({M, K}).contiguous();
-  std::vector<float> acc(M * N);
+  thread_local std::vector<float> acc;   // the sums before the epilogue, kept between calls: a 16 MB
+  if (acc.size() < size_t(M * N)) acc.resize(M * N);   // vector for the vocabulary is not allocated per step
   float* out = acc.data();
   const char* xp = static_cast<const char*>(xk.data_ptr());
   const int64_t xrow = K * xk.element_size();
