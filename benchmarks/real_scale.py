@@ -48,8 +48,18 @@ def stream_bandwidth(threads: int, gb: float = 2.0, repeats: int = 5) -> float:
     return x.numel() * 4 / statistics.median(times)
 
 
+def step_params(model) -> int:
+    """The parameters a plain step reads: every one but the per-layer embedding table's rows."""
+    return sum(p.numel() for n, p in model.named_parameters() if "embed_tokens_per_layer" not in n)
+
+
 def step_bytes(model) -> int:
-    return sum(p.numel() * p.element_size() for n, p in model.named_parameters() if "embed_tokens_per_layer" not in n)
+    """Their bytes as stored (torchao's int8: one byte a weight and a float32 scale a row)."""
+    def size(p):
+        q = getattr(p, "qdata", None)
+        return q.numel() * q.element_size() + p.scale.numel() * p.scale.element_size() if q is not None \
+            else p.numel() * p.element_size()
+    return sum(size(p) for n, p in model.named_parameters() if "embed_tokens_per_layer" not in n)
 
 
 def serve(server: str, gguf: Path, threads: int, port: int, log: Path):
@@ -79,49 +89,50 @@ def llamacpp(url: str, ids: list[int], n: int) -> dict:
             "decode_tps": out.get("timings", {}).get("predicted_per_second")}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--target", default="e2b")
-    ap.add_argument("--gguf-bf16", required=True)
-    ap.add_argument("--gguf-q8", required=True)
-    ap.add_argument("--threads", default="1,2")
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--new-tokens", type=int, default=64)
-    ap.add_argument("--prompt-tokens", type=int, default=32)
-    ap.add_argument("--out", default=str(ROOT / "benchmarks/results/real-scale"))
-    args = ap.parse_args()
+BLOCKS = {"bf16": "bfloat16", "q8_0": "int8"}   # llama.cpp's type -> ours that reads the same kind of weights
+
+
+def study(args, pair, precision: str, llama_type: str, folder: Path, server: str, out: Path, results: dict) -> None:
+    """One block: ``pair`` in ``precision`` beside llama.cpp's ``llama_type``, at each thread count."""
     import torch
 
     from mtp_viz.engine import loop
+    from mtp_viz.engine.config import text_config
+    from mtp_viz.engine.drafters.scripted import ScriptedDrafter
     from mtp_viz.measure import machine
-    from mtp_viz.sources.models import load_pair
-    server = subprocess.run(["bash", str(ROOT / "scripts/llamacpp.sh")], capture_output=True, text=True,
-                            check=True).stdout.strip()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    t = time.perf_counter()
-    pair = load_pair(args.target, weights="random", dtype="bfloat16", drafter_kind="lookup")
-    built = time.perf_counter() - t
-    n, repeats = args.new_tokens, args.repeats
-    g = torch.Generator().manual_seed(7)
-    ids = torch.randint(3, pair.target.config.text_config.vocab_size, (args.prompt_tokens,), generator=g).tolist()
-    per_token_bytes = step_bytes(pair.target)
     from mtp_viz.sources.settings import RunSettings
+    n, repeats, gamma = args.new_tokens, args.repeats, args.draft_tokens
+    g = torch.Generator().manual_seed(7)
+    vocab = text_config(pair.target.config).vocab_size
+    ids = torch.randint(3, vocab, (args.prompt_tokens,), generator=g).tolist()
     t = time.perf_counter()
-    plan = RunSettings("x" * len(ids), modes=("autoregressive",), max_new_tokens=n, chat=False)
+    plan = RunSettings("x" * len(ids), modes=("speculative", "autoregressive"), max_new_tokens=n, chat=False,
+                       drafter="mtp", draft_tokens=gamma)
     compiled_pair = pair.compiled(settings=[plan])   # its graphs now, before any timing
-    compiled_s = time.perf_counter() - t
-    print(f"compiled in {compiled_s:.0f} s ({compiled_pair.compile_note or compiled_pair.engine})", file=sys.stderr)
+    compile_s = time.perf_counter() - t
+    print(f"{precision}: compiled in {compile_s:.0f} s ({compiled_pair.compile_note or compiled_pair.engine})",
+          file=sys.stderr)
+    meta = results["meta"].setdefault("blocks", {})
+    meta[llama_type] = {"precision": precision, "step_bytes": step_bytes(pair.target), "compile_seconds": compile_s,
+                        "compile_note": compiled_pair.compile_note, "kernel": kernel_line(),
+                        # llama.cpp's: bf16 two bytes a weight, q8_0 34 bytes for 32 (norms, a sliver, aside)
+                        "llama_step_bytes": step_params(pair.target) * 2 * (34 / 64 if llama_type == "q8_0" else 1)}
 
-    def ours():
+    def timed(fn):
         t = time.perf_counter()
-        done = list(loop.autoregressive(pair.decoder, ids, max_new_tokens=n))[-1]
+        done = list(fn())[-1]
         return {"seconds": time.perf_counter() - t, "tokens": done.new_tokens, "ids": list(done.generated_ids)}
 
-    def compiled():
-        t = time.perf_counter()
-        done = list(loop.autoregressive(compiled_pair.decoder, ids, max_new_tokens=n))[-1]
-        return {"seconds": time.perf_counter() - t, "tokens": done.new_tokens, "ids": list(done.generated_ids)}
+    def plain(p):
+        return lambda: timed(lambda: loop.autoregressive(p.decoder, ids, max_new_tokens=n))
+
+    script = plain(compiled_pair)()["ids"]   # the compiled target's own greedy path, untimed
+
+    def mtp(alpha):
+        # one drafter per α: its draws go on from run to run, so repeats average their luck
+        d = ScriptedDrafter(compiled_pair.make_drafter("mtp"), script, len(ids), alpha, vocab, 0)
+        return lambda: timed(lambda: loop.speculative(compiled_pair.decoder, d, ids, max_new_tokens=n,
+                                                      draft_tokens=gamma))
 
     def transformers_generate():
         x = torch.tensor([ids])
@@ -131,65 +142,119 @@ def main() -> int:
                                      min_new_tokens=n, eos_token_id=None, pad_token_id=0)
         return {"seconds": time.perf_counter() - t, "tokens": o.shape[1] - len(ids), "ids": o[0, len(ids):].tolist()}
 
-    results = {"meta": {"target": args.target, "weights": "random", "precision": "bfloat16",
-                        "prompt_tokens": len(ids), "new_tokens": n, "repeats": repeats, "build_seconds": built,
-                        "step_bytes": per_token_bytes, "clock": "wall",
-                        "compile_seconds": compiled_s, "compile_note": compiled_pair.compile_note}, "threads": {}}
     log = out / "llama-server.log"
     for threads in [int(x) for x in args.threads.split(",")]:
         torch.set_num_threads(threads)
         m = machine.machine()
-        bw = stream_bandwidth(threads)
+        entry = results["threads"].setdefault(str(threads), {"machine": m, "machine_line": machine.line(m),
+                                                            "stream_GBps": stream_bandwidth(threads) / 1e9,
+                                                            "decoders": {}})
         torch.set_num_threads(threads)
-        block: dict[str, list] = {}
-        for name, folder in (("llama.cpp bf16", Path(args.gguf_bf16)), ("llama.cpp q8_0", Path(args.gguf_q8))):
-            proc, url = serve(server, folder, threads, 8391, log)
-            try:
-                arms = {"mtp-viz eager": ours, "mtp-viz compiled": compiled,
-                        name: lambda url=url: llamacpp(url, ids, n)}
-                if name.endswith("bf16"):
-                    arms["transformers generate"] = transformers_generate
-                for fn in arms.values():
-                    fn()   # untimed warm-up
-                keys = list(arms)
-                for r in range(repeats):
-                    for k in keys[r % len(keys):] + keys[:r % len(keys)]:
-                        row = k if not k.startswith("mtp-viz") else f"{k} ({name} block)"
-                        block.setdefault(row, []).append(arms[k]())
-                        print(f"threads {threads} {k}: {block[row][-1]['seconds']:.1f} s", file=sys.stderr)
-            finally:
-                os.killpg(proc.pid, 15)
-                proc.wait()
-        rows = {}
+        proc, url = serve(server, folder, threads, 8391, log)
+        try:
+            arms = {f"mtp-viz eager {precision}": plain(pair), f"mtp-viz compiled {precision}": plain(compiled_pair)}
+            arms.update({f"mtp-viz compiled {precision} MTP γ={gamma} α={a:g}": mtp(a) for a in args.alphas})
+            if precision == "bfloat16" and args.transformers:
+                arms["transformers generate bfloat16"] = transformers_generate
+            arms[f"llama.cpp {llama_type}"] = lambda: llamacpp(url, ids, n)
+            for fn in arms.values():
+                fn()   # untimed warm-up
+            block: dict[str, list] = {}
+            keys = list(arms)
+            for r in range(repeats):
+                for k in keys[r % len(keys):] + keys[:r % len(keys)]:
+                    block.setdefault(k, []).append(arms[k]())
+                    print(f"threads {threads} {k}: {block[k][-1]['seconds']:.1f} s", file=sys.stderr)
+        finally:
+            os.killpg(proc.pid, 15)
+            proc.wait()
         for k, rs in block.items():
             tps = [r["tokens"] / r["seconds"] for r in rs]
             med = statistics.median(tps)
-            rows[k] = {"tokens_per_second": med, "repeats": tps, "ms_per_token": 1e3 / med,
-                       "decode_tokens_per_second": statistics.median([r["decode_tps"] for r in rs])
-                       if rs[0].get("decode_tps") else None, "ids": rs[0]["ids"][:16]}
-        for k, row in rows.items():
-            # q8_0 stores 32 weights in 34 bytes where bf16 takes 64 (norms, a sliver, stay float32)
-            bytes_per_token = per_token_bytes * (34 / 64 if k.endswith("q8_0") else 1)
-            row["bandwidth_GBps"] = bytes_per_token * row["tokens_per_second"] / 1e9
-        results["threads"][str(threads)] = {"machine": m, "machine_line": machine.line(m),
-                                            "stream_GBps": bw / 1e9, "decoders": rows}
-    (out / "real_scale.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
-    lines = [f"# Plain decoding at {args.target}'s shape (random weights: timings only), bfloat16", "",
-             f"Prompt {len(ids)} token ids, {n} new tokens, greedy, medians of {repeats} repeats, wall time of "
-             f"the whole request; a plain step reads {per_token_bytes / 1e9:.2f} GB of weights (bf16).", ""]
+            step = meta[llama_type]["step_bytes" if k.startswith("mtp-viz") else "llama_step_bytes"]
+            entry["decoders"][k] = {
+                "tokens_per_second": med, "repeats": tps, "ms_per_token": 1e3 / med,
+                "decode_tokens_per_second": statistics.median([r["decode_tps"] for r in rs])
+                if rs[0].get("decode_tps") else None, "ids": rs[0]["ids"][:16],
+                "bandwidth_GBps": None if " MTP " in k or k.startswith("transformers") else step * med / 1e9,
+                "same_tokens_as_compiled_plain": all(r["ids"] == script for r in rs),
+                "over_llamacpp": med / statistics.median(
+                    r["tokens"] / r["seconds"] for r in block[f"llama.cpp {llama_type}"])}
+
+
+def kernel_line() -> str:
+    from mtp_viz.engine import kernels
+    return f"mtp_viz::rows ({kernels.isa_name()})" if kernels.load() else kernels.note()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--target", default="e2b")
+    ap.add_argument("--gguf-bf16", required=True)
+    ap.add_argument("--gguf-q8", required=True)
+    ap.add_argument("--blocks", default="bf16,q8_0", help="llama.cpp types, each beside ours that matches it")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--prompt-tokens", type=int, default=32)
+    ap.add_argument("--draft-tokens", type=int, default=4)
+    ap.add_argument("--alphas", default="0.5,0.7,0.9")
+    ap.add_argument("--transformers", action="store_true", help="transformers' generate too (bf16 block)")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks/results/real-scale"))
+    args = ap.parse_args()
+    args.alphas = [float(a) for a in args.alphas.split(",") if a.strip()]
+    import gc
+
+    from mtp_viz.sources.models import load_pair
+    server = subprocess.run(["bash", str(ROOT / "scripts/llamacpp.sh")], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = {"meta": {"target": args.target, "weights": "random", "prompt_tokens": args.prompt_tokens,
+                        "new_tokens": args.new_tokens, "repeats": args.repeats, "draft_tokens": args.draft_tokens,
+                        "alphas": args.alphas, "clock": "wall"}, "threads": {}}
+    folders = {"bf16": Path(args.gguf_bf16), "q8_0": Path(args.gguf_q8)}
+    for llama_type in args.blocks.split(","):
+        precision = BLOCKS[llama_type]
+        t = time.perf_counter()
+        pair = load_pair(args.target, weights="random", dtype=precision)   # only one block's pair resident
+        results["meta"].setdefault("build_seconds", {})[precision] = time.perf_counter() - t
+        study(args, pair, precision, llama_type, folders[llama_type], server, out, results)
+        del pair
+        gc.collect()
+        (out / "real_scale.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+    write_md(args, results, out)
+    return 0
+
+
+def write_md(args, results: dict, out: Path) -> None:
+    meta = results["meta"]
+    lines = [f"# Decoding at {args.target}'s shape (random weights: timings only): ours beside llama.cpp", "",
+             f"Prompt {meta['prompt_tokens']} token ids, {meta['new_tokens']} new tokens, greedy, medians of "
+             f"{meta['repeats']} repeats in rotated turns, wall time of the whole request; each block is one "
+             "precision of ours beside the llama.cpp type that stores its weights alike, one server resident "
+             f"at a time. MTP rows: the compiled engine with the MTP drafter proposing γ={meta['draft_tokens']} "
+             "drafts, each kept with the set probability α (every forward real: a random drafter's own drafts "
+             "are noise), so their rate is what that acceptance gives on this machine.", ""]
+    for llama_type, b in meta.get("blocks", {}).items():
+        lines.append(f"- {b['precision']} beside llama.cpp {llama_type}: a plain step reads "
+                     f"{b['step_bytes'] / 1e9:.2f} GB of weights; compiled in {b['compile_seconds']:.0f} s; "
+                     f"kernel: {b['kernel']}.")
+    lines.append("")
     for threads, t in results["threads"].items():
         lines += [f"## {threads} thread(s): {t['machine_line']}", "",
                   f"A streaming read of this machine's memory: {t['stream_GBps']:.1f} GB/s.", "",
-                  "| decoder | tok/s | ms/token | decode-only tok/s (server's own) | GB/s of weights |",
-                  "|---|---|---|---|---|"]
+                  "| decoder | tok/s | ms/token | × llama.cpp (same type, same block) | decode-only tok/s "
+                  "(server's own) | GB/s of weights | same tokens as compiled plain |", "|---|---|---|---|---|---|---|"]
         for k, row in t["decoders"].items():
             dec = f"{row['decode_tokens_per_second']:.2f}" if row["decode_tokens_per_second"] else "–"
-            bw = f"{row['bandwidth_GBps']:.1f}" + (" (q8_0: 34/64 of bf16's bytes)" if k.endswith("q8_0") else "")
-            lines.append(f"| {k} | {row['tokens_per_second']:.3f} | {row['ms_per_token']:.0f} | {dec} | {bw} |")
+            bw = "–" if row["bandwidth_GBps"] is None else f"{row['bandwidth_GBps']:.1f}"
+            same = "yes" if row["same_tokens_as_compiled_plain"] else "no"
+            lines.append(f"| {k} | {row['tokens_per_second']:.3f} | {row['ms_per_token']:.0f} | "
+                         f"×{row['over_llamacpp']:.2f} | {dec} | {bw} | {same} |")
         lines.append("")
     (out / "real_scale.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
-    return 0
 
 
 if __name__ == "__main__":

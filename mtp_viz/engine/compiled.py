@@ -64,7 +64,7 @@ import torch
 
 from .build import turn
 from .config import text_config
-from .decoder import EagerDecoder, Forward, Mounted, RunCache
+from .decoder import EagerDecoder, Forward, Mounted, RunCache, with_state
 from .events import Ran
 from .static import StaticKV, twin, visible
 
@@ -200,13 +200,16 @@ class FastTarget:
         with self._lock:
             self._free.setdefault(cache.capacity, []).append(cache)
 
-    def _step(self, ids, positions, full, sliding, cache, want_state: bool):
-        out = self.twin(input_ids=ids, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=0,
-                        attention_mask={"full_attention": full, "sliding_attention": sliding},
-                        **({"output_hidden_states": True, "return_shared_kv_states": True} if want_state else {}))
+    def _step(self, ids, positions, full, sliding, cache, want_state: bool, keep: int = 0):
+        """The twin's forward: every position's logits in a graph (``keep`` 0), the last
+        ``keep`` outside one (a long prompt's prefill: the vocabulary's logits at one
+        position, not at each, and E2B's KV-shared layers over that position alone)."""
+        inputs = {"input_ids": ids, "position_ids": positions, "cache": cache, "use_cache": True,
+                  "attention_mask": {"full_attention": full, "sliding_attention": sliding}}
         if not want_state:
-            return out.logits, None, None
-        return out.logits, out.hidden_states[-1], dict(out.shared_kv_states)
+            return self.twin(logits_to_keep=keep, **inputs).logits, None, None
+        logits, hidden, shared = with_state(self.twin, keep, **inputs)
+        return logits, hidden, dict(shared)
 
     @torch.inference_mode()
     def forward(self, kv: StaticKV, tokens: list[int], want_state: bool, keep: int, prefill: bool = False) -> Forward:
@@ -250,12 +253,13 @@ class FastTarget:
     def eager(self, kv: StaticKV, tokens: list[int], want_state: bool, keep: int) -> Forward:
         """The same forward without a graph (what sets a new cache's layers up)."""
         start = kv.length
-        logits, hidden, shared, _ = self._run(kv, tokens, want_state, len(tokens), graph=False)
+        logits, hidden, shared, _ = self._run(kv, tokens, want_state, len(tokens), graph=False, keep=keep)
         return self._reduce(kv, start, len(tokens), logits, hidden, shared, keep, 0.0)
 
-    def _run(self, kv: StaticKV, tokens: list[int], want_state: bool, width: int, graph: bool):
+    def _run(self, kv: StaticKV, tokens: list[int], want_state: bool, width: int, graph: bool, keep: int = 0):
         """One forward of ``tokens`` padded to ``width``; the padding's cache entries
-        dropped at once. Returns the padded outputs and the seconds spent compiling."""
+        dropped at once. Returns the padded outputs (outside a graph the last ``keep``
+        positions', 0: all) and the seconds spent compiling."""
         n, start = len(tokens), kv.length
         ids = torch.tensor([tokens + [self.pad] * (width - n)], device=self.device)
         positions = torch.arange(start, start + width, device=self.device)
@@ -264,7 +268,7 @@ class FastTarget:
         if graph:
             (logits, hidden, shared), compile_s = self.graph((kv.capacity, width, want_state), *args)
         else:
-            (logits, hidden, shared), compile_s = self._step(*args), 0.0
+            (logits, hidden, shared), compile_s = self._step(*args, keep=keep), 0.0
         if width > n:  # the padding's entries go at once
             kv.cache.crop(-(width - n))
         kv.length = start + n

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import torch
 
+from .config import text_config
 from .events import Ran
 
 
@@ -31,6 +32,27 @@ class Forward:
     hidden: torch.Tensor | None           # [1, keep, H] last-layer activations (MTP only)
     shared_kv: dict | None                # layer type -> (K, V), ending with the new tokens
     compile_seconds: float = 0.0          # compiling its graph (compiled engine), off the clock
+
+
+def with_state(model, keep: int, **inputs) -> tuple[torch.Tensor, torch.Tensor, dict | None]:
+    """transformers' causal-LM forward written out (the base model, then the head over the
+    last ``keep`` positions, 0: all), returning the last layer's state and the shared K/V
+    beside the logits: (logits [1, keep, V], state [1, keep, H], shared K/V).
+
+    What MTP reads of the target is its final state, not every layer's: asking transformers
+    for ``output_hidden_states`` keeps all of them and, worse, stops Gemma 4 from running its
+    KV-shared layers (the last 20 of E2B's 35 read K/V the earlier ones wrote) over the kept
+    positions only, so a 2,048-token prefill for MTP cost about 4x the plain one. The head is
+    the one ``Gemma4ForCausalLM`` and ``Gemma4ForConditionalGeneration`` apply: ``lm_head``,
+    then the final soft cap, tanh(z / c)·c."""
+    out = model.model(logits_to_keep=keep, return_shared_kv_states=True, **inputs)
+    hidden = out.last_hidden_state
+    if keep and hidden.shape[1] > keep:   # the model slices only where it could skip positions
+        hidden = hidden[:, -keep:]
+    logits = model.lm_head(hidden)
+    if (cap := getattr(text_config(model.config), "final_logit_softcapping", None)) is not None:
+        logits = torch.tanh(logits / cap) * cap
+    return logits, hidden, getattr(out, "shared_kv_states", None)
 
 
 class Decoder(Protocol):
@@ -90,10 +112,11 @@ class EagerDecoder:
     @torch.inference_mode()
     def forward(self, cache, tokens: list[int], want_state: bool, keep: int, prefill: bool = False) -> Forward:
         ids = torch.tensor([tokens], device=self.device)
-        extra = {"output_hidden_states": True, "return_shared_kv_states": True} if want_state else {}
-        out = self.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=keep, **extra)
-        hidden = out.hidden_states[-1][:, -keep:] if want_state else None
-        return Forward(out.logits[0, -keep:].float(), hidden, getattr(out, "shared_kv_states", None))
+        if want_state:
+            logits, hidden, shared = with_state(self.model, keep, input_ids=ids, cache=cache, use_cache=True)
+            return Forward(logits[0, -keep:].float(), hidden[:, -keep:], shared)
+        out = self.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=keep)
+        return Forward(out.logits[0, -keep:].float(), None, None)
 
     def release(self, cache) -> None:
         pass  # a DynamicCache is garbage once its run ends
@@ -137,4 +160,5 @@ def mount(target, assistant=None, mode: str | None = None) -> Mounted:
     return Mounted(EagerDecoder(target))
 
 
-__all__ = ["Decoder", "EagerDecoder", "EagerDraftStep", "Forward", "Mounted", "RunCache", "as_decoder", "mount"]
+__all__ = ["Decoder", "EagerDecoder", "EagerDraftStep", "Forward", "Mounted", "RunCache", "as_decoder", "mount",
+           "with_state"]

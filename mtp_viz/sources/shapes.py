@@ -37,7 +37,7 @@ WEIGHTS = ("real", "random")
 LABEL = "random weights: timings only"   # what every view says of such a pair
 MOE_NOTE = ("a random router spreads tokens over more experts than a trained one, so a random "
             "mixture of experts reads more expert weights per step than the real model")
-RANDOM_PRECISIONS = ("float32", "bfloat16", "float16")
+RANDOM_PRECISIONS = ("float32", "bfloat16", "float16", "int8", "int4")
 SEED = 0
 
 
@@ -167,10 +167,14 @@ def build(config: Any, precision: str, device: str, seed: int = SEED) -> Any:
 
     from mtp_viz.engine.build import building
 
-    from .precision import compute_dtype
+    from .precision import BITS, compute_dtype, quant_type
     dtype = compute_dtype(precision, device)
+    quant = quant_type(precision, device) if precision in BITS else None   # one sentence where it cannot run
     with building(), _seeded(seed), torch.device(device):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype, trust_remote_code=False)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16 if quant else dtype,
+                                                 trust_remote_code=False)
+    if quant is not None:
+        quantized(model, quant, dtype)
     ordering = getattr(getattr(model, "masked_embedding", None), "token_ordering", None)
     if ordering is not None:  # the clustered head's token order: a permutation, as a real one is
         with _seeded(seed + 1):
@@ -178,6 +182,26 @@ def build(config: Any, precision: str, device: str, seed: int = SEED) -> Any:
     steady(model)
     no_eos(model)
     return model.eval()
+
+
+def quantized(model: Any, quant: Any, dtype: Any) -> None:
+    """``model`` (built in bfloat16) with torchao's ``quant`` applied to each linear layer as
+    loading a checkpoint with ``TorchAoConfig`` does, computing in ``dtype``: one layer at a
+    time widened to ``dtype`` and quantized, then every other weight widened, so a random E2B
+    in int8 peaks near its bfloat16 size (9 GB) instead of its float32 one (19 GB)."""
+    import torch
+    from torchao.quantization import quantize_
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear) and type(module.weight) is torch.nn.Parameter:
+            module.to(dtype)
+            quantize_(module, quant)
+    for module in model.modules():
+        for name, p in list(module.named_parameters(recurse=False)):
+            if type(p) is torch.nn.Parameter and p.is_floating_point() and p.dtype != dtype:
+                p.data = p.data.to(dtype)
+        for name, b in list(module.named_buffers(recurse=False)):
+            if b.is_floating_point() and b.dtype != dtype:
+                setattr(module, name, b.to(dtype))
 
 
 def steady(model: Any) -> None:
