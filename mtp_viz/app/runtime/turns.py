@@ -11,6 +11,8 @@ import threading
 
 from mtp_viz.errors import UserError
 
+WAIT_STEP = 0.25   # seconds between looks at the stop switch while waiting for a turn again (Held)
+
 
 class Ticket:
     """One place in a :class:`Turns` line: wait for the turn, then leave (always)."""
@@ -109,9 +111,6 @@ class Held:
         self.ticket.leave()
 
     leave = give
-
-
-WAIT_STEP = 0.25   # seconds between looks at the stop switch while waiting for a turn again
 
 
 def ahead_words(n: int, what: str) -> str:
