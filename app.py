@@ -11,8 +11,11 @@ from mtp_viz.app.page.layout import build_demo, launch
 demo = build_demo()
 
 if __name__ == "__main__":
+    import sys
+
     from mtp_viz.errors import UserError
     try:
         launch(demo)
-    except UserError as e:  # a misconfiguration (e.g. MTP_VIZ_DTYPE) is one line, not a traceback
-        raise SystemExit(f"mtp-viz: error: {e}") from None
+    except UserError as e:  # a misconfiguration (MTP_VIZ_DTYPE, MTP_VIZ_PEERS) is one line, exit 2, as `mtp-viz ui`
+        print(f"mtp-viz: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None

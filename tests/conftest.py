@@ -2,8 +2,8 @@
 and keeps the suite steady on a shared 2-core machine.
 
 The tests mirror the package (engine/, sources/, analysis/, cli/, app/); their shared
-helpers sit here in tests/ (factories, serving, streams, invariants, hostile, real_vllm,
-browsing, locations), importable from every folder."""
+helpers sit here in tests/ (factories, serving, streams, invariants, hostile, fake_llamacpp,
+forms, real_vllm, browsing, locations), importable from every folder."""
 import os
 import sys
 from pathlib import Path
@@ -34,3 +34,10 @@ def browser():
         b.close()
 
 
+
+
+@pytest.fixture(scope="module")
+def random_pair():
+    """A random Gemma 4 pair with a word-level tokenizer (:func:`factories.random_pair`), one per module."""
+    import factories
+    return factories.random_pair()

@@ -143,6 +143,26 @@ def word_tokenizer(V=512):
                                    bos_token="<bos>", unk_token="<unk>")
 
 
+def random_pair():
+    """A random Gemma 4 pair behind the ModelPair interface, with a word-level tokenizer
+    ("w10 w11 w12" is a prompt): what a Measure times in a second or two."""
+    from mtp_viz.sources.pair import ModelPair
+    return ModelPair(gemma_target(layers=4), gemma_assistant(), word_tokenizer(), "random", "random", "cpu")
+
+
+def plain_ids(pair, prompt: str, n: int) -> tuple[int, ...]:
+    """``pair``'s greedy plain tokens for ``prompt`` through the measurement runner (no chat
+    template): what a server of the same model writes."""
+    from mtp_viz.measure.records import AUTOREGRESSIVE
+    from mtp_viz.measure.runner import Runner
+    from mtp_viz.sources.settings import RunSettings
+    runner = Runner(pair, RunSettings("", max_new_tokens=n, chat=False))
+    try:
+        return runner.run(AUTOREGRESSIVE, prompt)[0].ids
+    finally:
+        runner.close()
+
+
 def greedy_reference(target, prompt, n, eos=None):
     ids = torch.tensor([prompt])
     out = target.generate(ids, do_sample=False, max_new_tokens=n, eos_token_id=eos,

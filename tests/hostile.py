@@ -39,7 +39,7 @@ def serve(routes):
     """A server answering GET and POST; returns ``(server, url)``; the caller shuts it
     down. ``routes`` maps a path to its answer: a ``str`` body (HTTP 200), a ``(code,
     body)`` pair, or a callable that writes the response itself (given the request
-    handler); ``routes`` may itself be such a callable, answering every path. Any other
+    handler, its POST body in ``body``); ``routes`` may itself be such a callable, answering every path. Any other
     path: 404 with ``SECRET`` in the page. ``server.seen``: the paths asked for, in order."""
     seen: list[str] = []
 
@@ -48,8 +48,8 @@ def serve(routes):
 
         def _answer(self):
             seen.append(self.path)
-            if self.command == "POST":
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            # a POST's body, for a callable route (``h.body``)
+            self.body = self.rfile.read(int(self.headers.get("Content-Length") or 0)) if self.command == "POST" else b""
             route = routes if callable(routes) else routes.get(self.path, (404, f"<h1>not found: {SECRET}</h1>"))
             if callable(route):
                 return route(self)

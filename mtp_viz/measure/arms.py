@@ -43,6 +43,7 @@ class Arm:
     engine: str = "eager"       # what decodes it (its pair's Ran.engine)
     several_engines: bool = False
     baseline: bool = True       # the engine others are held against (the eager one; bench --compile adds others)
+    local = True                # it runs on this machine's engine (no server)
 
     @property
     def label(self) -> str:
@@ -121,10 +122,12 @@ class BenchResult:
 
 def fastest(plain: dict[str, PlainRow], peers: Sequence[PeerRow]) -> dict[str, Any] | None:
     """The fastest plain decoder measured in the run, local (each arm's autoregressive
-    decoding) or a peer that does not speculate: ``{"decoder", "tokens_per_second"}``.
-    Every row's ``speedup_over_fastest_plain`` is its tokens per second over this one's."""
+    decoding) or a peer that does not speculate and, where checked, wrote the local plain
+    tokens in every run: ``{"decoder", "tokens_per_second"}``. Every row's
+    ``speedup_over_fastest_plain`` is its tokens per second over this one's."""
     rates = {f"mtp-viz {name}": row.tokens_per_second for name, row in plain.items()}
-    rates.update({p.peer: p.tokens_per_second for p in peers if p.setting == "plain"})
+    rates.update({p.peer: p.tokens_per_second for p in peers
+                  if p.setting == "plain" and p.same_tokens_as_plain is not False})
     return one_arm.fastest(rates)
 
 

@@ -13,16 +13,20 @@ the first (so "decode" leaves out the prefill and the first token, as for the lo
 from __future__ import annotations
 
 import dataclasses
+import threading
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from mtp_viz.analysis import metrics
+from mtp_viz.errors import UserError
+from mtp_viz.sources.http import ServerError
 from mtp_viz.sources.settings import RunSettings
 
 from .records import AUTOREGRESSIVE, SPECULATIVE, Record, RunKey, Setting
 from .reduce import median, tps_by_repeat
 
 PEER = "peer"   # a peer's runs' mode in the records (its source ran speculative or autoregressive)
+STOPPED = "Measure was stopped."   # what a run says when its ``stop`` was set (Measure's Stop)
 
 
 class PeerArm:
@@ -32,11 +36,12 @@ class PeerArm:
     decoding it is kept only if it writes the pair's plain tokens (``checked``): a server
     may serve another model."""
     optional = checked = True
+    local = False   # it runs on its server, not on this machine's engine: it takes no turn there
 
-    def __init__(self, url: str, base: RunSettings, index: int = 0):
+    def __init__(self, url: str, base: RunSettings, index: int = 0, stop: threading.Event | None = None):
         from mtp_viz.sources import open_server
         from mtp_viz.sources.servers import Servers
-        self.url, self.base, self.index = url, base, index
+        self.url, self.base, self.index, self.stop = url, base, index, stop   # ``stop`` closes its stream
         self.source = open_server(Servers(url, url))   # its one mode: speculative or plain, on itself
         self.speculates = self.source.speculates(url)
         self.software = self.source.label         # "vLLM" or "llama.cpp": what answered
@@ -48,7 +53,8 @@ class PeerArm:
 
     @property
     def name(self) -> str:
-        """As a sentence names it: what answered ("llama.cpp", "vLLM"), "#i" for a second."""
+        """As a sentence names it: what answered ("llama.cpp", "vLLM"), and "#i" where
+        several of that kind answered (:func:`numbered`)."""
         return self.software + (f" #{self.index}" if self.index else "")
 
     @property
@@ -58,7 +64,7 @@ class PeerArm:
 
     @property
     def label(self) -> str:
-        """``<software> mtp`` or ``<software> plain`` (and ``#i`` for a second of the kind)."""
+        """``<software> mtp`` or ``<software> plain`` (and ``#i`` as in :attr:`name`)."""
         return f"{self.software} {self.setting}" + (f" #{self.index}" if self.index else "")
 
     def owns(self, key: RunKey) -> bool:
@@ -66,14 +72,16 @@ class PeerArm:
 
     def run(self, mode: str, prompt: str, setting: Setting | None = None, n: int | None = None):
         """One run on the server (its own mode, whatever ``mode`` asks), on its own
-        stream's clock: ``(record, events)``."""
+        stream's clock: ``(record, events)``. A set ``stop`` closes the stream: :data:`STOPPED`."""
         from mtp_viz.engine.events import Done, Start, Step
         s = dataclasses.replace(self.base, prompt=prompt, modes=(self.mode,),
                                 max_new_tokens=n or self.base.max_new_tokens)
-        events = list(self.source.events(s))
-        done = events[-1]
+        events = list(self.source.events(s, self.stop))
+        if self.stop is not None and self.stop.is_set():
+            raise UserError(STOPPED)
+        done = events[-1] if events else None
         if not isinstance(done, Done):
-            raise RuntimeError(f"{self.label} stopped without a done event")
+            raise ServerError(self.url, "{server} ended its stream without its last chunk.")
         start = next(e for e in events if isinstance(e, Start))
         self.engine = start.ran.engine
         first = next((e.t for e in events if isinstance(e, Step)), None)   # the first token's arrival
@@ -85,14 +93,19 @@ class PeerArm:
         """Nothing to free: each run is one request."""
 
 
-def open_peers(urls: Sequence[str], base: RunSettings) -> list[PeerArm]:
-    """The peers named (each server asked what it is and whether it speculates)."""
-    peers: list[PeerArm] = []
-    for url in urls:
-        p = PeerArm(url, base)
-        p.index = sum(q.label == p.label for q in peers)
-        peers.append(p)
-    return peers
+def numbered(peers: Sequence[PeerArm]) -> list[PeerArm]:
+    """``peers``, each of a kind that answered more than once ("llama.cpp", "vLLM") numbered
+    #1, #2, … in order, so that every peer has a name and a label of its own (its row, its
+    records): the one numbering of the bench and the app."""
+    kinds = [p.software for p in peers]
+    for i, p in enumerate(peers):
+        p.index = kinds[:i].count(p.software) + 1 if kinds.count(p.software) > 1 else 0
+    return list(peers)
+
+
+def open_peers(urls: Sequence[str], base: RunSettings, stop: threading.Event | None = None) -> list[PeerArm]:
+    """The peers named (each server asked what it is and whether it speculates), :func:`numbered`."""
+    return numbered([PeerArm(url, base, stop=stop) for url in urls])
 
 
 @dataclass(frozen=True)
@@ -133,4 +146,4 @@ def peer_rows(peers: Sequence[PeerArm], records: Sequence[Record], events: dict[
     return rows
 
 
-__all__ = ["PEER", "PeerArm", "PeerRow", "open_peers", "peer_rows"]
+__all__ = ["PEER", "PeerArm", "PeerRow", "STOPPED", "numbered", "open_peers", "peer_rows"]

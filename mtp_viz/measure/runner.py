@@ -35,6 +35,7 @@ class Runner:
     (drafter, new tokens, sampling, chat, stale_kv); each run sets its prompt, mode and
     setting. ``max_draft_tokens``: the adaptive schedules' cap. Adaptive schedules carry
     what they learn across this runner's runs (one per setting), as a pair's do."""
+    local = True   # it runs on this machine's engine (Measure takes the engine's turn for it)
 
     def __init__(self, pair: Any, base: RunSettings, max_draft_tokens: int = MAX_DRAFT_TOKENS):
         self.pair, self.base, self.cap = pair, base, max_draft_tokens

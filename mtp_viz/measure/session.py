@@ -26,7 +26,9 @@ from .records import AUTOREGRESSIVE, REFERENCE, SPECULATIVE, Record, RunKey, Set
 
 
 class Measured(Protocol):
-    """What a task runs: one arm of a bench or a Measure."""
+    """What a task runs: one arm of a bench or a Measure; ``local``: it runs on this
+    machine's engine (a peer runs on its server)."""
+    local: bool
 
     def run(self, mode: str, prompt: str, setting: Setting | None = None, n: int | None = None
             ) -> tuple[Record, list | None]:

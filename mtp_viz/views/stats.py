@@ -244,9 +244,10 @@ def _over(spec: RunStats, ar: RunStats) -> str:
 
 def faster_plain(decoders: Iterable, engine: str, plain_tps: float):
     """The fastest plain decoder of ``decoders`` (:class:`mtp_viz.measure.compare.DecoderRow`)
-    other than ``engine`` and faster than its plain decoding's ``plain_tps``; None if none is."""
+    other than ``engine`` and faster than its plain decoding's ``plain_tps``; None if none is.
+    One that wrote other tokens than the pair's plain decoding is never named."""
     fast = [d for d in decoders if d.setting == "plain" and d.engine != engine
-            and (d.tokens_per_second or 0) > plain_tps > 0]
+            and d.same_tokens_as_plain is not False and (d.tokens_per_second or 0) > plain_tps > 0]
     return max(fast, key=lambda d: d.tokens_per_second, default=None)
 
 
@@ -299,17 +300,18 @@ def decoders_html(m, engine: Ran = Ran()) -> str:
         return ""
     best = (m.fastest_plain or {}).get("decoder")
     own = f"this {engine.label}"
-    rows = [(own, engine.engine, "mtp", m.spec_tps, m.clock, None, False),
-            (own, engine.engine, "plain", m.ar_tps, m.clock, None, best == m.engine)]
+    rows = [(own, engine.engine, "mtp", m.spec_tps, m.clock, None, False, ""),
+            (own, engine.engine, "plain", m.ar_tps, m.clock, None, best == m.engine, "")]
     rows += [(d.name, d.engine, d.setting, d.tokens_per_second, d.clock, d.same_tokens_as_plain,
-              d.setting == "plain" and best == d.name) for d in m.beside]
+              d.setting == "plain" and best == d.name, d.failed) for d in m.beside]
     cells = []
-    for name, eng, setting, tps, clock, same, fastest in rows:
+    for name, eng, setting, tps, clock, same, fastest, failed in rows:
         over = m.over_fastest_plain(tps)
-        same_text = "–" if same is None else "yes" if same else "no"
+        same_text = "failed" if failed else "–" if same is None else "yes" if same else "no"
+        note = f' data-failed="{html.escape(failed)}" title="{html.escape(failed)}"' if failed else ""
         cells.append(f'<tr data-decoder="{html.escape(name)}" data-engine="{html.escape(eng)}" '
                      f'data-setting="{html.escape(setting)}" data-tps="{(tps or 0):.3f}" '
-                     f'data-over-fastest="{(over or 0):.4f}"{" data-fastest" if fastest else ""}>'
+                     f'data-over-fastest="{(over or 0):.4f}"{" data-fastest" if fastest else ""}{note}>'
                      f'<td>{html.escape(name)}</td><td>{html.escape(setting)}</td>'
                      f'<td>{"–" if tps is None else f"{tps:.1f}"}</td><td>{html.escape(clock)}</td>'
                      f'<td>{"–" if over is None else f"×{over:.2f}"}</td><td>{same_text}</td></tr>')

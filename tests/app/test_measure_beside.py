@@ -101,7 +101,8 @@ def test_measure_times_the_compiled_engine_and_a_llamacpp_peer_and_run_names_the
     done = _text(status[-1])
     assert done.startswith("Measured 3 repeats of each mode")
     assert "Measure left out peer 3: no server answers at peer 3's address" in done
-    assert "Left out llama.cpp #1: under greedy decoding it wrote other tokens" in done   # the other model
+    # two of one kind: numbered #1 and #2 as the bench numbers them (measure.peers.numbered)
+    assert "Left out llama.cpp #2: under greedy decoding it wrote other tokens" in done   # the other model
     for url in (plain, stranger, dead):
         assert url.split("//")[1] not in done
 
@@ -111,7 +112,7 @@ def test_measure_times_the_compiled_engine_and_a_llamacpp_peer_and_run_names_the
             for t in re.findall(r"<tr data-decoder=[^>]*>", page)]
     assert [(r["data-decoder"], r["data-setting"]) for r in rows] == [
         ("this eager engine", "mtp"), ("this eager engine", "plain"),
-        ("the compiled engine", "plain"), ("llama.cpp", "plain")]
+        ("the compiled engine", "plain"), ("llama.cpp #1", "plain")]
     assert [r["data-engine"] for r in rows] == ["eager", "eager", "compiled", "llamacpp"]
     assert "<td>yes</td><td>yes</td>" not in page and page.count("<td>yes</td>") == 2  # both wrote the plain tokens
     plain_rates = {r["data-decoder"]: float(r["data-tps"]) for r in rows if r["data-setting"] == "plain"}

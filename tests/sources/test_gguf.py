@@ -302,3 +302,98 @@ def test_a_random_pair_at_a_real_shape_is_written_with_that_shape(tmp_path, caps
     real = tensors(gguf.GGUFReader(export_pair("tiny", None, tmp_path / "real", "bf16").target))
     assert {n: list(x.shape) for n, x in t.items()} == {n: list(x.shape) for n, x in real.items()}
     assert not np.array_equal(np.asarray(t["blk.0.attn_q.weight"].data), np.asarray(real["blk.0.attn_q.weight"].data))
+
+
+# ---------------------------------------------------------------- a pair or nothing
+
+def copied(causal, root):
+    """A copy of the causal pair's two folders, to break (``<root>/target``, ``…-assistant``)."""
+    import shutil
+    for folder in causal:
+        shutil.copytree(folder, root / folder.name)
+    return root / causal[0].name, root / causal[1].name
+
+
+def cut_short(folder):
+    """The folder's weights cut to half their bytes, as an interrupted download leaves them."""
+    path = folder / "model.safetensors"
+    path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
+
+
+def edit_config(folder, **changes):
+    path = folder / "config.json"
+    cfg = json.loads(path.read_text())
+    for key, value in changes.items():
+        (cfg.get("text_config") or cfg)[key] = value
+    path.write_text(json.dumps(cfg))
+
+
+def one_sentence(err: str, *words):
+    assert err.startswith("mtp-viz: error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    for w in words:
+        assert w in err, err
+
+
+def test_unreadable_target_weights_are_one_sentence_and_nothing_is_written(capsys, causal, tmp_path):
+    target, _ = copied(causal, tmp_path)
+    cut_short(target)
+    code, out, err = gguf_cli(capsys, "--target", str(target), "--out", str(tmp_path / "out"))
+    assert code == 2 and out == ""
+    one_sentence(err, "has weights that cannot be read", "model.safetensors", "nothing was written")
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+
+
+def test_an_unreadable_drafter_leaves_an_existing_pair_as_it_was(capsys, causal, tmp_path):
+    target, drafter = copied(causal, tmp_path)
+    out = tmp_path / "out"
+    assert gguf_cli(capsys, "--target", str(target), "--out", str(out))[0] == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    edit_config(target, rms_norm_eps=1e-5)   # another target.gguf, were it written
+    cut_short(drafter)
+    code, stdout, err = gguf_cli(capsys, "--target", str(target), "--out", str(out), "--force")
+    assert code == 2 and stdout == ""
+    one_sentence(err, "target-assistant has weights that cannot be read")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before   # the old pair, whole; no part left
+
+
+def test_an_existing_pair_is_replaced_only_with_force(capsys, causal, tmp_path):
+    out = tmp_path / "out"
+    assert gguf_cli(capsys, "--target", str(causal[0]), "--out", str(out))[0] == 0
+    (out / "drafter.gguf").unlink()   # half a pair is a pair too
+    code, stdout, err = gguf_cli(capsys, "--target", str(causal[0]), "--out", str(out))
+    assert code == 2 and stdout == ""
+    one_sentence(err, "already holds target.gguf; pass --force to replace it.")
+    assert sorted(p.name for p in out.iterdir()) == ["target.gguf"]
+    code, stdout, err = gguf_cli(capsys, "--target", str(causal[0]), "--out", str(out), "--force")
+    assert code == 0 and err == "" and sorted(p.name for p in out.iterdir()) == ["drafter.gguf", "target.gguf"]
+
+
+@pytest.mark.parametrize("changes, words", [
+    ({"hidden_size": 80}, "config.json says 512 tokens of width 80, but its embedding holds 512 of width 64"),
+    ({"num_hidden_layers": 5, "layer_types": ["sliding_attention"] * 4 + ["full_attention"]},
+     "config.json says 5 layers, but its weights hold 4"),
+    ({"vocab_size": 256}, "config.json says 256 tokens of width 64, but its embedding holds 512"),
+])
+def test_a_config_that_disagrees_with_its_weights_is_one_sentence(capsys, causal, tmp_path, changes, words):
+    target, drafter = copied(causal, tmp_path)
+    edit_config(target, **changes)
+    if "hidden_size" in changes:   # the drafter's config says it too: the pair's configs agree, the weights do not
+        cfg = json.loads((drafter / "config.json").read_text())
+        (drafter / "config.json").write_text(json.dumps({**cfg, "backbone_hidden_size": changes["hidden_size"]}))
+    if "vocab_size" in changes:
+        edit_config(drafter, vocab_size=changes["vocab_size"])
+    code, out, err = gguf_cli(capsys, "--target", str(target), "--out", str(tmp_path / "out"))
+    assert code == 2 and out == ""
+    one_sentence(err, words, "nothing was written")
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+
+
+def test_a_drafter_whose_weights_were_made_for_another_width_is_one_sentence(capsys, causal, tmp_path):
+    target, _ = copied(causal, tmp_path)
+    narrow = save_pair(tmp_path / "narrow", gemma_target(V, WINDOW), gemma_assistant(V, WINDOW, backbone=32),
+                       gemma_bpe_tokenizer(V))[1]
+    cfg = json.loads((narrow / "config.json").read_text())   # its config claims the target's width
+    (narrow / "config.json").write_text(json.dumps({**cfg, "backbone_hidden_size": 64}))
+    code, out, err = gguf_cli(capsys, "--target", str(target), "--drafter", str(narrow), "--out", str(tmp_path / "out"))
+    assert code == 2 and out == ""
+    one_sentence(err, "were not made for a target of width 64")

@@ -4,7 +4,9 @@ prefilled from ``MTP_VIZ_PEERS``), as ``mtp-viz bench --engine compiled --peer``
 (:mod:`mtp_viz.measure.compare`). No torch here.
 
 Every peer URL goes through the server guard (:class:`mtp_viz.app.runtime.guard.ServerPolicy`);
-the operator's own ``MTP_VIZ_PEERS`` are allowed as listed. A peer is named by its place
+the operator's own ``MTP_VIZ_PEERS`` are allowed as listed (more than :data:`MAX_PEERS` of
+them: the app refuses to start, and shows visitors none). Peers are guests: their runs hold
+no turn on the engine (:class:`mtp_viz.app.runtime.turns.Held`), and Stop closes their streams. A peer is named by its place
 in the field ("peer 2"), never by its address or what it answered: a peer that cannot be
 reached or is no vLLM or llama.cpp server is left out with one sentence, and the Measure
 goes on with the rest.
@@ -16,10 +18,11 @@ from typing import Any, Callable, Sequence
 
 from mtp_viz.app.runtime import runs, work
 from mtp_viz.app.runtime.guard import ServerPolicy, canonical
+from mtp_viz.app.runtime.turns import Held
 from mtp_viz.engine.engines import COMPILE_ALIAS
 from mtp_viz.errors import UserError
 from mtp_viz.measure import compare
-from mtp_viz.measure.peers import PeerArm
+from mtp_viz.measure.peers import STOPPED, PeerArm, numbered
 from mtp_viz.views import stats
 from mtp_viz.views.frame import Frame
 from mtp_viz.sources.http import ServerError
@@ -38,11 +41,20 @@ class Peers:
         spec = os.environ.get("MTP_VIZ_PEERS", "") if spec is None else spec
         self.policy = policy
         self.configured: list[str] = []
-        for entry in (e.strip() for e in spec.split(",")):
+        entries = [e.strip() for e in spec.split(",") if e.strip()]
+        # the operator's sentence (launch refuses to start on it); visitors are shown none of them
+        self.refused = (f"MTP_VIZ_PEERS lists {len(entries)} peer servers; Measure times at most {MAX_PEERS} "
+                        "beside the pair." if len(entries) > MAX_PEERS else "")
+        for entry in entries if not self.refused else ():
             try:
                 self.configured.append(canonical(entry))
             except UserError:   # not a server URL: matches nothing (as MTP_VIZ_VLLM_URLS' entries)
                 continue
+
+    def check_deployment(self) -> None:
+        """The operator's configuration, checked before the app serves: one sentence."""
+        if self.refused:
+            raise UserError(self.refused)
 
     @property
     def default(self) -> str:
@@ -76,23 +88,26 @@ def failure(urls: Sequence[str], e: ServerError) -> str:
     return said[:1].upper() + said[1:]
 
 
-def open_peers(urls: Sequence[str], base: RunSettings) -> tuple[list[PeerArm], list[str]]:
+def open_peers(urls: Sequence[str], base: RunSettings, stop: Any = None) -> tuple[list[PeerArm], list[str]]:
     """Each peer asked what it is and whether it speculates; one that does not answer as a
-    vLLM or llama.cpp server is left out with its sentence."""
+    vLLM or llama.cpp server is left out with its sentence. Several of one kind are
+    numbered as the bench numbers them (:func:`mtp_viz.measure.peers.numbered`); ``stop``
+    closes their streams."""
     peers: list[PeerArm] = []
     notes: list[str] = []
     for url in urls:
+        if stop is not None and stop.is_set():
+            raise UserError(STOPPED)
         try:
-            p = PeerArm(url, base)
+            p = PeerArm(url, base, stop=stop)
         except ServerError as e:
             notes.append(f"Measure left out {name(urls, url)}: {_lower(failure(urls, e))}")
             continue
         except Exception:  # noqa: BLE001 - whatever it answered, it is no server of ours: one sentence
             notes.append(f"Measure left out {name(urls, url)}: it does not answer as a vLLM or llama.cpp server.")
             continue
-        p.index = sum(q.software == p.software for q in peers)   # "llama.cpp #1" for a second one
         peers.append(p)
-    return peers, notes
+    return numbered(peers), notes
 
 
 class Measuring:
@@ -131,6 +146,7 @@ class Measuring:
         except UserError as e:
             yield outputs(message(str(e), level="error"), sess)
             return
+        turn = Held(self.gate.engine, ticket, sess.stop, STOPPED)   # held for the local runs only
         notes = [f"Measure left out the compiled engine: {_lower(compiled_pair.compile_note)}"] \
             if compiled_pair is not None and getattr(compiled_pair, "fast", None) is None else []
         compiled_pair = None if notes else compiled_pair
@@ -139,15 +155,16 @@ class Measuring:
             for line in runs.compile_lines(compiled_pair, s.only("autoregressive"), sess.stop) if compiled_pair else ():
                 yield outputs(Frame(status=line), sess)
             if urls:
+                turn.give()   # asking servers needs no engine
                 yield outputs(message("Asking the peer servers what they are…"), sess)
-                arms, left = open_peers(urls, compare.peer_base(pair, s))
+                arms, left = open_peers(urls, compare.peer_base(pair, s), sess.stop)
                 notes += left
             more = len(arms) + (compiled_pair is not None)
             yield outputs(message(f"Measuring: {n} repeats of both modes" + (
                 f" and of {more} decoder{'s' if more > 1 else ''} beside them" if more else "")
                 + ", in turns, nothing rendered meanwhile…"), sess)
             with work.working(sess.stop):  # the app's close stops it first
-                m = compare.measure(pair, s, n, sess.stop, compiled=compiled_pair, peers=arms,
+                m = compare.measure(pair, s, n, sess.stop, compiled=compiled_pair, peers=arms, turn=turn,
                                     told=lambda e: failure(urls, e) if isinstance(e, ServerError) else str(e))
         except ServerError as e:   # a peer that failed mid-way: named by its place, never its address
             yield outputs(message(failure(urls, e), level="error"), sess)
@@ -156,7 +173,7 @@ class Measuring:
             yield outputs(message(str(e), level="error"), sess)
             return
         finally:
-            ticket.leave()
+            turn.leave()
         sess.remember(spec.weights, m.beside)
         notes += m.notes
         yield outputs(Frame(compare=stats.measurement_html(m, engine=pair.decoder.ran),

@@ -370,9 +370,11 @@ def launch(demo: gr.Blocks, *, host: str | None = None, port: int | None = None,
     and ``MTP_VIZ_QUEUE_SIZE`` waiting requests at most. Gradio keeps a copy of the
     page's config (~0.15 MB here) for every session, and every plain HTTP API call is a
     session: ``MTP_VIZ_MAX_SESSIONS`` bounds them (least recently used out). A bad
-    ``MTP_VIZ_DTYPE`` is one sentence before anything loads or serves."""
+    ``MTP_VIZ_DTYPE``, or more ``MTP_VIZ_PEERS`` than Measure times, is one sentence before
+    anything loads or serves."""
     deploy.env_dtype()
     app: AppState = demo.mtp_app  # type: ignore[attr-defined]
+    app.handlers.peers.check_deployment()
     loader, spec = app.loader, pairs.PairSpec(*app.default)
     if loader.start(spec).busy:  # a pair given in memory is ready: nothing to report
         threading.Thread(target=_report_load, args=(loader, spec), daemon=True).start()

@@ -11,6 +11,8 @@ import threading
 
 from mtp_viz.errors import UserError
 
+WAIT_STEP = 0.25   # seconds between looks at the stop switch while waiting for a turn again (Held)
+
 
 class Ticket:
     """One place in a :class:`Turns` line: wait for the turn, then leave (always)."""
@@ -78,9 +80,42 @@ class Turns:
             self._promote()
 
 
+class Held:
+    """A turn a long job holds only while it needs it: Measure holds the engine's turn for
+    the pair's own timed runs and gives it back while a peer server runs (a guest's run
+    uses no local engine), so a slow or stalled peer holds no other visitor's Run. Taking
+    it again joins the line anew, checking ``stop`` as it waits (:data:`WAIT_STEP`);
+    :meth:`leave` (always, at the end) gives back whichever place it holds."""
+
+    def __init__(self, line: Turns, ticket: Ticket, stop: threading.Event | None = None,
+                 stopped: str = "Stopped while waiting for the engine."):
+        self.line, self.ticket, self.stop, self.stopped = line, ticket, stop, stopped
+
+    @property
+    def holding(self) -> bool:
+        return self.ticket.holding
+
+    def take(self) -> None:
+        """Hold the turn (at once if held, else after those ahead); ``stopped`` when stopped."""
+        if self.ticket.holding:
+            return
+        self.ticket.leave()
+        self.ticket = self.line.join()
+        while not self.ticket.wait(WAIT_STEP):
+            if self.stop is not None and self.stop.is_set():
+                self.ticket.leave()
+                raise UserError(self.stopped)
+
+    def give(self) -> None:
+        """Give the turn back to the line until :meth:`take`."""
+        self.ticket.leave()
+
+    leave = give
+
+
 def ahead_words(n: int, what: str) -> str:
     """"1 run ahead" / "3 compiles ahead"."""
     return f"{n} {what}{'' if n == 1 else 's'} ahead"
 
 
-__all__ = ["Ticket", "Turns", "ahead_words"]
+__all__ = ["Held", "Ticket", "Turns", "ahead_words"]

@@ -17,6 +17,11 @@ comes out right, the bundled pair included:
   vocabulary is the target's.
 
 Tensors are read and written one at a time, so a checkpoint never sits in memory whole.
+
+A pair or nothing: both folders are checked before a byte is written (readable weights,
+config.json against the weights' shapes, the assistant against the target:
+:mod:`.tensors`), both files are written under temporary names and moved into place only
+once both are whole, and an existing pair is replaced only when asked (``force``).
 """
 from __future__ import annotations
 
@@ -55,15 +60,18 @@ class Export:
     notes: list[str] = field(default_factory=list)   # what llama.cpp as published will refuse, and why
 
 
-def export_pair(target: str, drafter: str | None, out: str | os.PathLike, outtype: str = "f32") -> Export:
+def export_pair(target: str, drafter: str | None, out: str | os.PathLike, outtype: str = "f32",
+                force: bool = False) -> Export:
     """Write ``out/target.gguf`` and ``out/drafter.gguf`` for a Gemma 4 target and its MTP
     assistant. ``target``/``drafter``: a preset (``tiny``), a hub id or a folder, resolved as
     ``load_pair`` resolves them (the drafter by default the preset's, or ``<target>-assistant``).
-    ``outtype``: f32, f16, bf16 or q8_0 (norms, scales and the router stay float32)."""
+    ``outtype``: f32, f16, bf16 or q8_0 (norms, scales and the router stay float32).
+    ``force``: replace a pair ``out`` already holds."""
     if outtype not in OUTTYPES:
         raise UserError(f"--outtype must be one of {', '.join(OUTTYPES)}, not {clip(outtype, 20)}.")
     if not target or not str(target).strip():
         raise UserError("No target model was given.")
+    not_there(out, force)
     target_spec, preset_drafter = resolve(str(target).strip())
     t = open_model(target_spec, str(target))
     if t.config.model_type not in GEMMA4_TYPES:
@@ -77,14 +85,35 @@ def export_pair(target: str, drafter: str | None, out: str | os.PathLike, outtyp
     if d.config.model_type not in ASSISTANT_TYPES:
         raise UserError(f"{clip(d.spec)} is not a Gemma 4 MTP assistant, which llama.cpp's draft-mtp needs.")
     check_pair(t.config, d.config, t.spec, d.spec)
+    weights = {m.spec: tensors_.read_tensors(m.folder, m.spec) for m in (t, d)}
+    for m in (t, d):
+        tensors_.check_shapes(weights[m.spec], text_config(m.config), m.spec)
+    tensors_.check_drafter(weights[t.spec], weights[d.spec], t.spec, d.spec)
     folder = writable(out)
     result = Export(folder / "target.gguf", folder / "drafter.gguf", notes(t, d))
-    write_model(t, t, result.target, outtype)
-    write_model(d, t, result.drafter, outtype)
+    parts = [result.target.with_name(".target.gguf.part"), result.drafter.with_name(".drafter.gguf.part")]
+    try:
+        write_model(t, weights[t.spec], t, parts[0], outtype)
+        write_model(d, weights[d.spec], t, parts[1], outtype)
+        os.replace(parts[0], result.target)   # both whole: into place, one after the other
+        os.replace(parts[1], result.drafter)
+    except OSError as e:
+        raise UserError(f"Cannot write the GGUF pair into {clip(out)} ({e.strerror or type(e).__name__}).") from None
+    finally:
+        for part in parts:
+            part.unlink(missing_ok=True)
     return result
 
 
-def export_random(target: str, out: str | os.PathLike, outtype: str = "f32") -> Export:
+def not_there(out, force: bool) -> None:
+    """One sentence when ``out`` holds a pair (either file) already and ``force`` is not set."""
+    there = [name for name in ("target.gguf", "drafter.gguf") if (Path(out).expanduser() / name).exists()]
+    if there and not force:
+        raise UserError(f"{clip(out)} already holds {' and '.join(there)}; pass --force to replace "
+                        f"{'them' if len(there) > 1 else 'it'}.")
+
+
+def export_random(target: str, out: str | os.PathLike, outtype: str = "f32", force: bool = False) -> Export:
     """:func:`export_pair` for ``target``'s real shape with random weights (:mod:`..shapes`):
     the pair is built in the precision of ``outtype`` (bf16 for bf16 and q8_0), saved beside
     the output as a model folder, written, and the folder removed. Its tokenizer is the
@@ -95,6 +124,7 @@ def export_random(target: str, out: str | os.PathLike, outtype: str = "f32") -> 
     from ..models import load_pair
     if outtype not in OUTTYPES:
         raise UserError(f"--outtype must be one of {', '.join(OUTTYPES)}, not {clip(outtype, 20)}.")
+    not_there(out, force)   # before a pair is built
     folder = writable(out)
     dtype = {"f32": "float32", "f16": "float16"}.get(outtype, "bfloat16")
     pair = load_pair(target, weights="random", dtype=dtype, device="cpu")
@@ -106,7 +136,7 @@ def export_random(target: str, out: str | os.PathLike, outtype: str = "f32") -> 
             model.save_pretrained(work / name)
             pair.tokenizer.save_pretrained(work / name)
         del pair
-        return export_pair(str(work / "target"), str(work / "drafter"), folder, outtype)
+        return export_pair(str(work / "target"), str(work / "drafter"), folder, outtype, force)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -157,12 +187,13 @@ def notes(target: Model, drafter: Model) -> list[str]:
     return out
 
 
-def write_model(model: Model, tokenizer_of: Model, path: Path, outtype: str) -> None:
-    """One GGUF file, written to a temporary name and renamed once whole."""
+def write_model(model: Model, tensors: list, tokenizer_of: Model, path: Path, outtype: str) -> None:
+    """One GGUF file of ``model`` (its ``tensors``, checked) at ``path``: the caller's
+    temporary name, which it moves into place."""
     import gguf
 
     assistant = model.config.model_type in ASSISTANT_TYPES
-    tensors = tensors_.read_tensors(model.folder, model.spec)
+    tensors = list(tensors)
     text = text_config(model.config)
     writer = gguf.GGUFWriter(None, "gemma4-assistant" if assistant else "gemma4")
     writer.add_type("model")
@@ -176,13 +207,7 @@ def write_model(model: Model, tokenizer_of: Model, path: Path, outtype: str) -> 
     if model.config.model_type.startswith("gemma4_unified") and (suppress := suppressed(model.folder)):
         writer.add_array("tokenizer.ggml.suppress_tokens", suppress)   # as the converter's Gemma4UnifiedModel
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    part = path.with_name(path.name + ".part")
-    try:
-        write_tensors(writer, part, tensors, getattr(gguf.GGMLQuantizationType, OUTTYPES[outtype][1]))
-        os.replace(part, path)
-    except OSError as e:
-        part.unlink(missing_ok=True)
-        raise UserError(f"Cannot write {path.name} ({e.strerror or type(e).__name__}).") from None
+    write_tensors(writer, path, tensors, getattr(gguf.GGMLQuantizationType, OUTTYPES[outtype][1]))
 
 
 def suppressed(folder: Path) -> list[int]:
@@ -221,12 +246,14 @@ def write_tensors(writer, path: Path, tensors: list, wanted) -> None:
         writer.add_tensor_info(t.name, t.shape, np.dtype(np.float32), math.prod(t.shape) // block * size,
                                raw_dtype=kind)
         kinds.append(kind)
-    writer.write_header_to_file(path=path)
-    writer.write_kv_data_to_file()
-    writer.write_ti_data_to_file()
-    for t, kind in zip(tensors, kinds):
-        writer.write_tensor_data(gguf.quants.quantize(np.ascontiguousarray(t.load(), dtype=np.float32), kind))
-    writer.close()
+    try:
+        writer.write_header_to_file(path=path)
+        writer.write_kv_data_to_file()
+        writer.write_ti_data_to_file()
+        for t, kind in zip(tensors, kinds):
+            writer.write_tensor_data(gguf.quants.quantize(np.ascontiguousarray(t.load(), dtype=np.float32), kind))
+    finally:   # a tensor that cannot be read leaves the file closed, for the caller to remove
+        writer.close()
 
 
 def rope_freqs(text, head_dim_full: int, spec: str):

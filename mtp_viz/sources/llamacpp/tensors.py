@@ -105,30 +105,86 @@ def weight_files(folder: Path, spec: str) -> list[Path]:
 
 
 def read_tensors(folder: Path, spec: str) -> list[Tensor]:
-    """Every tensor llama.cpp reads, named for it, each loaded only when asked for."""
+    """Every tensor llama.cpp reads, named for it, each loaded only when asked for. Every
+    file's header is read here, so that weights that cannot be read are one sentence before
+    anything is written."""
     from safetensors import safe_open
 
     out, unknown = [], []
-    for path in weight_files(folder, spec):
-        with safe_open(str(path), framework="pt") as f:
-            for key in f.keys():
-                name = gguf_name(key)
-                if name is None:
-                    continue
-                if name == "":
-                    unknown.append(key)
-                    continue
-                shape = tuple(f.get_slice(key).get_shape())
-                out.append(Tensor(name, shape, _loader(path, key)))
+    try:
+        files = weight_files(folder, spec)
+    except (OSError, ValueError, KeyError, TypeError):   # an index that is no index of shards
+        raise unreadable(spec, "model.safetensors.index.json") from None
+    for path in files:
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                keys = [(key, gguf_name(key), tuple(f.get_slice(key).get_shape())) for key in f.keys()]
+        except Exception:  # noqa: BLE001 - safetensors' own errors, a missing shard: one sentence
+            raise unreadable(spec, path.name) from None
+        for key, name, shape in keys:
+            if name is None:
+                continue
+            if name == "":
+                unknown.append(key)
+                continue
+            out.append(Tensor(name, shape, _loader(path, key, spec)))
     if unknown:
         raise UserError(f"{clip(spec)} has a tensor llama.cpp's Gemma 4 models do not read "
                         f"({clip(unknown[0], 60)}), so it cannot be written as GGUF.")
     return out
 
 
-def _loader(path: Path, key: str) -> Callable:
+def unreadable(spec: str, file: str) -> UserError:
+    return UserError(f"{clip(spec)} has weights that cannot be read ({clip(file, 60)} is no whole safetensors "
+                     "file), so nothing was written.")
+
+
+def check_shapes(tensors: list[Tensor], text, spec: str) -> None:
+    """One sentence where a model's config.json and its weights disagree (the writer takes the
+    config's sizes as the file's hyperparameters, and llama.cpp the weights' shapes): the
+    embedding is vocab_size × hidden_size, every layer of num_hidden_layers is there, and
+    reads hidden_size wide."""
+    shapes = {t.name: t.shape for t in tensors}
+    embed = shapes.get("token_embd.weight")
+    said = f"{clip(spec)}'s config.json"
+    if embed is None or len(embed) != 2:
+        raise UserError(f"{clip(spec)} has no token embedding to write, so nothing was written.")
+    if embed != (text.vocab_size, text.hidden_size):
+        raise UserError(f"{said} says {text.vocab_size} tokens of width {text.hidden_size}, but its embedding "
+                        f"holds {embed[0]} of width {embed[1]}, so nothing was written.")
+    layers = {int(n.split(".")[1]) for n in shapes if n.startswith("blk.")}
+    if layers != set(range(text.num_hidden_layers)):
+        raise UserError(f"{said} says {text.num_hidden_layers} layers, but its weights hold {len(layers)}, "
+                        "so nothing was written.")
+    for i in range(text.num_hidden_layers):
+        for part in ("attn_q", "ffn_gate"):
+            shape = shapes.get(f"blk.{i}.{part}.weight")
+            if shape is None or shape[-1] != text.hidden_size or f"blk.{i}.attn_q_norm.weight" not in shapes:
+                raise UserError(f"{said} and its weights disagree about layer {i} (width {text.hidden_size}), "
+                                "so nothing was written.")
+
+
+def check_drafter(target: list[Tensor], drafter: list[Tensor], target_spec: str, drafter_spec: str) -> None:
+    """One sentence where the assistant's weights do not fit the target's: the same vocabulary,
+    and projections from and to the target's width (its embedding and hidden state, joined)."""
+    t = {x.name: x.shape for x in target}
+    d = {x.name: x.shape for x in drafter}
+    vocab, width = t["token_embd.weight"]
+    if d["token_embd.weight"][0] != vocab:
+        raise UserError(f"{clip(drafter_spec)}'s weights hold {d['token_embd.weight'][0]} tokens and "
+                        f"{clip(target_spec)}'s {vocab}, so nothing was written.")
+    pre, post = d.get("nextn.pre_projection.weight"), d.get("nextn.post_projection.weight")
+    if pre is None or post is None or pre[-1] != 2 * width or post[0] != width:
+        raise UserError(f"{clip(drafter_spec)}'s weights were not made for a target of width {width} like "
+                        f"{clip(target_spec)}, so nothing was written.")
+
+
+def _loader(path: Path, key: str, spec: str) -> Callable:
     def load():
         from safetensors import safe_open
-        with safe_open(str(path), framework="pt") as f:  # bfloat16 has no numpy type: torch reads it
-            return f.get_tensor(key).float().numpy()
+        try:
+            with safe_open(str(path), framework="pt") as f:  # bfloat16 has no numpy type: torch reads it
+                return f.get_tensor(key).float().numpy()
+        except Exception:  # noqa: BLE001 - a file changed or cut since its header was read
+            raise unreadable(spec, path.name) from None
     return load
