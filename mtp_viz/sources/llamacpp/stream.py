@@ -42,12 +42,12 @@ def events(url: str, prompt: str, *, mode: str = "speculative", chat: bool = Fal
     """Stream one prompt from the llama.cpp server at ``url``; a mistake is one sentence.
     ``mode`` "speculative" needs a server started with a drafter (``--spec-type``);
     "autoregressive" takes any."""
-    slots = client.slots(url)
+    slots = client.slots(url, stop)
     if mode == "speculative" and not slots.speculative:
         raise ServerError(url, "{server} does not speculate; start llama-server with a drafter "
                           "(-md and --spec-type draft-mtp), or use it as the baseline.")
-    text = client.chat_prompt(url, prompt) if chat else prompt
-    ids = client.tokenize(url, text)
+    text = client.chat_prompt(url, prompt, stop) if chat else prompt
+    ids = client.tokenize(url, text, stop)
     if slots.context and len(ids) + max_new_tokens > slots.context:
         raise UserError(f"The prompt ({len(ids)} tokens) plus {max_new_tokens} new tokens do not fit "
                         f"the server's slot of {slots.context} tokens.")

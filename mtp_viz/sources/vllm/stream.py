@@ -43,6 +43,7 @@ from mtp_viz.engine.events import Error, Event, Ran, Start, Step, Token
 from mtp_viz.engine.decoding import Sampling
 from mtp_viz.errors import UserError, clip
 
+from ..http import Stopped, public
 from ..served import MAX_TOKEN_ID, Mismatch, Received, count_ok, done_event, laid_out, step_events
 from ..settings import RunSettings
 from . import client as vllm_client
@@ -140,13 +141,13 @@ def _received(choice: dict, arrived: float, ids: list[int] | None = None) -> lis
     return [Received(i, s, p, arrived) for i, s, p in zip(ids, texts, probs)]
 
 
-def _pick_model(url: str, model: str | None, max_new_tokens: int) -> str:
-    served = vllm_client.served_models(url)
+def _pick_model(url: str, model: str | None, max_new_tokens: int, stop=None) -> str:
+    served = vllm_client.served_models(url, stop)
     if model:
         match = [m for m in served if m["id"] == model]
         if not match:
             raise ServerError(url, f"{{server}} does not serve a model named {clip(repr(model))}; "
-                              f"{clip(url.rstrip('/'))}/v1/models lists the ones it does.",
+                              f"{clip(public(url).rstrip('/'))}/v1/models lists the ones it does.",
                               f"{{server}} does not serve a model named {clip(repr(model))}.")
         entry = match[0]
     else:
@@ -177,8 +178,8 @@ def events(url: str, prompt: str, *, model: str | None = None, mode: str = "spec
     # the rules every source's settings follow, each one sentence (sources.settings)
     RunSettings(prompt, (mode,), max_new_tokens=max_new_tokens, chat=chat,
                 sampling=Sampling(temperature, top_k, top_p, seed)).validate()
-    name = _pick_model(url, model, max_new_tokens)
-    counters = vllm_client.scrape(url, name)
+    name = _pick_model(url, model, max_new_tokens, stop)
+    counters = vllm_client.scrape(url, name, stop=stop)
     if mode == "speculative" and not counters.enabled:
         raise ServerError(url, "{server} does not speculate; start it with "
                           "--speculative-config, or use it as the baseline.")
@@ -284,8 +285,11 @@ def _mismatch(url: str) -> ServerError:
 
 
 def generate(url: str, prompt: str, **kwargs) -> Iterator[Event]:
-    """:func:`events` for views: a mistake ends the stream with one ``Error`` event."""
+    """:func:`events` for views: a mistake ends the stream with one ``Error`` event; a stop
+    before the stream began ends it with no event."""
     try:
         yield from events(url, prompt, **kwargs)
     except UserError as e:
         yield Error(str(e))
+    except Stopped:
+        return
