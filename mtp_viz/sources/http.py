@@ -88,13 +88,13 @@ def base_url(url: str) -> str:
     """``http://host:port`` from what the user typed (a trailing ``/`` or ``/v1`` is fine)."""
     text = (url or "").strip()
     parts = urllib.parse.urlsplit(text)
+    shown = clip(public(text)) if text else "The server URL"
     try:
-        parts.port   # a port that is not a number (user:password@host typed without the @)
-    except ValueError:
-        parts = parts._replace(scheme="")
+        parts.port
+    except ValueError:   # not a number: perhaps user:password with the @host left out, never shown
+        parts, shown = parts._replace(scheme=""), "The server URL"
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UserError(f"{clip(public(text)) if text else 'The server URL'} is not a server address; "
-                        "give one like http://127.0.0.1:8000.")
+        raise UserError(f"{shown} is not a server address; give one like http://127.0.0.1:8000.")
     path = parts.path.rstrip("/")
     if path.endswith("/v1"):
         path = path[:-3]

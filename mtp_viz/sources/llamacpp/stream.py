@@ -26,7 +26,7 @@ from typing import Iterator
 from mtp_viz.engine.events import Event, Ran, Start, Step, Token
 from mtp_viz.errors import UserError
 
-from ..http import ServerError
+from ..http import ServerError, public
 from ..served import MAX_DRAFT, MAX_TOKEN_ID, Mismatch, Received, count_ok, done_event, laid_out
 from . import client
 
@@ -54,7 +54,7 @@ def events(url: str, prompt: str, *, mode: str = "speculative", chat: bool = Fal
     body = {"prompt": ids, "n_predict": max_new_tokens, "temperature": temperature, "top_p": top_p,
             "top_k": top_k, "min_p": 0.0, "cache_prompt": False, "return_tokens": True, "n_probs": TOP,
             "timings_per_token": True, "stream": True, **({"seed": seed} if seed is not None else {})}
-    settings = {"server": url, "max_new_tokens": max_new_tokens,
+    settings = {"server": public(url), "max_new_tokens": max_new_tokens,
                 "temperature": temperature, "top_p": top_p, "top_k": top_k, "seed": seed, "chat": chat,
                 "server_speculates": slots.speculative}
     t0 = time.perf_counter()

@@ -184,7 +184,7 @@ def events(url: str, prompt: str, *, model: str | None = None, mode: str = "spec
         raise ServerError(url, "{server} does not speculate; start it with "
                           "--speculative-config, or use it as the baseline.")
     path, body = _request(name, prompt, chat, max_new_tokens, temperature, top_p, top_k, seed)
-    settings = {"backend": "vllm", "ran": RAN.as_dict(), "server": url, "model": name,
+    settings = {"backend": "vllm", "ran": RAN.as_dict(), "server": public(url), "model": name,
                 "api": "chat" if chat else "completions", "max_new_tokens": max_new_tokens,
                 "temperature": temperature, "top_p": top_p, "top_k": top_k, "seed": seed,
                 "draft_tokens": len(counters.accepted_per_pos), "server_speculates": counters.enabled}
