@@ -95,7 +95,7 @@ def assemble(chunks, t0: float, mode: str, prompt_ids: tuple[int, ...], settings
     url, limit = settings["server"], settings["max_new_tokens"]
     tokens: list[Received] = []
     counts: list[tuple[int, int]] = []   # the running (drafted, accepted) each token came with
-    finish, last = "", t0
+    finish, last, ended = "", t0, False
     yield Start(mode, len(prompt_ids), prompt_ids, {**settings, "backend": "llamacpp", "ran": RAN.as_dict()})
     try:
         for arrived, chunk in chunks:
@@ -103,6 +103,7 @@ def assemble(chunks, t0: float, mode: str, prompt_ids: tuple[int, ...], settings
             if chunk.get("stop") is True:
                 stop_type = chunk.get("stop_type")
                 finish = STOPS.get(stop_type, "") if isinstance(stop_type, str) else ""
+                ended = True
                 continue
             new = chunk.get("tokens")
             if not isinstance(new, list) or len(new) > 1 or not all(count_ok(i, MAX_TOKEN_ID) for i in new):
@@ -128,12 +129,20 @@ def assemble(chunks, t0: float, mode: str, prompt_ids: tuple[int, ...], settings
     except Mismatch:
         raise ServerError(url, "{server} sent a stream that does not add up.") from None
     if stopped():
-        finish = "stopped"
+        finish, ended = "stopped", True
     if not tokens:
         raise ServerError(url, "{server} sent no tokens.")
+    if not ended:   # a stream cut before its last chunk did not end: what it wrote is not a run
+        n = len(tokens)
+        raise ServerError(url, f"{{server}} ended the stream after {n} token{'s' * (n != 1)}, before its last chunk.")
     steps = (len(tokens), 0, 0)
     if mode == "speculative":
-        built, steps = laid_out(tokens, *rebuild(counts), finish,
+        try:
+            per_step = rebuild(counts)
+        except Mismatch:
+            raise ServerError(url, "{server} sent draft counts that fall or jump between tokens, so mtp-viz "
+                              "cannot rebuild this run's steps.") from None
+        built, steps = laid_out(tokens, *per_step, finish,
                                 ServerError(url, "{server} reported draft counts that do not match its tokens."))
         yield from built
     yield done_event(tokens, steps, last - t0, finish, {})

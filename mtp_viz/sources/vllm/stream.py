@@ -247,7 +247,7 @@ def assemble(chunks: Iterable[tuple[float, dict]], t0: float, mode: str, setting
                     yield Step(n, 0, 0, 1, t=tok.t)
                 tokens.append(tok)
             reason = choice.get("finish_reason")
-            finish = FINISH.get(reason, finish) if isinstance(reason, str) else finish
+            finish = FINISH.get(reason, "eos") if isinstance(reason, str) else finish
         if chunk.get("metrics") is not None or chunk.get("usage") is not None:
             metrics = chunk.get("metrics") or {}
             if not isinstance(metrics, dict):
@@ -259,6 +259,9 @@ def assemble(chunks: Iterable[tuple[float, dict]], t0: float, mode: str, setting
         raise ServerError(url, "{server} sent no tokens.")
     if stopped:
         finish = "stopped"
+    elif not finish:   # no finish_reason: a stream cut before its last chunk, not a run that ended
+        n = len(tokens)
+        raise ServerError(url, f"{{server}} ended the stream after {n} token{'s' * (n != 1)}, before its last chunk.")
     spec = (metrics or {}).get("speculative_decoding") or {}
     if not isinstance(spec, dict):
         raise _mismatch(url)
