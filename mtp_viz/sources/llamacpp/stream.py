@@ -23,11 +23,11 @@ import math
 import time
 from typing import Iterator
 
-from mtp_viz.engine.events import Event, Ran, Start, Step, Token
+from mtp_viz.engine.events import Event, Ran, Step, Token
 from mtp_viz.errors import UserError
 
 from ..http import ServerError, public
-from ..served import MAX_DRAFT, MAX_TOKEN_ID, Mismatch, Received, count_ok, done_event, laid_out
+from ..served import MAX_DRAFT, MAX_TOKEN_ID, Mismatch, Received, count_ok, done_event, laid_out, start_event
 from . import client
 
 RAN = Ran("llamacpp", "llama.cpp server", rejected_ids=False, routing=False)  # what its start says ran
@@ -96,7 +96,7 @@ def assemble(chunks, t0: float, mode: str, prompt_ids: tuple[int, ...], settings
     tokens: list[Received] = []
     counts: list[tuple[int, int]] = []   # the running (drafted, accepted) each token came with
     finish, last, ended = "", t0, False
-    yield Start(mode, len(prompt_ids), prompt_ids, {**settings, "backend": "llamacpp", "ran": RAN.as_dict()})
+    yield start_event(mode, prompt_ids, {**settings, "backend": "llamacpp", "ran": RAN.as_dict()})
     try:
         for arrived, chunk in chunks:
             last = arrived

@@ -39,12 +39,12 @@ import math
 import time
 from typing import Any, Iterable, Iterator, Sequence
 
-from mtp_viz.engine.events import Error, Event, Ran, Start, Step, Token
+from mtp_viz.engine.events import Error, Event, Ran, Step, Token
 from mtp_viz.engine.decoding import Sampling
 from mtp_viz.errors import UserError, clip
 
 from ..http import Stopped, public
-from ..served import MAX_TOKEN_ID, Mismatch, Received, count_ok, done_event, laid_out, step_events
+from ..served import MAX_TOKEN_ID, Mismatch, Received, count_ok, done_event, laid_out, start_event, step_events
 from ..settings import RunSettings
 from . import client as vllm_client
 from .client import ServerError
@@ -223,8 +223,7 @@ def assemble(chunks: Iterable[tuple[float, dict]], t0: float, mode: str, setting
                 if not isinstance(prompt_ids or [], list) or not all(count_ok(i, MAX_TOKEN_ID)
                                                                       for i in prompt_ids or ()):
                     raise _mismatch(url)
-                ids = tuple(prompt_ids or ())
-                yield Start(mode, len(ids), ids, dict(settings))
+                yield start_event(mode, prompt_ids or (), settings)
                 started = True
             try:
                 ids = _ids(choice)
