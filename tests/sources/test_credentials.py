@@ -29,7 +29,8 @@ def test_a_server_that_is_down_is_named_without_its_password(capsys):
     code = main(["generate", "--server", with_password(url), "--prompt", "hi", "--max-new-tokens", "2"])
     err = capsys.readouterr().err
     assert code == 2 and PASSWORD not in err and "alice" not in err
-    assert err.strip() == f"mtp-viz: error: No server answers at {url}; start vLLM or llama.cpp there or check the address."
+    assert err.strip() == (f"mtp-viz: error: No server answers at {url}; start vLLM or llama.cpp there or "
+                           "check the address.")
 
 
 def test_a_url_that_is_not_an_address_is_refused_without_its_password():

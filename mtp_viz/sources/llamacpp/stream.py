@@ -130,6 +130,9 @@ def assemble(chunks, t0: float, mode: str, prompt_ids: tuple[int, ...], settings
         raise ServerError(url, "{server} sent a stream that does not add up.") from None
     if stopped():
         finish, ended = "stopped", True
+        if not tokens:   # stopped before the first token: a run that wrote nothing, not a failure
+            yield done_event(tokens, (0, 0, 0), last - t0, finish, {})
+            return
     if not tokens:
         raise ServerError(url, "{server} sent no tokens.")
     if not ended:   # a stream cut before its last chunk did not end: what it wrote is not a run
