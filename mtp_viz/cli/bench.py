@@ -35,6 +35,7 @@ from mtp_viz.engine.decoding import Sampling
 from mtp_viz.errors import UserError
 from mtp_viz.measure.records import Setting, settings_grid
 from mtp_viz.prompts import Prompt, load_prompts
+from mtp_viz.sources.http import public
 from mtp_viz.sources.precision import Precision
 from mtp_viz.sources.settings import MAX_DRAFT_TOKENS, RunSettings
 
@@ -321,7 +322,7 @@ def _run(args, sampling, prompts, settings, precisions, n, repeats, quick, greed
         "quick": quick, "parity_failures": mismatches, **bench_report.environment(),
         "engines": sorted({a.engine for a in arms}),
         "compile_seconds": {a.label: round(a.pair.compile_seconds, 2) for a in arms if not a.baseline},
-        "peers": [p.url for p in peers],
+        "peers": [public(p.url) for p in peers],
         "clock": "/".join(sorted({r.clock for r in runs.records if r.mode != "peer"})),
     }
     result = reduce_arms(meta, runs.records, runs.events, settings, arms, greedy, peers).as_dict()

@@ -21,7 +21,7 @@ from mtp_viz.errors import UserError
 from mtp_viz.measure import server, traffic
 from mtp_viz.sources.settings import RunSettings
 from mtp_viz.sources.prometheus import delta
-from mtp_viz.sources.http import ServerError
+from mtp_viz.sources.http import ServerError, public
 from mtp_viz.sources.servers import Servers
 from mtp_viz.sources import open_server
 from mtp_viz.views import document
@@ -63,12 +63,12 @@ def run(args, plan) -> int:
     warm = server.warm_up(source, settings, prompts[0].text, modes)  # untimed; checks both
     base_speculates = bool(base) and warm["autoregressive"][0].settings.get("server_speculates")
     before = source.counters(url)
-    print(f"mtp-viz bench: {url}" + (f" against {base}" if base else "") +
+    print(f"mtp-viz bench: {public(url)}" + (f" against {public(base)}" if base else "") +
           f"; {len(prompts)} prompts x {repeats} repeats, {n} new tokens each", file=sys.stderr)
     records, streams = server.timed(source, settings, prompts, modes, repeats)
     after = source.counters(url)
     result = server.reduce(records, streams, delta(after, before), meta={
-        "server": url, "baseline_server": base, "max_new_tokens": n, "repeats": repeats,
+        "server": public(url), "baseline_server": base and public(base), "max_new_tokens": n, "repeats": repeats,
         "prompts": len(prompts), "temperature": args.temperature, "chat": not args.no_chat,
         "model": next(e.settings.get("model") for e in streams[0][1] if isinstance(e, Start)),
         "draft_tokens": len(before.accepted_per_pos), "quick": args.quick,

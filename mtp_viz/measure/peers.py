@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 from mtp_viz.analysis import metrics
 from mtp_viz.errors import UserError
-from mtp_viz.sources.http import ServerError
+from mtp_viz.sources.http import ServerError, public
 from mtp_viz.sources.settings import RunSettings
 
 from .records import AUTOREGRESSIVE, SPECULATIVE, Record, RunKey, Setting
@@ -138,7 +138,7 @@ def peer_rows(peers: Sequence[PeerArm], records: Sequence[Record], events: dict[
         same = None if plain_ids is None else all(
             plain_ids.get((r.prompt_id, r.repeat)) in (None, r.ids) for r in mine)
         rows.append(PeerRow(
-            p.label, p.engine, p.url, "mtp" if p.speculates else "plain",
+            p.label, p.engine, public(p.url), "mtp" if p.speculates else "plain",
             median(list(tps_by_repeat(mine, PEER, p.label).values())),
             median(list(tps_by_repeat(mine, PEER, p.label, decode=True).values())),
             summ.acceptance_rate if summ and p.speculates else None,

@@ -11,6 +11,7 @@ from typing import Iterator
 
 from mtp_viz.engine.events import Event
 
+from .http import public
 from .servers import ServerSource
 from .settings import RunSettings
 
@@ -29,10 +30,10 @@ def _load(path: str):
     return getattr(importlib.import_module(module), name)
 
 
-def kind_of(url: str) -> type[ServerSource]:
-    """The source class of the server at ``url``."""
+def kind_of(url: str, stop=None) -> type[ServerSource]:
+    """The source class of the server at ``url`` (``stop``: ends the wait, :class:`~.http.Stopped`)."""
     for test, source in KINDS:
-        if test is None or _load(test)(url):
+        if test is None or _load(test)(url, stop):
             return _load(source)
     raise AssertionError("the last kind takes any server")
 
@@ -43,14 +44,14 @@ class DetectedServer(ServerSource):
 
     def __init__(self, servers, sentence=None):
         super().__init__(servers, sentence)
-        self.name = f"the server at {servers.spec}"
+        self.name = f"the server at {public(servers.spec)}"
         self._kind: type[ServerSource] | None = None
         self._asking = threading.Lock()   # concurrent runs (a traffic sweep's clients) ask once
 
-    def kind(self) -> type[ServerSource]:
+    def kind(self, stop=None) -> type[ServerSource]:
         with self._asking:
             if self._kind is None:
-                self._kind = kind_of(self.servers.spec)
+                self._kind = kind_of(self.servers.spec, stop)
             return self._kind
 
     def counters(self, url: str):  # type: ignore[override]  # the kind's, for this server
@@ -69,7 +70,7 @@ class DetectedServer(ServerSource):
 
     def stream(self, url: str, model: str | None, mode: str, s: RunSettings,
                stop: threading.Event | None) -> Iterator[Event]:
-        return self.kind().stream(self, url, model, mode, s, stop)
+        return self.kind(stop).stream(self, url, model, mode, s, stop)
 
 
 __all__ = ["DetectedServer", "kind_of"]

@@ -9,14 +9,20 @@ operator's sentence (the CLI: the path and the HTTP status where they say what w
 wrong), its :meth:`ServerError.visitor` the app's (no HTTP status, no path, the server
 named as the app chooses), so a visitor cannot use the app to learn what answers where.
 
-Everything a server sends is bounded: a page at :data:`MAX_PAGE_BYTES`, read within a
-deadline (:func:`read_page`); a stream line by line, each line and the whole body capped
-by what was asked and each read asking for no more than is left (:func:`lines`), within
-a deadline for its first token and one for all of it (:class:`Deadlines`). Each server
-kind's module (``vllm.client``, ``llamacpp.client``) says what to ask and how to read it.
+Everything a server sends is bounded: a page at :data:`MAX_PAGE_BYTES`, all of it from
+connecting to its last byte within :data:`PAGE_DEADLINE` (:func:`page`); a stream line by
+line, each line and the whole body capped by what was asked and each read asking for no
+more than is left (:func:`lines`), within a deadline for its first token and one for all
+of it, both counted from the request (:class:`Deadlines`). Every wait is a short poll on
+one clock (:mod:`.wire`), so a server that paces its bytes cannot stretch a deadline, and
+a run's stop ends any wait within a poll (:class:`~.wire.Stopped`). A URL's userinfo
+(``http://user:password@host``) is sent as Basic authentication and never shown
+(:func:`public`). Each server kind's module (``vllm.client``, ``llamacpp.client``) says
+what to ask and how to read it.
 """
 from __future__ import annotations
 
+import http.client
 import json
 import math
 import os
@@ -24,13 +30,15 @@ import socket
 import time
 import urllib.error
 import urllib.parse
-import urllib.request
 from typing import Iterable, Iterator
 
 from mtp_viz.errors import UserError, clip
 
-CONNECT_TIMEOUT = 10.0   # seconds for GETs: to connect, and for each read
-PAGE_DEADLINE = 30.0     # seconds for a whole GET page, however the server paces its bytes
+from . import wire
+from .wire import Clock, Stopped, deadline
+
+CONNECT_TIMEOUT = 10.0   # seconds a page's server may stay silent (connecting included)
+PAGE_DEADLINE = 30.0     # seconds for a whole page, from connecting to its last byte
 READ_TIMEOUT = 600.0     # seconds a stream may stay silent (a long prefill on a busy server)
 # A real /metrics page is ~100 kB and a model list far less; 4 MiB leaves room for a
 # server with many models and engines, and bounds what a hostile one makes us hold.
@@ -47,12 +55,14 @@ class ServerError(UserError):
 
     def __init__(self, url: str, sentence: str, public: str | None = None):
         self.url, self.public = url, public or sentence
-        super().__init__(_say(sentence, f"the server at {clip(url)}", clip(url)))
+        shown = _shown(url)   # never a URL's userinfo
+        super().__init__(_say(sentence, f"the server at {shown}", shown))
 
     def visitor(self, server: str | None = None, address: str | None = None) -> str:
         """The sentence a visitor sees: ``server`` (default "the server at URL") and
         ``address`` (default the URL) fill the template."""
-        return _say(self.public, server or f"the server at {clip(self.url)}", address or clip(self.url))
+        shown = _shown(self.url)
+        return _say(self.public, server or f"the server at {shown}", address or shown)
 
 
 def _say(template: str, server: str, address: str) -> str:
@@ -60,24 +70,31 @@ def _say(template: str, server: str, address: str) -> str:
     return text[:1].upper() + text[1:] if text.startswith("the ") else text
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """A redirect is answered as the HTTP error it is, never followed: only the address
-    the user gave (and the app's guard let through) is contacted."""
+def public(url: str) -> str:
+    """``url`` as it may be shown: without its userinfo (``user:password@``), which
+    :func:`open_url` sends as Basic authentication and no sentence, log or page repeats."""
+    text = str(url)
+    parts = urllib.parse.urlsplit(text)
+    if "@" not in parts.netloc:
+        return text
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        return None
 
-
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect)
+def _shown(url: str) -> str:
+    return clip(public(url))
 
 
 def base_url(url: str) -> str:
     """``http://host:port`` from what the user typed (a trailing ``/`` or ``/v1`` is fine)."""
     text = (url or "").strip()
     parts = urllib.parse.urlsplit(text)
+    shown = clip(public(text)) if text else "The server URL"
+    try:
+        parts.port
+    except ValueError:   # not a number: perhaps user:password with the @host left out, never shown
+        parts, shown = parts._replace(scheme=""), "The server URL"
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UserError(f"{clip(text) if text else 'The server URL'} is not a server address; "
-                        "give one like http://127.0.0.1:8000.")
+        raise UserError(f"{shown} is not a server address; give one like http://127.0.0.1:8000.")
     path = parts.path.rstrip("/")
     if path.endswith("/v1"):
         path = path[:-3]
@@ -90,67 +107,65 @@ def explain(url: str, err: BaseException, timeout: float, software: str = "vLLM"
     if isinstance(reason, (ConnectionRefusedError, ConnectionResetError)):
         return ServerError(url, "No server answers at {url}; start " + software + " there or check the address.")
     if isinstance(reason, (socket.timeout, TimeoutError)):
-        return ServerError(url, f"{{server}} did not answer within {timeout:.0f} seconds.")
+        return ServerError(url, f"{{server}} did not answer within {timeout:g} seconds.")
     if isinstance(reason, socket.gaierror):
         return ServerError(url, "The host name in {url} cannot be resolved.")
     return ServerError(url, f"Cannot reach {{server}} ({type(reason).__name__}).", "Cannot reach {server}.")
 
 
-def open_url(url: str, path: str, body: dict | None, timeout: float, software: str = "vLLM"):
-    req = urllib.request.Request(base_url(url) + path, method="POST" if body is not None else "GET",
-                                 data=json.dumps(body).encode() if body is not None else None,
-                                 headers={"Content-Type": "application/json",
-                                          "Accept": "application/json, text/event-stream"})
+def open_url(url: str, path: str, body: dict | None, clock: Clock, software: str = "vLLM"):
+    """The response to GET ``path`` (POST ``body``), its status line and headers read on
+    ``clock`` (:mod:`.wire`), as its body will be. An HTTP status of 300 or more raises
+    ``urllib.error.HTTPError`` (its body unread: it is the server's, and never shown); a
+    transport failure is one sentence; the clock's deadline its own, a stop :class:`Stopped`."""
+    data = json.dumps(body).encode() if body is not None else None
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
     try:
-        return _OPENER.open(req, timeout=timeout)
-    except urllib.error.HTTPError as e:
-        e.close()  # the body is the server's; it is not shown
+        return wire.request(base_url(url) + path, data, headers, clock)
+    except urllib.error.HTTPError:
         raise
-    except (urllib.error.URLError, OSError) as e:
-        raise explain(url, e, timeout, software) from None
+    except (OSError, http.client.HTTPException) as e:
+        raise explain(url, e, clock.silence, software) from None
 
 
 def size(n: int) -> str:
     return f"{n // 2**20} MiB" if n % 2**20 == 0 else f"{n} bytes"
 
 
-def read_page(r, url: str, path: str, timeout: float, seconds: float) -> bytes:
-    """At most MAX_PAGE_BYTES + 1 bytes of a page, all within ``seconds``: a server that
-    trickles a byte just inside each read's ``timeout`` is cut at that deadline (each
-    read may wait the smaller of the two: its timeout, or what is left)."""
-    deadline, sock, data = time.monotonic() + seconds, socket_of(r), b""
-    late = ServerError(url, f"{{server}} did not send its {path} within {seconds:.0f} seconds.",
-                       f"{{server}} did not answer within {seconds:.0f} seconds.")
+def read_page(r) -> bytes:
+    """At most MAX_PAGE_BYTES + 1 bytes of a page, each read on the response's clock (whose
+    deadline, set before the request, ends a page however its bytes are paced)."""
+    data = b""
     while len(data) <= MAX_PAGE_BYTES:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise late
-        if sock is not None:
-            sock.settimeout(min(timeout, left))
-        try:
-            chunk = r.read1(min(65536, MAX_PAGE_BYTES + 1 - len(data)))
-        except (socket.timeout, TimeoutError):
-            if left < timeout:  # the page's deadline, not the read's timeout, ran out
-                raise late from None
-            raise
+        chunk = r.read1(min(65536, MAX_PAGE_BYTES + 1 - len(data)))
         if not chunk:
             break
         data += chunk
     return data
 
 
+def page_clock(url: str, path: str, timeout: float = CONNECT_TIMEOUT, stop=None) -> Clock:
+    """The clock of one page: :data:`PAGE_DEADLINE` seconds from now to its last byte, the
+    server silent at most ``timeout`` seconds at a time."""
+    seconds = PAGE_DEADLINE
+    late = lambda: ServerError(url, f"{{server}} did not send its {path} within {seconds:g} seconds.",  # noqa: E731
+                               f"{{server}} did not answer within {seconds:g} seconds.")
+    return Clock(deadline(seconds, late), stop, silence=timeout)
+
+
 def page(url: str, path: str, body: dict | None = None, timeout: float = CONNECT_TIMEOUT,
-         software: str = "vLLM", not_it: str | None = None) -> str:
+         software: str = "vLLM", not_it: str | None = None, stop=None) -> str:
     """GET ``path`` (POST ``body`` when given), at most :data:`MAX_PAGE_BYTES` of it, within
-    :data:`PAGE_DEADLINE` seconds in all. An HTTP error says the server is not
-    ``software`` (``not_it``: the visitor's sentence, ``{server}`` filled in)."""
+    :data:`PAGE_DEADLINE` seconds in all, from connecting to its last byte. An HTTP error
+    says the server is not ``software`` (``not_it``: the visitor's sentence, ``{server}``
+    filled in). A set ``stop`` ends the wait with :class:`Stopped`."""
     try:
-        with open_url(url, path, body, timeout, software) as r:
-            data = read_page(r, url, path, timeout, max(timeout, PAGE_DEADLINE))
+        with open_url(url, path, body, page_clock(url, path, timeout, stop), software) as r:
+            data = read_page(r)
     except urllib.error.HTTPError as e:
         raise ServerError(url, f"{{url}} is not a {software} server: it answers {path} with HTTP {e.code}.",
                           not_it or f"{{server}} is not a {software} server.") from None
-    except (socket.timeout, TimeoutError) as e:
+    except (OSError, http.client.HTTPException) as e:
         raise explain(url, e, timeout, software) from None
     if len(data) > MAX_PAGE_BYTES:
         raise ServerError(url, f"{{server}} sent more than {size(MAX_PAGE_BYTES)} for {path}, "
@@ -170,20 +185,18 @@ def env_seconds(name: str, default: float) -> float:
 
 
 class Deadlines:
-    """The time limits of one streamed request, on ``time.perf_counter()``: one for its
-    first token (dropped once a token arrived) and one for all of it. Each read may
-    wait only until the nearer one, so neither a silent server nor one that keeps the
-    connection alive with comments holds a run past them. ``names``: the environment
-    variables that set the two (for the sentence that says how to wait longer)."""
+    """The time limits of one streamed request, on the monotonic clock from when it is
+    made: one for its first token (dropped once a token arrived) and one for all of it,
+    each covering connecting, the headers and the stream however its bytes are paced.
+    ``names``: the environment variables that set the two (for the sentence that says
+    how to wait longer). :meth:`clock` is the request's :class:`~.wire.Clock`."""
 
-    def __init__(self, url: str, read_timeout: float, total: float, first_token: float,
+    def __init__(self, url: str, total: float, first_token: float,
                  names: tuple[str, str] = ("MTP_VIZ_VLLM_FIRST_TOKEN_DEADLINE", "MTP_VIZ_VLLM_DEADLINE")):
-        now = time.perf_counter()
-        self.url, self.read_timeout, self.total, self.first_token = url, read_timeout, total, first_token
-        self.names = names
+        now = time.monotonic()
+        self.url, self.total, self.first_token, self.names = url, total, first_token, names
         self.end, self.first_end = now + total, now + first_token
         self.token_seen = False
-        self.bound = "read"   # what limited the last wait: "read", "first" or "total"
 
     def late(self, which: str) -> UserError:
         if which == "first":
@@ -192,42 +205,30 @@ class Deadlines:
         return ServerError(self.url, f"{{server}} did not finish within {self.total:g} seconds; "
                            f"{self.names[1]} sets how long to wait.")
 
-    def wait(self) -> float:
-        """Seconds the next read may wait; raises the sentence of a deadline that passed."""
-        now = time.perf_counter()
-        limits = [(self.read_timeout, "read"), (self.end - now, "total")]
-        if not self.token_seen:
-            limits.append((self.first_end - now, "first"))
-        left, self.bound = min(limits)
-        if left <= 0:
-            raise self.late(self.bound)
-        return left
+    def left(self) -> float:
+        """Seconds to the nearer deadline; raises its sentence once it passed."""
+        which, end = (("first", self.first_end) if not self.token_seen and self.first_end < self.end
+                      else ("total", self.end))
+        now = time.monotonic()
+        if now >= end:
+            raise self.late(which)
+        return end - now
 
-    def timed_out(self, err: BaseException) -> UserError:
-        """The sentence for a read that timed out: a deadline's, or the plain timeout's."""
-        return explain(self.url, err, self.read_timeout) if self.bound == "read" else self.late(self.bound)
+    def clock(self, stop=None, silence: float = READ_TIMEOUT) -> Clock:
+        return Clock(self.left, stop, silence)
 
 
-def socket_of(resp):
-    """The response's socket, to give each read its own timeout. http.client keeps it
-    only privately (``fp.raw._sock``); without it the deadlines are still checked
-    between lines, which is what stops a server that trickles keep-alive comments."""
-    return getattr(getattr(getattr(resp, "fp", None), "raw", None), "_sock", None)
-
-
-def lines(resp, url: str, deadlines: Deadlines, stop=None,
-           caps: tuple[int, int] = (MAX_LINE_BYTES, 2 * MAX_LINE_BYTES)) -> Iterator[bytes]:
-    """The body's lines, each read within the deadlines; no line over ``caps[0]`` bytes
-    and no more than ``caps[1]`` in all: each read asks for no more than that, so what a
-    flooding server sends past it is never read, let alone held. Ends early when
-    ``stop`` is set (keep-alive comments yield no chunk to check it on)."""
-    sock = socket_of(resp)
+def lines(resp, url: str, clock: Clock,
+          caps: tuple[int, int] = (MAX_LINE_BYTES, 2 * MAX_LINE_BYTES)) -> Iterator[bytes]:
+    """The body's lines, each read on ``clock`` (its deadline, its silence and its stop,
+    asked before every line too, so a flood of keep-alive comments is cut as a trickle
+    is); no line over ``caps[0]`` bytes and no more than ``caps[1]`` in all: each read
+    asks for no more than that, so what a flooding server sends past it is never read,
+    let alone held."""
     line_cap, body_cap = caps
     left = body_cap
-    while stop is None or not stop.is_set():
-        wait = deadlines.wait()
-        if sock is not None:
-            sock.settimeout(wait)
+    while True:
+        clock.wait()
         line = resp.readline(min(line_cap, left) + 1)
         if not line:
             return
@@ -264,5 +265,5 @@ def sse_chunks(lines: Iterable[bytes | str], url: str = "the server") -> Iterato
 
 
 __all__ = ["CONNECT_TIMEOUT", "Deadlines", "MAX_LINE_BYTES", "MAX_PAGE_BYTES", "PAGE_DEADLINE", "READ_TIMEOUT",
-           "ServerError", "base_url", "env_seconds", "explain", "lines", "open_url", "page", "read_page", "size",
-           "socket_of", "sse_chunks"]
+           "ServerError", "Stopped", "base_url", "env_seconds", "explain", "lines", "open_url", "page", "page_clock",
+           "public", "read_page", "size", "sse_chunks"]

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from mtp_viz.errors import UserError, clip
 
 __all__ = ["Family", "Sample", "SpecDecodeCounters", "VLLM", "parse", "spec_decode", "delta", "MAX_POSITIONS",
-           "MAX_COUNTER"]
+           "MAX_COUNTER", "MAX_LABEL_CHARS", "MAX_LABELS", "MAX_SAMPLES", "MAX_MODELS"]
 
 
 @dataclass(frozen=True)
@@ -51,47 +51,105 @@ VLLM = Family("vllm:spec_decode_num_", "vllm:generation_tokens_total")
 MAX_POSITIONS = 16
 # ~30 years of tokens at a million a second, and below 2**53 (floats count exactly).
 MAX_COUNTER = 1e15
-# name{labels} value [timestamp]; the labels are parsed separately (values may hold '}').
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)(?:\s+\S+)?\s*$")
-_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
-_UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+# What one page may make the parser hold (a real vLLM page: ~1,000 samples, a few labels
+# each, none longer than a model's path): a label value is kept to its first 1,024
+# characters; a sample with more than 64 labels, or a page with more than 100,000 samples,
+# is not a page mtp-viz reads; at most 16 model names are kept (and how many there were).
+MAX_LABEL_CHARS = 1024
+MAX_LABELS = 64
+MAX_SAMPLES = 100_000
+MAX_MODELS = 16
+_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+_SPACE = re.compile(r"[ \t]*")
+_QUOTE_OR_ESCAPE = re.compile(r'["\\]')
+_UNESCAPE = {"\\": "\\", '"': '"', "n": "\n"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Sample:
     name: str
     labels: tuple[tuple[str, str], ...]
     value: float
 
     def label(self, key: str, default: str = "") -> str:
-        return dict(self.labels).get(key, default)
+        return next((v for k, v in self.labels if k == key), default)
 
 
-def _labels(text: str) -> tuple[tuple[str, str], ...]:
-    out, pos, body = [], 0, text[1:-1]
-    while pos < len(body):
-        m = _LABEL.match(body, pos)
-        if not m:
-            raise ValueError(f"bad label set {text[:80]!r}")
-        out.append((m.group(1), re.sub(r"\\[\\\"n]", lambda e: _UNESCAPE[e.group(0)], m.group(2))))
-        pos = m.end()
-    return tuple(out)
+def _value(line: str, pos: int) -> tuple[str, int]:
+    """A quoted label value from just after its opening quote: (its text, unescaped and
+    kept to :data:`MAX_LABEL_CHARS`, the position after its closing quote). One pass, no
+    backtracking: each step jumps to the next quote or backslash."""
+    parts, kept = [], 0
+    while True:
+        m = _QUOTE_OR_ESCAPE.search(line, pos)
+        if m is None:
+            raise ValueError("a label value that does not end")
+        at = m.start()
+        if kept < MAX_LABEL_CHARS:
+            piece = line[pos:min(at, pos + MAX_LABEL_CHARS - kept)]
+            parts.append(piece)
+            kept += len(piece)
+        if line[at] == '"':
+            return "".join(parts)[:MAX_LABEL_CHARS], at + 1
+        escaped = line[at + 1:at + 2]
+        if kept < MAX_LABEL_CHARS:
+            parts.append(_UNESCAPE.get(escaped, "\\" + escaped))
+            kept += 1
+        pos = at + 2
+
+
+def _labels(line: str, pos: int, keep: dict[str, str]) -> tuple[tuple[tuple[str, str], ...], int]:
+    """The label set from just after its ``{``: (the labels, the position after its ``}``)."""
+    out = []
+    while True:
+        pos = _SPACE.match(line, pos).end()
+        if line.startswith("}", pos):
+            return tuple(out), pos + 1
+        m = _LABEL_NAME.match(line, pos)
+        if m is None or m.end() - pos > MAX_LABEL_CHARS or len(out) == MAX_LABELS:
+            raise ValueError("not a label set mtp-viz reads")
+        pos = _SPACE.match(line, m.end()).end()
+        if not line.startswith("=", pos):
+            raise ValueError("a label without a value")
+        pos = _SPACE.match(line, pos + 1).end()
+        if not line.startswith('"', pos):
+            raise ValueError("a label value without quotes")
+        value, pos = _value(line, pos + 1)
+        out.append((keep.setdefault(m.group(), m.group()), keep.setdefault(value, value)))
+        pos = _SPACE.match(line, pos).end()
+        if line.startswith(",", pos):
+            pos += 1
+
+
+def _sample(line: str, keep: dict[str, str]) -> Sample:
+    m = _NAME.match(line)
+    if m is None or m.end() > MAX_LABEL_CHARS:
+        raise ValueError("not a Prometheus sample")
+    labels, pos = _labels(line, m.end() + 1, keep) if line.startswith("{", m.end()) else ((), m.end())
+    rest = line[pos:pos + 200].split() if pos < len(line) and line[pos] in " \t" else []
+    if not 1 <= len(rest) <= 2 or len(line) - pos > 200:
+        raise ValueError("not a Prometheus sample")
+    return Sample(keep.setdefault(m.group(), m.group()), labels, float(rest[0]))  # float() reads NaN, +Inf
 
 
 def parse(text: str) -> list[Sample]:
-    """Every sample of a Prometheus text exposition; comments and blank lines skipped.
+    """Every sample of a Prometheus text exposition; comments and blank lines skipped. In
+    memory linear in the page: one pass per line, no backtracking, label values kept to
+    :data:`MAX_LABEL_CHARS`, repeated names and values held once.
 
-    Raises ValueError on a line that is not a sample (the caller says "not a metrics page")."""
-    samples = []
+    Raises ValueError on a line that is not a sample, a sample with more than
+    :data:`MAX_LABELS` labels, or more than :data:`MAX_SAMPLES` samples (the caller says
+    "not a metrics page")."""
+    samples: list[Sample] = []
+    keep: dict[str, str] = {}
     for line in text.splitlines():
         line = line.strip()
         if not line or line.startswith("#"):
             continue
-        m = _SAMPLE.match(line)
-        if not m:
-            raise ValueError(f"not a Prometheus sample: {line[:80]!r}")
-        labels = _labels(m.group(2)) if m.group(2) else ()
-        samples.append(Sample(m.group(1), labels, float(m.group(3))))  # float() reads NaN, +Inf
+        if len(samples) == MAX_SAMPLES:
+            raise ValueError(f"more than {MAX_SAMPLES} samples")
+        samples.append(_sample(line, keep))
     return samples
 
 
@@ -104,7 +162,8 @@ class SpecDecodeCounters:
     accepted_tokens: float = 0.0
     accepted_per_pos: tuple[float, ...] = ()   # index k: steps that accepted draft k
     generation_tokens: float = 0.0     # all output tokens (the family's ``generated`` counter)
-    models: tuple[str, ...] = ()       # model_name labels seen
+    models: tuple[str, ...] = ()       # model_name labels seen (the first MAX_MODELS)
+    model_count: int = 0               # how many different ones
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -151,12 +210,11 @@ def spec_decode(samples: list[Sample], model: str | None = None,
     :data:`MAX_POSITIONS` or a counter that is not a sensible count."""
     sums = {"drafts": 0.0, "draft_tokens": 0.0, "accepted_tokens": 0.0}
     per_pos: dict[int, float] = {}
-    generated, enabled, models = 0.0, False, []
+    generated, enabled = 0.0, False
+    wanted = model[:MAX_LABEL_CHARS] if model is not None else None   # as the page's names are kept
     for s in samples:
         name = s.label("model_name")
-        if name and name not in models:
-            models.append(name)
-        if model is not None and name and name != model:
+        if wanted is not None and name and name != wanted:
             continue
         if s.name == family.generated:
             generated += _counter(s, who)
@@ -170,8 +228,9 @@ def spec_decode(samples: list[Sample], model: str | None = None,
         elif kind in ("drafts", "draft_tokens", "accepted_tokens"):
             sums[kind] += _counter(s, who)
     pos = tuple(per_pos.get(k, 0.0) for k in range(max(per_pos) + 1)) if per_pos else ()
-    return SpecDecodeCounters(enabled, sums["drafts"], sums["draft_tokens"],
-                              sums["accepted_tokens"], pos, generated, tuple(models))
+    names = [n for n in dict.fromkeys(s.label("model_name") for s in samples) if n]
+    return SpecDecodeCounters(enabled, sums["drafts"], sums["draft_tokens"], sums["accepted_tokens"], pos,
+                              generated, tuple(names[:MAX_MODELS]), len(names))
 
 
 def delta(after: SpecDecodeCounters, before: SpecDecodeCounters) -> SpecDecodeCounters:
@@ -185,4 +244,4 @@ def delta(after: SpecDecodeCounters, before: SpecDecodeCounters) -> SpecDecodeCo
         after.enabled, after.drafts - before.drafts, after.draft_tokens - before.draft_tokens,
         after.accepted_tokens - before.accepted_tokens,
         tuple(a - b for a, b in zip(pad(after.accepted_per_pos), pad(before.accepted_per_pos))),
-        after.generation_tokens - before.generation_tokens, after.models)
+        after.generation_tokens - before.generation_tokens, after.models, after.model_count)

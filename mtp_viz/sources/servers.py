@@ -23,7 +23,7 @@ from mtp_viz.engine.events import Error, Event
 from mtp_viz.errors import UserError
 
 from .base import Capabilities, Pause, Source
-from .http import ServerError
+from .http import ServerError, Stopped, public
 from .settings import RunSettings
 
 
@@ -58,7 +58,7 @@ class ServerSource(Source):
         """``sentence``: how a server's failure is told (default: the operator's sentence,
         ``str(error)``); the app passes a visitor's (:func:`by_role`, ``ServerError.visitor``)."""
         self.servers, self.sentence = servers, sentence
-        self.name = f"the {self.software} server at {servers.spec}"
+        self.name = f"the {self.software} server at {public(servers.spec)}"
 
     @staticmethod
     @abstractmethod
@@ -86,6 +86,8 @@ class ServerSource(Source):
              pause: Pause | None = None) -> Iterator[tuple[str, Event]]:
         try:
             yield from self._runs(self.check(s), stop)
+        except Stopped:   # stopped while it waited on a server: the run ends there
+            return
         except ServerError as e:
             if self.sentence is None:
                 raise

@@ -89,7 +89,7 @@ def summary_line(counters: SpecDecodeCounters) -> str:
     """One plain-text line (escape it before putting it in HTML: model names are the server's)."""
     if not counters.enabled:
         return "This server does not speculate (no vllm:spec_decode counters)."
-    if not counters.drafts:
+    if not counters.drafts or not counters.draft_tokens:   # steps but no drafts: no rate to show
         return "No drafts verified yet."
     pos = " ".join(f"{p:.0%}" for p in counters.per_position(False) if p is not None)
     return (f"{counters.drafts:.0f} verify steps · {counters.draft_tokens:.0f} drafted · "

@@ -120,9 +120,12 @@ def test_a_peers_runs_hold_no_turn_on_the_engine_and_the_pairs_runs_do(random_pa
     assert len(local) == 6 and all(local)     # the pair's warm-ups and timed runs, each holding it
 
 
-def test_stop_closes_a_stalled_peers_stream_and_ends_the_measure(random_pair, plain_ids, start):
+@pytest.mark.parametrize("every", [0.1, 60.0], ids=["keep-alive comments", "silent"])
+def test_stop_closes_a_stalled_peers_stream_and_ends_the_measure(random_pair, plain_ids, start, every):
+    """A peer that stalls after its first token, with keep-alive comments or in silence:
+    Stop ends the Measure long before any deadline (every wait polls the stop)."""
     stop, stalled = threading.Event(), threading.Event()
-    _, url = start(write(plain_ids), stall(plain_ids, seconds=30, started=stalled))
+    _, url = start(write(plain_ids), stall(plain_ids, seconds=30, every=every, started=stalled))
     out: dict = {}
 
     def measure():

@@ -38,7 +38,7 @@ def test_steps_are_the_servers_arrays():
     done = events[-1]
     assert done.server_metrics["speculative_decoding"]["per_step_accepted"] == tuple(spec["per_step_accepted"])
     assert done.target_forwards == 1 + len(spec["per_step_accepted"])
-    assert events[0].settings == {"server": "http://x"} and events[0].mode == "speculative"
+    assert events[0].settings == {"server": "http://x", "prompt_ids_kept": 21} and events[0].mode == "speculative"
 
 
 def test_tokens_and_text_equal_the_non_streamed_response():

@@ -167,7 +167,8 @@ class ServerHandlers:
             counters = w.source.counters(w.url)
         except UserError as e:
             return w, tokens.message_html(said(e), level="error"), gr.skip(), gr.skip(), gr.Timer(active=False)
-        w.history.append((time.monotonic() - w.started, counters))
+        # the history keeps counts, not the model names of every scrape (up to 16 KiB each)
+        w.history.append((time.monotonic() - w.started, replace(counters, models=())))
         del w.history[:-DASHBOARD_HISTORY]
         return (w, dashboard.summary_html(w.url, w.history, DASHBOARD_SECONDS), dashboard.position_figure(counters),
                 dashboard.rate_figure(w.history), gr.Timer(active=True))

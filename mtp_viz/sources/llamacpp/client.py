@@ -20,8 +20,8 @@ from typing import Any, Iterator
 
 from mtp_viz.errors import UserError, clip
 
-from ..http import (CONNECT_TIMEOUT, MAX_LINE_BYTES, PAGE_DEADLINE, READ_TIMEOUT, Deadlines, ServerError,
-                    env_seconds, explain, lines, open_url, page, read_page, sse_chunks)
+from ..http import (CONNECT_TIMEOUT, MAX_LINE_BYTES, Deadlines, ServerError, Stopped, env_seconds, explain,
+                    lines, open_url, page, page_clock, read_page, sse_chunks)
 from ..prometheus import Family, SpecDecodeCounters, parse, spec_decode
 
 SOFTWARE = "llama.cpp"
@@ -34,8 +34,8 @@ FIRST_TOKEN_DEADLINE = 60.0   # seconds until its first token (MTP_VIZ_LLAMACPP_
 LINE_BYTES = 64 * 1024    # one streamed token's chunk: its piece, timings and top candidates
 
 
-def _json(url: str, path: str, body: dict | None = None) -> Any:
-    text = page(url, path, body, CONNECT_TIMEOUT, SOFTWARE, NOT_LLAMACPP)
+def _json(url: str, path: str, body: dict | None = None, stop=None) -> Any:
+    text = page(url, path, body, CONNECT_TIMEOUT, SOFTWARE, NOT_LLAMACPP, stop)
     try:
         return json.loads(text)
     except ValueError:
@@ -43,16 +43,17 @@ def _json(url: str, path: str, body: dict | None = None) -> Any:
                           NOT_LLAMACPP) from None
 
 
-def recognise(url: str) -> bool:
+def recognise(url: str, stop=None) -> bool:
     """Whether a llama.cpp server answers at ``url``: one that answers ``/props`` with an
-    HTTP error or anything else is not one; one that cannot be reached is its sentence."""
+    HTTP error or anything else is not one; one that cannot be reached is its sentence
+    (within the page's deadline, :data:`~..http.PAGE_DEADLINE`)."""
     try:
-        with open_url(url, "/props", None, CONNECT_TIMEOUT, "vLLM or llama.cpp") as r:
-            data = read_page(r, url, "/props", CONNECT_TIMEOUT, PAGE_DEADLINE)
+        with open_url(url, "/props", None, page_clock(url, "/props", stop=stop), "vLLM or llama.cpp") as r:
+            data = read_page(r)
         props = json.loads(data)
     except (urllib.error.HTTPError, ValueError):
         return False
-    except (socket.timeout, TimeoutError) as e:
+    except (OSError, http.client.HTTPException) as e:
         raise explain(url, e, CONNECT_TIMEOUT) from None
     return isinstance(props, dict) and isinstance(props.get("default_generation_settings"), dict) \
         and "build_info" in props
@@ -73,8 +74,8 @@ class Slots:
     context: int          # tokens one slot holds (prompt and generation)
 
 
-def slots(url: str) -> Slots:
-    data = _json(url, "/slots")
+def slots(url: str, stop=None) -> Slots:
+    data = _json(url, "/slots", stop=stop)
     if not isinstance(data, list) or not 0 < len(data) <= MAX_SLOTS or not all(isinstance(s, dict) for s in data):
         raise ServerError(url, "{server} lists no slots mtp-viz can read (start it with its /slots on).")
     n_ctx = data[0].get("n_ctx")
@@ -82,9 +83,9 @@ def slots(url: str) -> Slots:
     return Slots(len(data), all(s.get("speculative") is True for s in data), context)
 
 
-def tokenize(url: str, text: str) -> list[int]:
+def tokenize(url: str, text: str, stop=None) -> list[int]:
     """The server's own ids for ``text``, special tokens (BOS) added as for a prompt."""
-    data = _json(url, "/tokenize", {"content": text, "add_special": True})
+    data = _json(url, "/tokenize", {"content": text, "add_special": True}, stop)
     ids = data.get("tokens") if isinstance(data, dict) else None
     if not isinstance(ids, list) or len(ids) > MAX_PROMPT_TOKENS or not all(
             isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 2**31 for i in ids):
@@ -92,9 +93,9 @@ def tokenize(url: str, text: str) -> list[int]:
     return ids
 
 
-def chat_prompt(url: str, text: str) -> str:
+def chat_prompt(url: str, text: str, stop=None) -> str:
     """``text`` as a user's turn in the model's chat template (the server's ``/apply-template``)."""
-    data = _json(url, "/apply-template", {"messages": [{"role": "user", "content": text}]})
+    data = _json(url, "/apply-template", {"messages": [{"role": "user", "content": text}]}, stop)
     prompt = data.get("prompt") if isinstance(data, dict) else None
     if not isinstance(prompt, str):
         raise ServerError(url, "{server} cannot apply its model's chat template; send the raw prompt.")
@@ -132,30 +133,32 @@ def post_stream(url: str, body: dict, *, stop=None, deadline: float | None = Non
     first token and one for all of it (``MTP_VIZ_LLAMACPP_FIRST_TOKEN_DEADLINE``, 60 s;
     ``MTP_VIZ_LLAMACPP_DEADLINE``, 300 s). A set ``stop`` closes the connection."""
     deadlines = Deadlines(
-        url, READ_TIMEOUT,
+        url,
         deadline if deadline is not None else env_seconds("MTP_VIZ_LLAMACPP_DEADLINE", DEADLINE),
         first_token_deadline if first_token_deadline is not None
         else env_seconds("MTP_VIZ_LLAMACPP_FIRST_TOKEN_DEADLINE", FIRST_TOKEN_DEADLINE),
         names=("MTP_VIZ_LLAMACPP_FIRST_TOKEN_DEADLINE", "MTP_VIZ_LLAMACPP_DEADLINE"))
+    clock = deadlines.clock(stop)
     try:
-        resp = open_url(url, "/completion", body, deadlines.wait(), SOFTWARE)
+        resp = open_url(url, "/completion", body, clock, SOFTWARE)
     except urllib.error.HTTPError as e:
         raise ServerError(url, f"{{server}} answered HTTP {e.code} to /completion: the prompt plus "
                           f"{body.get('n_predict')} new tokens may not fit a slot, or a setting is out of range.",
                           "{server} refused the request: the prompt plus the new tokens may not fit, or a "
                           "setting is out of range.") from None
+    except Stopped:
+        return
     with resp:
         try:
-            for chunk in sse_chunks(lines(resp, url, deadlines, stop, stream_caps(body)), url):
-                if stop is not None and stop.is_set():
-                    return
+            for chunk in sse_chunks(lines(resp, url, clock, stream_caps(body)), url):
                 deadlines.token_seen = deadlines.token_seen or bool(chunk.get("tokens"))
                 yield time.perf_counter(), chunk
+        except Stopped:
+            return
         except (socket.timeout, TimeoutError) as e:
-            raise deadlines.timed_out(e) from None
-        except (ConnectionError, urllib.error.URLError, http.client.HTTPException) as e:
+            raise explain(url, e, clock.silence, SOFTWARE) from None
+        except (ConnectionError, http.client.HTTPException) as e:
             raise ServerError(url, "{server} closed the connection while generating.") from e
-
 
 __all__ = ["COUNTERS", "NOT_LLAMACPP", "Slots", "chat_prompt", "post_stream", "recognise", "scrape", "slots",
            "stream_caps", "tokenize"]

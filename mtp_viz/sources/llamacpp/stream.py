@@ -23,11 +23,11 @@ import math
 import time
 from typing import Iterator
 
-from mtp_viz.engine.events import Event, Ran, Start, Step, Token
+from mtp_viz.engine.events import Event, Ran, Step, Token
 from mtp_viz.errors import UserError
 
-from ..http import ServerError
-from ..served import MAX_DRAFT, MAX_TOKEN_ID, Mismatch, Received, count_ok, done_event, laid_out
+from ..http import ServerError, public
+from ..served import MAX_DRAFT, MAX_TOKEN_ID, Mismatch, Received, count_ok, done_event, laid_out, start_event
 from . import client
 
 RAN = Ran("llamacpp", "llama.cpp server", rejected_ids=False, routing=False)  # what its start says ran
@@ -42,19 +42,19 @@ def events(url: str, prompt: str, *, mode: str = "speculative", chat: bool = Fal
     """Stream one prompt from the llama.cpp server at ``url``; a mistake is one sentence.
     ``mode`` "speculative" needs a server started with a drafter (``--spec-type``);
     "autoregressive" takes any."""
-    slots = client.slots(url)
+    slots = client.slots(url, stop)
     if mode == "speculative" and not slots.speculative:
         raise ServerError(url, "{server} does not speculate; start llama-server with a drafter "
                           "(-md and --spec-type draft-mtp), or use it as the baseline.")
-    text = client.chat_prompt(url, prompt) if chat else prompt
-    ids = client.tokenize(url, text)
+    text = client.chat_prompt(url, prompt, stop) if chat else prompt
+    ids = client.tokenize(url, text, stop)
     if slots.context and len(ids) + max_new_tokens > slots.context:
         raise UserError(f"The prompt ({len(ids)} tokens) plus {max_new_tokens} new tokens do not fit "
                         f"the server's slot of {slots.context} tokens.")
     body = {"prompt": ids, "n_predict": max_new_tokens, "temperature": temperature, "top_p": top_p,
             "top_k": top_k, "min_p": 0.0, "cache_prompt": False, "return_tokens": True, "n_probs": TOP,
             "timings_per_token": True, "stream": True, **({"seed": seed} if seed is not None else {})}
-    settings = {"server": url, "max_new_tokens": max_new_tokens,
+    settings = {"server": public(url), "max_new_tokens": max_new_tokens,
                 "temperature": temperature, "top_p": top_p, "top_k": top_k, "seed": seed, "chat": chat,
                 "server_speculates": slots.speculative}
     t0 = time.perf_counter()
@@ -95,14 +95,15 @@ def assemble(chunks, t0: float, mode: str, prompt_ids: tuple[int, ...], settings
     url, limit = settings["server"], settings["max_new_tokens"]
     tokens: list[Received] = []
     counts: list[tuple[int, int]] = []   # the running (drafted, accepted) each token came with
-    finish, last = "", t0
-    yield Start(mode, len(prompt_ids), prompt_ids, {**settings, "backend": "llamacpp", "ran": RAN.as_dict()})
+    finish, last, ended = "", t0, False
+    yield start_event(mode, prompt_ids, {**settings, "backend": "llamacpp", "ran": RAN.as_dict()})
     try:
         for arrived, chunk in chunks:
             last = arrived
             if chunk.get("stop") is True:
                 stop_type = chunk.get("stop_type")
                 finish = STOPS.get(stop_type, "") if isinstance(stop_type, str) else ""
+                ended = True
                 continue
             new = chunk.get("tokens")
             if not isinstance(new, list) or len(new) > 1 or not all(count_ok(i, MAX_TOKEN_ID) for i in new):
@@ -128,12 +129,23 @@ def assemble(chunks, t0: float, mode: str, prompt_ids: tuple[int, ...], settings
     except Mismatch:
         raise ServerError(url, "{server} sent a stream that does not add up.") from None
     if stopped():
-        finish = "stopped"
+        finish, ended = "stopped", True
+        if not tokens:   # stopped before the first token: a run that wrote nothing, not a failure
+            yield done_event(tokens, (0, 0, 0), last - t0, finish, {})
+            return
     if not tokens:
         raise ServerError(url, "{server} sent no tokens.")
+    if not ended:   # a stream cut before its last chunk did not end: what it wrote is not a run
+        n = len(tokens)
+        raise ServerError(url, f"{{server}} ended the stream after {n} token{'s' * (n != 1)}, before its last chunk.")
     steps = (len(tokens), 0, 0)
     if mode == "speculative":
-        built, steps = laid_out(tokens, *rebuild(counts), finish,
+        try:
+            per_step = rebuild(counts)
+        except Mismatch:
+            raise ServerError(url, "{server} sent draft counts that fall or jump between tokens, so mtp-viz "
+                              "cannot rebuild this run's steps.") from None
+        built, steps = laid_out(tokens, *per_step, finish,
                                 ServerError(url, "{server} reported draft counts that do not match its tokens."))
         yield from built
     yield done_event(tokens, steps, last - t0, finish, {})

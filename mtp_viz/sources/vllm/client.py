@@ -20,8 +20,8 @@ from typing import Any, Iterator
 
 from mtp_viz.errors import UserError
 
-from ..http import (CONNECT_TIMEOUT, MAX_LINE_BYTES, READ_TIMEOUT, Deadlines,
-                    ServerError, base_url, env_seconds, lines, open_url, page, sse_chunks)
+from ..http import (CONNECT_TIMEOUT, MAX_LINE_BYTES, READ_TIMEOUT, Deadlines, ServerError, Stopped, base_url,
+                    env_seconds, explain, lines, open_url, page, sse_chunks)
 from ..prometheus import SpecDecodeCounters, parse, spec_decode
 
 __all__ = ["base_url", "get_json", "post_stream", "sse_chunks", "served_models", "scrape", "ServerModel",
@@ -44,14 +44,14 @@ TEMPLATE_TOKENS = 1024
 NOT_VLLM = "{server} is not a vLLM server."   # what a visitor learns of a server that is not one
 
 
-def get_text(url: str, path: str, timeout: float = CONNECT_TIMEOUT) -> str:
+def get_text(url: str, path: str, timeout: float = CONNECT_TIMEOUT, stop=None) -> str:
     """GET ``path`` (:func:`mtp_viz.sources.http.page`); a 404 says the server is not vLLM."""
-    return page(url, path, None, timeout, "vLLM", NOT_VLLM)
+    return page(url, path, None, timeout, "vLLM", NOT_VLLM, stop)
 
 
-def get_json(url: str, path: str, timeout: float = CONNECT_TIMEOUT) -> Any:
+def get_json(url: str, path: str, timeout: float = CONNECT_TIMEOUT, stop=None) -> Any:
     try:
-        return json.loads(get_text(url, path, timeout))
+        return json.loads(get_text(url, path, timeout, stop))
     except ValueError:
         raise ServerError(url, f"{{url}} is not a vLLM server: its {path} is not JSON.", NOT_VLLM) from None
 
@@ -60,9 +60,9 @@ class ServerModel(dict):
     """One entry of ``/v1/models``: ``id``, ``owned_by``, ``max_model_len``."""
 
 
-def served_models(url: str) -> list[ServerModel]:
+def served_models(url: str, stop=None) -> list[ServerModel]:
     """The models a vLLM server serves; one sentence if it is not a vLLM server."""
-    data = get_json(url, "/v1/models")
+    data = get_json(url, "/v1/models", stop=stop)
     models = data.get("data") if isinstance(data, dict) else None
     if not isinstance(models, list) or not all(isinstance(m, dict) and "id" in m for m in models):
         raise ServerError(url, "{url} is not a vLLM server: its /v1/models lists no models.", NOT_VLLM)
@@ -76,9 +76,9 @@ def served_models(url: str) -> list[ServerModel]:
     return [ServerModel(m) for m in models]
 
 
-def scrape(url: str, model: str | None = None, timeout: float = CONNECT_TIMEOUT) -> SpecDecodeCounters:
+def scrape(url: str, model: str | None = None, timeout: float = CONNECT_TIMEOUT, stop=None) -> SpecDecodeCounters:
     """The server's cumulative spec-decode counters (``enabled=False`` without speculation)."""
-    text = get_text(url, "/metrics", timeout)
+    text = get_text(url, "/metrics", timeout, stop)
     try:
         return spec_decode(parse(text), model, who=url)  # absurd numbers: its own sentence
     except ServerError:
@@ -127,30 +127,28 @@ def post_stream(url: str, path: str, body: dict, *, timeout: float = READ_TIMEOU
     ``MTP_VIZ_VLLM_FIRST_TOKEN_DEADLINE`` (60); past either, the run ends with one sentence and the
     connection is closed."""
     deadlines = Deadlines(
-        url, timeout,
+        url,
         deadline if deadline is not None else env_seconds("MTP_VIZ_VLLM_DEADLINE", DEADLINE),
         first_token_deadline if first_token_deadline is not None
         else env_seconds("MTP_VIZ_VLLM_FIRST_TOKEN_DEADLINE", FIRST_TOKEN_DEADLINE))
+    clock = deadlines.clock(stop, timeout)
     try:
-        resp = open_url(url, path, body, deadlines.wait())
+        resp = open_url(url, path, body, clock)
     except urllib.error.HTTPError as e:
         raise _http_error(url, path, e.code, body) from None
-    except UserError:
-        if deadlines.bound != "read" and time.perf_counter() >= min(deadlines.end, deadlines.first_end):
-            raise deadlines.late(deadlines.bound) from None   # no answer before a deadline
-        raise
+    except Stopped:
+        return
     with resp:
         try:
-            for chunk in sse_chunks(lines(resp, url, deadlines, stop, stream_caps(body)), url):
-                if stop is not None and stop.is_set():
-                    return
+            for chunk in sse_chunks(lines(resp, url, clock, stream_caps(body)), url):
                 deadlines.token_seen = deadlines.token_seen or _carries_token(chunk)
                 yield time.perf_counter(), chunk
+        except Stopped:
+            return
         except (socket.timeout, TimeoutError) as e:
-            raise deadlines.timed_out(e) from None
-        except (ConnectionError, urllib.error.URLError, http.client.HTTPException) as e:
+            raise explain(url, e, timeout) from None
+        except (ConnectionError, http.client.HTTPException) as e:
             raise ServerError(url, "{server} closed the connection while generating.") from e
-
 
 def _http_error(url: str, path: str, code: int, body: dict) -> ServerError:
     if code == 404:

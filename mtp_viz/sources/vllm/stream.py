@@ -39,11 +39,12 @@ import math
 import time
 from typing import Any, Iterable, Iterator, Sequence
 
-from mtp_viz.engine.events import Error, Event, Ran, Start, Step, Token
+from mtp_viz.engine.events import Error, Event, Ran, Step, Token
 from mtp_viz.engine.decoding import Sampling
 from mtp_viz.errors import UserError, clip
 
-from ..served import MAX_TOKEN_ID, Mismatch, Received, count_ok, done_event, laid_out, step_events
+from ..http import Stopped, public
+from ..served import MAX_TOKEN_ID, Mismatch, Received, count_ok, done_event, laid_out, start_event, step_events
 from ..settings import RunSettings
 from . import client as vllm_client
 from .client import ServerError
@@ -140,13 +141,13 @@ def _received(choice: dict, arrived: float, ids: list[int] | None = None) -> lis
     return [Received(i, s, p, arrived) for i, s, p in zip(ids, texts, probs)]
 
 
-def _pick_model(url: str, model: str | None, max_new_tokens: int) -> str:
-    served = vllm_client.served_models(url)
+def _pick_model(url: str, model: str | None, max_new_tokens: int, stop=None) -> str:
+    served = vllm_client.served_models(url, stop)
     if model:
         match = [m for m in served if m["id"] == model]
         if not match:
             raise ServerError(url, f"{{server}} does not serve a model named {clip(repr(model))}; "
-                              f"{clip(url.rstrip('/'))}/v1/models lists the ones it does.",
+                              f"{clip(public(url).rstrip('/'))}/v1/models lists the ones it does.",
                               f"{{server}} does not serve a model named {clip(repr(model))}.")
         entry = match[0]
     else:
@@ -177,13 +178,13 @@ def events(url: str, prompt: str, *, model: str | None = None, mode: str = "spec
     # the rules every source's settings follow, each one sentence (sources.settings)
     RunSettings(prompt, (mode,), max_new_tokens=max_new_tokens, chat=chat,
                 sampling=Sampling(temperature, top_k, top_p, seed)).validate()
-    name = _pick_model(url, model, max_new_tokens)
-    counters = vllm_client.scrape(url, name)
+    name = _pick_model(url, model, max_new_tokens, stop)
+    counters = vllm_client.scrape(url, name, stop=stop)
     if mode == "speculative" and not counters.enabled:
         raise ServerError(url, "{server} does not speculate; start it with "
                           "--speculative-config, or use it as the baseline.")
     path, body = _request(name, prompt, chat, max_new_tokens, temperature, top_p, top_k, seed)
-    settings = {"backend": "vllm", "ran": RAN.as_dict(), "server": url, "model": name,
+    settings = {"backend": "vllm", "ran": RAN.as_dict(), "server": public(url), "model": name,
                 "api": "chat" if chat else "completions", "max_new_tokens": max_new_tokens,
                 "temperature": temperature, "top_p": top_p, "top_k": top_k, "seed": seed,
                 "draft_tokens": len(counters.accepted_per_pos), "server_speculates": counters.enabled}
@@ -222,8 +223,7 @@ def assemble(chunks: Iterable[tuple[float, dict]], t0: float, mode: str, setting
                 if not isinstance(prompt_ids or [], list) or not all(count_ok(i, MAX_TOKEN_ID)
                                                                       for i in prompt_ids or ()):
                     raise _mismatch(url)
-                ids = tuple(prompt_ids or ())
-                yield Start(mode, len(ids), ids, dict(settings))
+                yield start_event(mode, prompt_ids or (), settings)
                 started = True
             try:
                 ids = _ids(choice)
@@ -246,7 +246,7 @@ def assemble(chunks: Iterable[tuple[float, dict]], t0: float, mode: str, setting
                     yield Step(n, 0, 0, 1, t=tok.t)
                 tokens.append(tok)
             reason = choice.get("finish_reason")
-            finish = FINISH.get(reason, finish) if isinstance(reason, str) else finish
+            finish = FINISH.get(reason, "eos") if isinstance(reason, str) else finish
         if chunk.get("metrics") is not None or chunk.get("usage") is not None:
             metrics = chunk.get("metrics") or {}
             if not isinstance(metrics, dict):
@@ -258,6 +258,9 @@ def assemble(chunks: Iterable[tuple[float, dict]], t0: float, mode: str, setting
         raise ServerError(url, "{server} sent no tokens.")
     if stopped:
         finish = "stopped"
+    elif not finish:   # no finish_reason: a stream cut before its last chunk, not a run that ended
+        n = len(tokens)
+        raise ServerError(url, f"{{server}} ended the stream after {n} token{'s' * (n != 1)}, before its last chunk.")
     spec = (metrics or {}).get("speculative_decoding") or {}
     if not isinstance(spec, dict):
         raise _mismatch(url)
@@ -284,8 +287,11 @@ def _mismatch(url: str) -> ServerError:
 
 
 def generate(url: str, prompt: str, **kwargs) -> Iterator[Event]:
-    """:func:`events` for views: a mistake ends the stream with one ``Error`` event."""
+    """:func:`events` for views: a mistake ends the stream with one ``Error`` event; a stop
+    before the stream began ends it with no event."""
     try:
         yield from events(url, prompt, **kwargs)
     except UserError as e:
         yield Error(str(e))
+    except Stopped:
+        return
