@@ -62,10 +62,11 @@ def stall(ids, seconds: float = 30.0, every: float = 0.1, started: threading.Eve
 
 @contextmanager
 def llama_servers():
-    """``start(*answers) -> (server, url)``: a plain llama.cpp server whose n-th completion
-    is answered by ``answers[n]`` (the last one for every later one); all shut down after."""
+    """``start(*answers, shape=None) -> (server, url)``: a plain llama.cpp server whose n-th
+    completion is answered by ``answers[n]`` (the last one for every later one), and whose
+    ``/v1/models`` says ``shape`` (vocabulary, width) where given; all shut down after."""
     with serving() as serve:
-        def start(*answers):
+        def start(*answers, shape: tuple[int, int] | None = None):
             completions: list[int] = []
             lock = threading.Lock()
 
@@ -79,8 +80,12 @@ def llama_servers():
                 except OSError:
                     pass   # the client hung up (Stop, a deadline)
                 h.close_connection = True
-            server, url = serve({"/props": json.dumps(PROPS), "/slots": json.dumps(SLOTS),
-                                 "/tokenize": json.dumps({"tokens": [2, 10, 11, 12]}), "/completion": completion})
+            pages = {"/props": json.dumps(PROPS), "/slots": json.dumps(SLOTS),
+                     "/tokenize": json.dumps({"tokens": [2, 10, 11, 12]}), "/completion": completion}
+            if shape is not None:   # what /v1/models says of the model: (n_vocab, n_embd)
+                pages["/v1/models"] = json.dumps({"data": [{"id": "m.gguf", "meta": {"n_vocab": shape[0],
+                                                                                     "n_embd": shape[1]}}]})
+            server, url = serve(pages)
             server.completions = completions
             return server, url
         yield start

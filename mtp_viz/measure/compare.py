@@ -154,6 +154,7 @@ def measure(pair: Any, s: RunSettings, repeats: int, stop: threading.Event | Non
     rounds = _Rounds(s.prompt, stop, told, turn or Alone())
     try:
         plain_ids = rounds.warm_up(todo)
+        rounds.notes += [n for n in (arm.serves_other(pair) for arm in peers) if n]   # named, kept: tokens decide
         if s.greedy:   # a server that writes other tokens serves another model
             for task, ids in list(rounds.warm.items()):
                 if task.arm.checked and ids != plain_ids:

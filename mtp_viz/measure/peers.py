@@ -67,6 +67,23 @@ class PeerArm:
         """``<software> mtp`` or ``<software> plain`` (and ``#i`` as in :attr:`name`)."""
         return f"{self.software} {self.setting}" + (f" #{self.index}" if self.index else "")
 
+    def serves_other(self, pair: Any) -> str:
+        """One sentence where the server says it serves a model of another shape than the
+        pair's target (llama.cpp's ``/v1/models``: vocabulary and width), else "". vLLM
+        names its model by the path it was started with, which says nothing checkable;
+        its tokens are checked as every peer's are."""
+        if self.software != "llama.cpp":
+            return ""
+        from mtp_viz.engine.config import text_config
+        from mtp_viz.sources.llamacpp.client import model_shape
+        got = model_shape(self.url, self.stop)
+        t = text_config(pair.target.config)
+        want = (int(t.vocab_size), int(t.hidden_size))
+        if got is None or got == want:
+            return ""
+        return (f"{self.name} serves a model of {got[0]:,} tokens and width {got[1]:,}, not this pair's target "
+                f"({want[0]:,} tokens, width {want[1]:,}): its rows measure another model.")
+
     def owns(self, key: RunKey) -> bool:
         return False   # a peer's runs are no local arm's
 

@@ -151,3 +151,16 @@ def test_a_peer_ending_its_stream_without_its_last_chunk_is_one_sentence():
     with pytest.raises(UserError, match="ended its stream without its last chunk"):
         arm.run(AUTOREGRESSIVE, PROMPT)
 
+
+
+def test_a_peer_that_says_it_serves_another_shape_is_named(random_pair, plain_ids, start):
+    """llama.cpp's /v1/models names the served model's vocabulary and width: where they are
+    not the pair's target's, Measure's notes say so (the tokens still decide what is kept)."""
+    from mtp_viz.engine.config import text_config
+    t = text_config(random_pair.target.config)
+    same = (t.vocab_size, t.hidden_size)
+    _, other = start(write(plain_ids), shape=(t.vocab_size, t.hidden_size + 64))
+    _, alike = start(write(plain_ids), shape=same)
+    m = compare.measure(random_pair, _settings(), 1, peers=_peers(random_pair, [other, alike]))
+    named = [n for n in m.notes if "serves a model of" in n]
+    assert len(named) == 1 and f"width {t.hidden_size + 64:,}" in named[0] and "#1" in named[0], m.notes

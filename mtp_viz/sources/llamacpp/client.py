@@ -43,6 +43,16 @@ def _json(url: str, path: str, body: dict | None = None, stop=None) -> Any:
                           NOT_LLAMACPP) from None
 
 
+def model_shape(url: str, stop=None) -> tuple[int, int] | None:
+    """(vocabulary, width) of the model the server serves, as its ``/v1/models`` page's
+    ``meta`` says (``n_vocab``, ``n_embd``); None where it does not say."""
+    try:
+        meta = _json(url, "/v1/models", stop=stop)["data"][0]["meta"]
+        return int(meta["n_vocab"]), int(meta["n_embd"])
+    except (ServerError, KeyError, IndexError, TypeError, ValueError):
+        return None
+
+
 def recognise(url: str, stop=None) -> bool:
     """Whether a llama.cpp server answers at ``url``: one that answers ``/props`` with an
     HTTP error or anything else is not one; one that cannot be reached is its sentence
