@@ -1,21 +1,25 @@
-"""Plain decoding at a real Gemma 4 shape, every decoder in one interleaved run.
+"""Decoding at a real Gemma 4 shape, ours beside llama.cpp, every decoder in one interleaved run.
 
     python benchmarks/real_scale.py --target e2b --gguf-bf16 DIR --gguf-q8 DIR [--threads 1,2] [--out DIR]
 
-The target is built at its real shape with random weights (``load_pair(..., weights="random")``,
-bfloat16) and timed plain, greedy, against transformers' own ``generate`` and llama.cpp's
-``llama-server`` on the same pair exported by ``mtp-viz gguf --weights random`` (the same
-seed builds the same weights: bf16 and q8_0). For each thread count: one block with the
-bf16 server (ours eager and compiled, transformers, llama.cpp bf16) and one with the q8_0
-server (ours eager and compiled, llama.cpp q8_0), only one server resident at a time (both and our copy do not fit in 24 GB
-together); within a block the decoders take turns, rotated each repeat. Every rate is
+The target is built at its real shape with random weights (``load_pair(..., weights="random")``)
+and timed greedy beside llama.cpp's ``llama-server`` on the same shape exported by ``mtp-viz
+gguf --weights random`` (bf16 and q8_0). One block per llama.cpp type, each beside ours in the
+precision that stores weights alike: bf16 beside our bfloat16, q8_0 beside our int8 (torchao's
+weight-only, one scale a row, computed in float32). A block loads its pair once (only one
+pair and one server resident: both precisions and a server do not fit in 24 GB), compiles it,
+and at each thread count starts its server and times, in turns rotated each repeat: ours eager
+and compiled plain, the compiled engine with the MTP drafter at each set acceptance α (γ
+drafts a step, each kept with probability α: every forward real, since a random drafter's own
+drafts are noise), transformers' ``generate`` where asked, and llama.cpp. Every rate is
 tokens ÷ wall seconds of the whole request (prompt included), medians of repeats; llama.cpp's
 own decode-only rate is kept beside it.
 
-The memory bandwidth each reaches is the weights a plain step reads (every parameter but the
-per-layer embedding table, of which a step reads one row per layer) ÷ seconds per token,
-beside this machine's own: a plain streaming read (a sum) of a buffer larger than the caches,
-at the same threads. Writes real_scale.json and real_scale.md.
+The memory bandwidth each plain decoder reaches is the weights a plain step reads (every
+parameter but the per-layer embedding table, of which a step reads one row per layer, in the
+bytes each stores them in) ÷ seconds per token, beside this machine's own: a plain streaming
+read (a sum) of a buffer larger than the caches, at the same threads. Writes real_scale.json
+and real_scale.md.
 """
 from __future__ import annotations
 
