@@ -12,12 +12,17 @@ quantization configs.
 A precision is a setting of each model (``--target-precision``, ``--drafter-precision``;
 ``--dtype`` sets both). Names are checked without torch (the app's form reads them);
 the load arguments, the kernel check and reading a loaded model's precision import torch
-and torchao only when called. Whether a precision runs is asked of the device itself
-(:func:`check_runs`: one small layer in it, quantized and run), so a precision without a
-kernel there is one sentence before any weights load, not a conversion error mid-load.
+and torchao only when called. :func:`fastest` says which precision is fastest on the
+machine and why, in one sentence: bfloat16 where the CPU computes it natively (AVX-512 BF16
+or AMX), else int8 weight-only (computing in float32) where torchao is installed, else
+float32. Whether a precision runs is asked of the device itself (:func:`check_runs`: one
+small layer in it, quantized and run), so a precision without a kernel there is one
+sentence before any weights load, not a conversion error mid-load.
 """
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -228,5 +233,91 @@ def _quantized_kind(d: dict, qc) -> str:
     return f"{method} int{bits}" if bits else method or "quantized"
 
 
-__all__ = ["BITS", "CHOICES", "INT4_GROUP", "PRECISIONS", "Precision", "check_loaded", "check_runs", "compute_dtype",
-           "default_precision", "load_kwargs", "precision_name", "precision_of", "quant_type"]
+# The CPU's instruction set as the engine's own kernel numbers it (mtp_viz.engine.kernels.ISAS)
+ISA_NAMES = {0: "no AVX2", 1: "AVX2", 2: "AVX-512", 3: "AVX-512 BF16", 4: "AMX"}
+NATIVE_BFLOAT16_ISA = 3                 # AVX-512 BF16 and AMX compute bfloat16; below, it is widened
+ATEN_CAPS = {"default": 0, "avx2": 1}   # ATEN_CPU_CAPABILITY's caps below AVX-512
+
+
+def _flags() -> set[str]:
+    """The CPU's flags as Linux reports them (``/proc/cpuinfo``), else as torch reads them."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.partition(":")[2].split())
+    except OSError:
+        pass
+    import torch
+    c = torch.cpu
+    found = {"avx2": c._is_avx2_supported(), "fma": c._is_avx2_supported(), "avx512f": c._is_avx512_supported(),
+             "avx512bw": c._is_avx512_supported(), "avx512vl": c._is_avx512_supported(),
+             "avx512_bf16": c._is_avx512_bf16_supported(), "amx_tile": c._is_amx_tile_supported(),
+             "amx_bf16": c._is_amx_tile_supported()}
+    return {k for k, v in found.items() if v}
+
+
+def _kernel_loaded() -> bool:
+    """Whether the engine's own CPU kernel is loaded in this process (never built here)."""
+    if "torch" not in sys.modules:
+        return False
+    import torch
+    try:
+        return hasattr(torch.ops.mtp_viz, "best_isa")
+    except Exception:  # noqa: BLE001 - an op namespace torch cannot read is one that is not loaded
+        return False
+
+
+def cpu_isa() -> int:
+    """The CPU's instruction set, numbered as the engine's own kernel numbers it (1 AVX2,
+    2 AVX-512, 3 AVX-512 BF16, 4 AMX; 0 none of them): the kernel's own answer where it is
+    loaded, else the same cpuid bits read from the CPU's flags (nothing built, torch not
+    needed on Linux); capped by ``MTP_VIZ_KERNEL_ISA`` as the kernel is, and by
+    ``ATEN_CPU_CAPABILITY`` (``avx2``, ``default``) as torch is: how a machine without
+    native bfloat16 is imitated on one that has it."""
+    from mtp_viz.engine import kernels
+    if _kernel_loaded():
+        best = kernels.isa()
+    else:
+        f = _flags()
+        best = (0 if not {"avx2", "fma"} <= f else 1 if not {"avx512f", "avx512bw", "avx512vl"} <= f
+                else 2 if "avx512_bf16" not in f else 4 if {"amx_tile", "amx_bf16"} <= f else 3)
+        cap = os.environ.get("MTP_VIZ_KERNEL_ISA", "").strip().lower()
+        best = min(best, kernels.ISAS.get(cap, best))
+    return min(best, ATEN_CAPS.get(os.environ.get("ATEN_CPU_CAPABILITY", "").strip().lower(), best))
+
+
+def native_bfloat16(device: str) -> bool:
+    """Whether ``device`` computes bfloat16 natively: every accelerator mtp-viz runs on; a
+    CPU with AVX-512 BF16 or AMX (:func:`cpu_isa`)."""
+    return device != "cpu" or cpu_isa() >= NATIVE_BFLOAT16_ISA
+
+
+@dataclass(frozen=True)
+class Fastest:
+    """The precision fastest on a device, and the one sentence that says why."""
+    precision: str
+    native_bfloat16: bool
+    why: str
+
+
+def fastest(device: str) -> Fastest:
+    """bfloat16 where ``device`` computes it natively; on a CPU that does not, int8
+    weight-only (one byte a weight read, float32 arithmetic) where torchao is installed,
+    else float32 (a plain step reads every weight once: the fewest bytes win)."""
+    if device != "cpu":
+        return Fastest("bfloat16", True, f"The {device} device computes bfloat16 natively.")
+    isa = cpu_isa()
+    if isa >= NATIVE_BFLOAT16_ISA:
+        return Fastest("bfloat16", True, f"This CPU computes bfloat16 natively ({ISA_NAMES[isa]}).")
+    no = (f"This CPU has no native bfloat16 ({ISA_NAMES[isa]}): bfloat16 weights are widened to float32 as "
+          "they are read, and ")
+    if importlib.util.find_spec("torchao") is not None:
+        return Fastest("int8", False, no + "int8 weight-only (computing in float32) is the fastest precision here.")
+    return Fastest("float32", False, no + "float32 is the fastest precision here without torchao (int8 "
+                   "weight-only would be faster: pip install torchao).")
+
+
+__all__ = ["BITS", "CHOICES", "Fastest", "INT4_GROUP", "PRECISIONS", "Precision", "check_loaded", "check_runs",
+           "compute_dtype", "cpu_isa", "default_precision", "fastest", "load_kwargs", "native_bfloat16",
+           "precision_name", "precision_of", "quant_type"]
