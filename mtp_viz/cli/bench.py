@@ -266,6 +266,8 @@ def _arms(args, precisions, n, sampling, prompts=(), settings=()) -> list:
     if len({tuple(p.precision.values()) for p in pairs}) < len(pairs):  # e.g. float32/float32 and default/default
         raise UserError("--precisions lists a pair twice (a default is this device's float32 or bfloat16).")
     print(f"mtp-viz bench: loaded {args.target} in {time.perf_counter() - t_load:.1f} s", file=sys.stderr)
+    if note := precision_note(pairs[0].device):
+        print(f"mtp-viz bench: {note}", file=sys.stderr)
     baselines = len(pairs)   # the pairs as loaded, on the default engine: what the other arms are held against
     # what every run shares; each run sets its prompt, mode and setting
     base = RunSettings("", drafter="mtp", max_new_tokens=n, sampling=sampling, chat=not args.no_chat,
@@ -278,6 +280,14 @@ def _arms(args, precisions, n, sampling, prompts=(), settings=()) -> list:
                 several_engines=several, baseline=i < baselines) for i, p in enumerate(pairs)]
     print(f"mtp-viz bench: arms {', '.join(a.label for a in arms)}", file=sys.stderr)
     return arms
+
+
+def precision_note(device: str) -> str | None:
+    """Where ``device`` is a CPU without native bfloat16, the sentence that says so and which
+    precision is fastest there (:func:`mtp_viz.sources.precision.fastest`); else None."""
+    from mtp_viz.sources.precision import fastest
+    best = fastest(device)
+    return None if best.native_bfloat16 else best.why
 
 
 def compile_plan(base: RunSettings, prompts, settings) -> list[RunSettings]:
@@ -320,6 +330,7 @@ def _run(args, sampling, prompts, settings, precisions, n, repeats, quick, greed
         "prompts": len(prompts), "settings": [s.name for s in settings],
         "temperature": sampling.temperature, "stale_kv": args.stale_kv, "chat": not args.no_chat,
         "quick": quick, "parity_failures": mismatches, **bench_report.environment(),
+        "precision_note": precision_note(arms[0].pair.device),
         "engines": sorted({a.engine for a in arms}),
         "compile_seconds": {a.label: round(a.pair.compile_seconds, 2) for a in arms if not a.baseline},
         "peers": [public(p.url) for p in peers],

@@ -101,6 +101,7 @@ def blocks(result, extra: list = (), wide: bool = True) -> list:
              f"transformers {m['transformers']}, {m['cpus']} CPUs ({m['torch_threads']} threads)"
              + (f", {m['cuda']}" if m.get("cuda") else "") + ".",
              *([f"Machine: {m['machine_line']}."] if m.get("machine_line") else []),
+             *([m["precision_note"]] if m.get("precision_note") else []),
              f"{several}{_f(ar['tokens_per_second'], '{:.1f}')} tok/s, "
              f"{ar['target_forwards']} target forwards, {_f(ar['step_seconds'] * 1e3, '{:.2f}')} ms per step."]
     out = [("h2", f"mtp-viz bench: {m['target']}" + (f" + {m['drafter']}" if m.get("drafter") else "")),

@@ -8,7 +8,11 @@ and draft length, with the break-even acceptance and the best draft length
 (:mod:`mtp_viz.analysis.payoff`); and measures whole runs at set acceptances (``--alphas``:
 the real drafter runs, every forward real, only its proposals are set:
 :mod:`mtp_viz.engine.drafters.scripted`) to check the prediction. ``--weights random``
-builds a preset at its real shape with random weights: nothing is downloaded but a config.
+builds a preset at its real shape with random weights: nothing is downloaded but a config;
+given no precision (``--dtype``, ``--target-precision``, ``--drafter-precision``) such a
+pair loads in the precision fastest on the machine (:func:`mtp_viz.sources.precision.fastest`:
+bfloat16 where the CPU computes it natively, else int8 weight-only), the bundled tiny pair
+and real checkpoints in their usual default; the profile says which and why.
 
 Writes ``DIR/profile.json`` (every timing, the curves, the runs) and ``DIR/profile.md``
 (the table printed on stdout).
@@ -75,18 +79,38 @@ def check(args: argparse.Namespace) -> tuple[float, ...]:
     return _alphas(args.alphas)
 
 
+def precision_choice(args: argparse.Namespace, device: str) -> tuple[str | None, dict]:
+    """The precision both models load in (None: the pair's usual default, or what the
+    flags ask) and what profile.json's ``meta.precision_choice`` says of it: how it was
+    chosen (``asked``, ``machine``, ``default``), the machine's fastest and why."""
+    from mtp_viz.sources.precision import fastest
+    best = fastest(device)
+    said = {"fastest": best.precision, "native_bfloat16": best.native_bfloat16, "why": best.why}
+    if args.dtype or args.target_precision or args.drafter_precision:
+        return None, {"chosen_by": "asked", **said}
+    if args.weights == "random" and str(args.target).strip().lower() != "tiny":
+        return best.precision, {"chosen_by": "machine", **said}
+    return None, {"chosen_by": "default", **said}
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
 
     from mtp_viz.measure.profile import describe, study
-    from mtp_viz.sources.models import load_pair
+    from mtp_viz.sources.models import load_pair, pick_device
     from mtp_viz.views.profile import markdown
 
     from .generate import engine_of
     alphas, engine = check(args), engine_of(args)
     torch.set_num_threads(args.threads)
+    device = pick_device(args.device)
+    chosen, choice = precision_choice(args, device)
+    if choice["chosen_by"] == "machine":
+        print(f"mtp-viz profile: {chosen}, the fastest precision here: {choice['why']}", file=sys.stderr)
+    elif not choice["native_bfloat16"]:
+        print(f"mtp-viz profile: {choice['why']}", file=sys.stderr)
     t = time.perf_counter()
-    pair = load_pair(args.target, device=args.device, dtype=args.dtype, target_precision=args.target_precision,
+    pair = load_pair(args.target, device=device, dtype=args.dtype or chosen, target_precision=args.target_precision,
                      drafter_precision=args.drafter_precision, weights=args.weights)
     print(f"mtp-viz profile: {pair.target_id} ready in {time.perf_counter() - t:.1f} s"
           + (f" ({pair.weights_label})" if pair.weights_label else ""), file=sys.stderr)
@@ -108,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
     result = study(pairs, prompt_tokens=args.prompt_tokens, new_tokens=args.max_new_tokens, draft_tokens=args.draft_tokens,
                    max_draft_tokens=args.max_draft_tokens, alphas=alphas, repeats=args.repeats)
     describe(result, pair, args.target)
+    result["meta"]["precision_choice"] = choice
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     table = markdown(result)

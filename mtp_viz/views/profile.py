@@ -29,6 +29,17 @@ def _alpha(a: float | None) -> str:
     return "never" if a is None else f"{a:.2f}"
 
 
+def chosen(choice: dict[str, Any]) -> str:
+    """Which precision the profile ran in and why (``meta.precision_choice``), one sentence
+    and the machine's: ``This CPU has no native bfloat16 (AVX2): ...``."""
+    best = choice["fastest"]
+    how = {"machine": f"Precision {best}, the fastest on this machine (none was given).",
+           "asked": f"Precision as asked; the fastest on this machine is {best}.",
+           "default": f"Precision: the pair's usual default (float32 on a CPU, bfloat16 on a GPU); the fastest on "
+                      f"this machine is {best} (--dtype {best})."}
+    return f"{how[choice['chosen_by']]} {choice['why']}"
+
+
 def blocks(result: dict[str, Any]) -> list[tuple[str, Any]]:
     """The profile as :mod:`.document` blocks: what :func:`markdown` and :func:`html` both
     render (one writer of its words)."""
@@ -40,6 +51,7 @@ def blocks(result: dict[str, Any]) -> list[tuple[str, Any]]:
             ("p", f"{meta.get('precision', '')}; prompt {meta['prompt_tokens']} tokens; {meta['new_tokens']} new "
                   f"tokens per run; medians of {meta['repeats']} repeats on the {meta['clock']} clock; peak memory "
                   f"{meta['peak_memory_bytes'] / 1e9:.2f} GB."),
+            *((("p", chosen(meta["precision_choice"])),) if meta.get("precision_choice") else ()),
             ("h2", "What each forward costs (ms)")]
     engines = result["engines"]
     widths = sorted({int(w) for e in engines.values() for w in e["costs"]["verify"]})
@@ -133,4 +145,4 @@ def figure(result: dict[str, Any] | None):
     return go.Figure(data=data, layout=layout, _validate=False)
 
 
-__all__ = ["blocks", "figure", "html", "markdown"]
+__all__ = ["blocks", "chosen", "figure", "html", "markdown"]

@@ -32,6 +32,7 @@ from mtp_viz.views.charts import EXPERTS_PLOT
 from mtp_viz.engine.drafters import DRAFTERS
 from mtp_viz.engine.engines import ENGINES, default_engine
 from mtp_viz.engine.schedules import SCHEDULES
+from mtp_viz.sources.precision import fastest
 from mtp_viz.sources.settings import DEFAULT_DRAFT_TOKENS, DEFAULT_MAX_NEW_TOKENS
 
 from . import inspector, profile, tabs, teach, vllm, wiring
@@ -212,6 +213,8 @@ def _settings(first: FirstPair, allow: deploy.AllowList, peers: str = "") -> dic
             # a locked-down deployment offers only what it lists (MTP_VIZ_PRECISIONS, MTP_VIZ_COMPILE)
             choices = [("default", "default"), *((p, p) for p in allow.precisions)]
             info = "default: MTP_VIZ_DTYPE, else float32 on a CPU, bfloat16 on a GPU; int8/int4 need torchao"
+            best = fastest("cpu")   # a CPU that only widens bfloat16 says so, and what is fastest there
+            info += "" if best.native_bfloat16 else f". {best.why}"
             c.update(
                 target_precision=Dropdown(choices, value="default", label="Target precision", info=info,
                                              elem_id="target-precision", filterable=False),
