@@ -107,10 +107,10 @@ class Recording(compiled.FastTarget):
         super().__init__(model)
         self.graph.note, self.used = "recording", set()
 
-    def _run(self, kv, tokens, want_state, width, graph):
+    def _run(self, kv, tokens, want_state, width, graph, keep=0):
         if graph:
             self.used.add(Graph("verify" if want_state else "step", kv.capacity, width))
-        return super()._run(kv, tokens, want_state, width, graph)
+        return super()._run(kv, tokens, want_state, width, graph, keep)
 
 
 class RecordingStep(compiled.FastDraftStep):
