@@ -66,9 +66,9 @@ def step_bytes(model) -> int:
     return sum(size(p) for n, p in model.named_parameters() if "embed_tokens_per_layer" not in n)
 
 
-def serve(server: str, gguf: Path, threads: int, port: int, log: Path):
+def serve(server: str, gguf: Path, threads: int, port: int, log: Path, extra: list[str] = ()):
     cmd = [server, "-m", str(gguf / "target.gguf"), "-t", str(threads), "-tb", str(threads), "-c", "1024",
-           "-np", "1", "--host", "127.0.0.1", "--port", str(port)]
+           "-np", "1", "--host", "127.0.0.1", "--port", str(port), *extra]
     proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     for _ in range(900):
@@ -154,9 +154,10 @@ def study(args, pair, precision: str, llama_type: str, folder: Path, server: str
                                                             "stream_GBps": stream_bandwidth(threads) / 1e9,
                                                             "decoders": {}})
         torch.set_num_threads(threads)
-        proc, url = serve(server, folder, threads, 8391, log)
+        proc, url = serve(server, folder, threads, 8391, log, args.llama_args.split())
         try:
-            arms = {f"mtp-viz eager {precision}": plain(pair), f"mtp-viz compiled {precision}": plain(compiled_pair)}
+            arms = {} if args.no_eager else {f"mtp-viz eager {precision}": plain(pair)}
+            arms[f"mtp-viz compiled {precision}"] = plain(compiled_pair)
             arms.update({f"mtp-viz compiled {precision} MTP γ={gamma} α={a:g}": mtp(a) for a in args.alphas})
             if precision == "bfloat16" and args.transformers:
                 arms["transformers generate bfloat16"] = transformers_generate
@@ -204,6 +205,10 @@ def main() -> int:
     ap.add_argument("--draft-tokens", type=int, default=4)
     ap.add_argument("--alphas", default="0.5,0.7,0.9")
     ap.add_argument("--transformers", action="store_true", help="transformers' generate too (bf16 block)")
+    ap.add_argument("--no-eager", action="store_true", help="leave out the eager engine (in int8 it runs torchao's "
+                    "own CPU product, minutes a run at E2B)")
+    ap.add_argument("--llama-args", default="", help="more llama-server flags, e.g. --no-repack (its AMX q8_0 "
+                    "kernels stopped on an invalid opcode on a Sapphire Rapids VM, 2026-12-06)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/real-scale"))
     args = ap.parse_args()
     args.alphas = [float(a) for a in args.alphas.split(",") if a.strip()]
@@ -214,7 +219,7 @@ def main() -> int:
                             check=True).stdout.strip()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    results = {"meta": {"target": args.target, "weights": "random", "prompt_tokens": args.prompt_tokens,
+    results = {"meta": {"target": args.target, "llama_args": args.llama_args, "weights": "random", "prompt_tokens": args.prompt_tokens,
                         "new_tokens": args.new_tokens, "repeats": args.repeats, "draft_tokens": args.draft_tokens,
                         "alphas": args.alphas, "clock": "wall"}, "threads": {}}
     folders = {"bf16": Path(args.gguf_bf16), "q8_0": Path(args.gguf_q8)}

@@ -186,13 +186,16 @@ def build(config: Any, precision: str, device: str, seed: int = SEED) -> Any:
 
 def quantized(model: Any, quant: Any, dtype: Any) -> None:
     """``model`` (built in bfloat16) with torchao's ``quant`` applied to each linear layer as
-    loading a checkpoint with ``TorchAoConfig`` does, computing in ``dtype``: one layer at a
+    loading a checkpoint with ``TorchAoConfig`` does (the output head and tied weights kept in
+    ``dtype``, as transformers keeps them), computing in ``dtype``: one layer at a
     time widened to ``dtype`` and quantized, then every other weight widened, so a random E2B
     in int8 peaks near its bfloat16 size (9 GB) instead of its float32 one (19 GB)."""
     import torch
     from torchao.quantization import quantize_
-    for module in model.modules():
-        if isinstance(module, torch.nn.Linear) and type(module.weight) is torch.nn.Parameter:
+    from transformers.quantizers.base import get_keys_to_not_convert
+    keep = set(get_keys_to_not_convert(model))   # what TorchAoConfig leaves: the output head, tied weights
+    for name, module in model.named_modules():
+        if name not in keep and isinstance(module, torch.nn.Linear) and type(module.weight) is torch.nn.Parameter:
             module.to(dtype)
             quantize_(module, quant)
     for module in model.modules():
