@@ -27,23 +27,31 @@ ROUNDING_ULPS = 4
 
 
 class LogitTap:
-    """Records, from a forward hook, the logits each forward of ``model`` computed for
-    each generated position (the latest forward wins: rows of rejected drafts are
-    computed again from the right context by a later one)."""
+    """Records, from forward hooks, the logits each forward of ``model`` computed for each
+    generated position (the latest forward wins: rows of rejected drafts are computed again
+    from the right context by a later one). It taps the base model (where the forward
+    starts in the cache, how many tokens) and the head (its rows, soft-capped as the model
+    caps them), so it sees the engine's forwards that apply the head themselves
+    (``mtp_viz.engine.decoder.with_state``) as well as ``model(...)``'s."""
 
     def __init__(self, model, prompt_len: int):
+        from mtp_viz.engine.config import text_config
         self.rows: dict[int, torch.Tensor] = {}
         self.prompt_len = prompt_len
-        self._hooks = [model.register_forward_pre_hook(self._pre, with_kwargs=True),
-                       model.register_forward_hook(self._post, with_kwargs=True)]
+        self.cap = getattr(text_config(model.config), "final_logit_softcapping", None)
+        self._hooks = [model.model.register_forward_pre_hook(self._pre, with_kwargs=True),
+                       model.lm_head.register_forward_hook(self._post)]
 
     def _pre(self, module, args, kwargs):
         cache = kwargs.get("cache")
         self._start = cache.get_seq_length() if cache is not None else 0
         self._n = kwargs["input_ids"].shape[1]
 
-    def _post(self, module, args, kwargs, out):
-        logits = out.logits[0].float()
+    def _post(self, module, args, out):
+        logits = out[0]
+        if self.cap is not None:
+            logits = torch.tanh(logits / self.cap) * self.cap
+        logits = logits.float()
         for r in range(logits.shape[0]):  # row r predicts the token after input position start + n - rows + r
             self.rows[self._start + self._n - logits.shape[0] + r + 1 - self.prompt_len] = logits[r].clone()
 

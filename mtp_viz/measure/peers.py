@@ -69,14 +69,10 @@ class PeerArm:
 
     def serves_other(self, pair: Any) -> str:
         """One sentence where the server says it serves a model of another shape than the
-        pair's target (llama.cpp's ``/v1/models``: vocabulary and width), else "". vLLM
-        names its model by the path it was started with, which says nothing checkable;
-        its tokens are checked as every peer's are."""
-        if self.software != "llama.cpp":
-            return ""
+        pair's target (vocabulary and width: its source's ``model_shape``), else ""; a
+        server that says nothing checkable is checked by its tokens as every peer is."""
         from mtp_viz.engine.config import text_config
-        from mtp_viz.sources.llamacpp.client import model_shape
-        got = model_shape(self.url, self.stop)
+        got = self.source.model_shape(self.url, self.stop)
         t = text_config(pair.target.config)
         want = (int(t.vocab_size), int(t.hidden_size))
         if got is None or got == want:

@@ -63,6 +63,9 @@ class DetectedServer(ServerSource):
     def version(self, url: str) -> str | None:  # type: ignore[override]
         return self.kind().version(url)
 
+    def model_shape(self, url: str, stop=None) -> tuple[int, int] | None:  # type: ignore[override]
+        return self.kind(stop).model_shape(url, stop)
+
     @property
     def label(self) -> str:
         """What answers, once asked ("vLLM", "llama.cpp")."""

@@ -77,6 +77,12 @@ class ServerSource(Source):
         for a study's record of which software answered."""
         return None
 
+    @staticmethod
+    def model_shape(url: str, stop=None) -> tuple[int, int] | None:
+        """(vocabulary, width) of the model the server says it serves; None where it says
+        nothing checkable (vLLM names its model by the path it was started with)."""
+        return None
+
     @abstractmethod
     def stream(self, url: str, model: str | None, mode: str, s: RunSettings,
                stop: threading.Event | None) -> Iterator[Event]:

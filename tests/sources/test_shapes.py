@@ -86,12 +86,27 @@ def test_a_shape_too_big_for_memory_is_one_sentence_before_any_allocation(monkey
 
 def test_random_weights_refuse_what_they_cannot_be(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(UserError, match="Random weights come in float32, bfloat16, float16"):
-        load_pair("tiny", weights="random", dtype="int8")
+    with pytest.raises(UserError, match="int4 has no kernel on this CPU"):   # torchao 0.18's int4: CUDA only
+        load_pair("tiny", weights="random", dtype="int4")
     with pytest.raises(UserError, match="leave out the drafter"):
         load_pair("tiny", "e2b", weights="random")
     with pytest.raises(UserError, match="Unknown weights"):
         load_pair("tiny", weights="fake")
+
+
+def test_random_weights_in_int8_are_torchaos_weight_only_where_transformers_would_put_it():
+    """Every linear layer int8 with a scale a row, computed in float32, but what
+    TorchAoConfig keeps in full precision (the head, tied weights, the last module)."""
+    pytest.importorskip("torchao")
+    from transformers.quantizers.base import get_keys_to_not_convert
+    pair = load_pair("tiny", weights="random", dtype="int8")
+    for model in (pair.target, pair.drafter_model):
+        keep = set(get_keys_to_not_convert(model))
+        for name, m in model.named_modules():
+            if isinstance(m, torch.nn.Linear):
+                assert (type(m.weight).__name__ == "Int8Tensor") == (name not in keep), name
+        assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert pair.precision == {"target": "int8", "drafter": "int8"}
 
 
 def test_a_random_pair_decodes_to_its_limit_and_says_what_it_is():

@@ -3,11 +3,10 @@ Events are wired in :mod:`.wiring`; handlers live in :mod:`mtp_viz.app.handlers`
 rendering in :mod:`mtp_viz.views`, model access in :mod:`mtp_viz.app.runtime`; none
 of them imports torch.
 
-``build_demo()`` draws the page without loading a model; :func:`launch` starts loading
-the default pair in the background and serves. ``mtp-viz ui`` and ``python app.py``
-both end up in :func:`launch`. The first screen fits a 1280×720 projector: the prompt,
-Run, the speedup and both token panes; settings a first-time user does not need sit
-in a collapsed group.
+``build_demo()`` draws the page without loading a model; :func:`launch` (``mtp-viz ui``,
+``python app.py``) loads the default pair in the background and serves. The first screen
+fits a 1280×720 projector: the prompt, Run, the speedup and both token panes; settings a
+first-time user does not need sit in a collapsed group.
 """
 from __future__ import annotations
 
@@ -213,8 +212,7 @@ def _settings(first: FirstPair, allow: deploy.AllowList, peers: str = "") -> dic
             # a locked-down deployment offers only what it lists (MTP_VIZ_PRECISIONS, MTP_VIZ_COMPILE)
             choices = [("default", "default"), *((p, p) for p in allow.precisions)]
             info = "default: MTP_VIZ_DTYPE, else float32 on a CPU, bfloat16 on a GPU; int8/int4 need torchao"
-            best = fastest("cpu")   # a CPU that only widens bfloat16 says so, and what is fastest there
-            info += "" if best.native_bfloat16 else f". {best.why}"
+            info += "" if (best := fastest("cpu")).native_bfloat16 else f". {best.why}"   # and what is fastest
             c.update(
                 target_precision=Dropdown(choices, value="default", label="Target precision", info=info,
                                              elem_id="target-precision", filterable=False),
@@ -373,8 +371,7 @@ def launch(demo: gr.Blocks, *, host: str | None = None, port: int | None = None,
     and ``MTP_VIZ_QUEUE_SIZE`` waiting requests at most. Gradio keeps a copy of the
     page's config (~0.15 MB here) for every session, and every plain HTTP API call is a
     session: ``MTP_VIZ_MAX_SESSIONS`` bounds them (least recently used out). A bad
-    ``MTP_VIZ_DTYPE``, or more ``MTP_VIZ_PEERS`` than Measure times, is one sentence before
-    anything loads or serves."""
+    ``MTP_VIZ_DTYPE``, or too many ``MTP_VIZ_PEERS``, is one sentence before anything serves."""
     deploy.env_dtype()
     app: AppState = demo.mtp_app  # type: ignore[attr-defined]
     app.handlers.peers.check_deployment()

@@ -31,6 +31,11 @@ class LlamaCppSource(ServerSource):
         """``/props``'s ``build_info`` (llama.cpp's build number and commit), clipped."""
         return client.build_info(url)
 
+    @staticmethod
+    def model_shape(url: str, stop=None) -> tuple[int, int] | None:
+        """``/v1/models``' ``n_vocab`` and ``n_embd``."""
+        return client.model_shape(url, stop)
+
     def stream(self, url: str, model: str | None, mode: str, s: RunSettings,
                stop: threading.Event | None) -> Iterator[Event]:
         return stream.events(url, s.prompt, mode=mode, chat=s.chat, max_new_tokens=s.max_new_tokens,
