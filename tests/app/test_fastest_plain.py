@@ -24,6 +24,7 @@ from mtp_viz.measure import arms, reduce
 from mtp_viz.measure.compare import DecoderRow, Measurement
 from mtp_viz.sources.settings import RunSettings
 from mtp_viz.views import stats
+from forms import statuses, values
 from streams import EVIL, ar_run, spec_run
 
 OPEN = deploy.AllowList("")
@@ -144,18 +145,6 @@ def _handlers(allow=OPEN, peers="") -> local.Handlers:
                           peers=beside.Peers(ServerPolicy(allow, ""), peers))
 
 
-def _values(**kw):
-    v = dict(prompt="hi", model="tiny", custom_target="", custom_drafter="", max_new_tokens=8,
-             draft_tokens=3, schedule="constant", drafter_kind="mtp", decoding="greedy",
-             temperature=0.8, top_p=0.95, top_k=0, seed=0, chat=False, baseline=True)
-    return {**v, **kw}
-
-
-def _status(frames) -> list[str]:
-    i = local.OUTPUTS.index("status")
-    return [f[i] for f in frames if isinstance(f[i], str)]
-
-
 @pytest.mark.parametrize("peers, compiled, sentence", [
     ("not a url", None, "That is not a server address"),
     ("ftp://127.0.0.1:21", None, "Only http:// and https:// server URLs are allowed."),
@@ -165,18 +154,18 @@ def _status(frames) -> list[str]:
     ("", "yes", "Measure beside the compiled engine must be true or false"),
 ])
 def test_bad_peers_are_one_sentence_before_anything_loads(peers, compiled, sentence):
-    status = _status(_handlers().measuring.measure(_values(), 3, None, compiled, peers))
+    status = statuses(_handlers().measuring.measure(values(), 3, None, compiled, peers))
     assert len(status) == 1 and "mv-msg-error" in status[0] and sentence in html.unescape(status[0])
 
 
 def test_a_locked_deployment_times_only_the_servers_it_lists():
     locked = deploy.AllowList("tiny")
     h = _handlers(locked, peers="http://127.0.0.1:8081")
-    [refused] = _status(h.measuring.measure(_values(), 3, None, None, "http://10.0.0.5:8080"))
+    [refused] = statuses(h.measuring.measure(values(), 3, None, None, "http://10.0.0.5:8080"))
     assert "only connects to the vLLM servers it lists" in refused and "10.0.0.5" not in refused
     assert h.peers.default == "http://127.0.0.1:8081"
     assert h.peers.check("http://127.0.0.1:8081/v1/") == ["http://127.0.0.1:8081"]   # its own peers pass
-    [no_compile] = _status(h.measuring.measure(_values(), 3, None, True, ""))
+    [no_compile] = statuses(h.measuring.measure(values(), 3, None, True, ""))
     assert "does not offer the compiled engine" in no_compile
 
 
