@@ -51,11 +51,20 @@ def weight_bytes(config, dtype, bits: int | None = None) -> int:
     # parameters() yields a tied weight (embedding = lm_head) once, as it is stored once
     total = sum(p.numel() for p in model.parameters()) * dtype.itemsize
     for weight in (_quantized_weights(model) if bits else ()):
-        rows, n = weight.shape[0], weight.numel()
-        # int8: a scale (dtype) and an int8 zero point per row; int4: a scale and a zero point (dtype) per group
-        extra = rows * (dtype.itemsize + 1) if bits == 8 else 2 * -(-n // 128) * dtype.itemsize
-        total += n * bits // 8 + extra - n * dtype.itemsize
+        total += _quantized_bytes(weight, bits, dtype) - weight.numel() * dtype.itemsize
+    head = model.get_output_embeddings()
+    if bits == 8 and type(head) is torch.nn.Linear:   # precision.int8_head: an int8 copy beside the lookup's table
+        total += _quantized_bytes(head.weight, bits, dtype)
     return total
+
+
+def _quantized_bytes(weight, bits: int, dtype=None) -> int:
+    """Bytes of ``weight`` quantized to ``bits``: int8 adds a scale (``dtype``) and an int8 zero
+    point per row; int4 a scale and a zero point (``dtype``) per group of 128."""
+    itemsize = (dtype or weight.dtype).itemsize
+    rows, n = weight.shape[0], weight.numel()
+    extra = rows * (itemsize + 1) if bits == 8 else 2 * -(-n // 128) * itemsize
+    return n * bits // 8 + extra
 
 
 def _quantized_weights(model) -> list:

@@ -21,7 +21,7 @@ from .local import out_of_memory
 from .memory import check_fits
 from .noise import quiet_known_noise
 from .pair import ASSISTANT_TYPES, GEMMA4_TYPES, ModelPair
-from .precision import Precision, check_loaded, load_kwargs
+from .precision import Precision, check_loaded, int8_head, load_kwargs
 from .presets import PRESETS, check_reachable, default_drafter, is_local, model_path, resolve
 
 __all__ = ["check_pair", "drafter_spec", "explain_load_error", "from_models", "load_pair", "load_pairs", "random_pairs",
@@ -209,6 +209,7 @@ def load_pairs(target: str, drafter: str | None = None, precisions=(Precision(),
         models = {w: _load(AutoModelForCausalLM.from_pretrained, w[0], config=copy.deepcopy(configs[w[0]]),
                            **kwargs[w], **placed).eval() for w in wanted}
     for (spec, p), model in models.items():  # never a pair that says one precision and holds another
+        int8_head(model, p)
         check_loaded(model, p, device, str(target) if spec == target_spec else str(drafter))
     return [ModelPair(models[(target_spec, p.target)], models[(drafter, p.drafter)] if drafter else None,
                       tokenizer, str(target), drafter, device, target_spec=target_spec) for p in precisions]

@@ -167,7 +167,7 @@ def build(config: Any, precision: str, device: str, seed: int = SEED) -> Any:
 
     from mtp_viz.engine.build import building
 
-    from .precision import BITS, compute_dtype, quant_type
+    from .precision import BITS, compute_dtype, int8_head, quant_type
     dtype = compute_dtype(precision, device)
     quant = quant_type(precision, device) if precision in BITS else None   # one sentence where it cannot run
     with building(), _seeded(seed), torch.device(device):
@@ -175,6 +175,7 @@ def build(config: Any, precision: str, device: str, seed: int = SEED) -> Any:
                                                  trust_remote_code=False)
     if quant is not None:
         quantized(model, quant, dtype)
+        int8_head(model, precision)
     ordering = getattr(getattr(model, "masked_embedding", None), "token_ordering", None)
     if ordering is not None:  # the clustered head's token order: a permutation, as a real one is
         with _seeded(seed + 1):
@@ -187,7 +188,8 @@ def build(config: Any, precision: str, device: str, seed: int = SEED) -> Any:
 def quantized(model: Any, quant: Any, dtype: Any) -> None:
     """``model`` (built in bfloat16) with torchao's ``quant`` applied to each linear layer as
     loading a checkpoint with ``TorchAoConfig`` does (the output head and tied weights kept in
-    ``dtype``, as transformers keeps them), computing in ``dtype``: one layer at a
+    ``dtype``, as transformers keeps them; :func:`.precision.int8_head` then decides the head),
+    computing in ``dtype``: one layer at a
     time widened to ``dtype`` and quantized, then every other weight widened, so a random E2B
     in int8 peaks near its bfloat16 size (9 GB) instead of its float32 one (19 GB)."""
     import torch

@@ -95,16 +95,20 @@ def test_random_weights_refuse_what_they_cannot_be(monkeypatch):
 
 
 def test_random_weights_in_int8_are_torchaos_weight_only_where_transformers_would_put_it():
-    """Every linear layer int8 with a scale a row, computed in float32, but what
-    TorchAoConfig keeps in full precision (the head, tied weights, the last module)."""
+    """Every linear layer int8 with a scale a row, computed in float32, as TorchAoConfig
+    puts it, and the output head too (precision.int8_head), untied from the input
+    embedding, which keeps its float table."""
     pytest.importorskip("torchao")
     from transformers.quantizers.base import get_keys_to_not_convert
     pair = load_pair("tiny", weights="random", dtype="int8")
     for model in (pair.target, pair.drafter_model):
         keep = set(get_keys_to_not_convert(model))
+        head = model.get_output_embeddings()
+        assert any(model.get_submodule(name) is head for name in keep)   # TorchAoConfig would have kept it
         for name, m in model.named_modules():
             if isinstance(m, torch.nn.Linear):
-                assert (type(m.weight).__name__ == "Int8Tensor") == (name not in keep), name
+                assert (type(m.weight).__name__ == "Int8Tensor") == (name not in keep or m is head), name
+        assert type(model.get_input_embeddings().weight) is torch.nn.Parameter
         assert all(p.dtype == torch.float32 for p in model.parameters())
     assert pair.precision == {"target": "int8", "drafter": "int8"}
 

@@ -70,6 +70,15 @@ AVX2 inline float sum8(__m256 v) {   // one fixed order: halves, then pairs
   return _mm_cvtss_f32(s);
 }
 
+// The next rows of W, asked for ahead of use: a block of NB rows is NB short streams (E2B's
+// rows are 1.5-6 KB), too short for the hardware prefetcher to reach full speed on its own, so
+// each line of the block after this one is requested while this one is summed (one request a
+// cache line; a prefetch never faults, so past the end of W it is harmless).
+template <typename W>
+inline void ahead(const W* p, int64_t k) {
+  if ((k * int64_t(sizeof(W))) % 64 == 0) _mm_prefetch(reinterpret_cast<const char*>(p + k), _MM_HINT_T0);
+}
+
 inline float widen(float v) { return v; }
 inline float widen(c10::BFloat16 v) { return static_cast<float>(v); }
 inline float widen(int8_t v) { return static_cast<float>(v); }
@@ -89,6 +98,7 @@ AVX512 void kernel512(const float* xf, int64_t K, const W* w, int64_t n0, int64_
     for (int64_t k = 0; k < K16; k += 16) {
 #pragma GCC unroll 8
       for (int b = 0; b < NB; ++b) {
+        ahead(w + (n + NB + b) * K, k);
         __m512 wv = wide16(w + (n + b) * K + k);
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) acc[b][r] = _mm512_fmadd_ps(_mm512_loadu_ps(xf + r * K + k), wv, acc[b][r]);
@@ -116,6 +126,8 @@ AVX512BF16 void kernel512bf16(const c10::BFloat16* xb, int64_t K, const c10::BFl
     for (int64_t k = 0; k < K32; k += 32) {
 #pragma GCC unroll 8
       for (int b = 0; b < NB; ++b) {
+        ahead(w + (n + NB + b) * K, k);
+        ahead(w + (n + NB + b) * K, k + 16);
         __m512bh wv = (__m512bh)_mm512_loadu_si512(w + (n + b) * K + k);
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r)
@@ -143,6 +155,7 @@ AVX2 void kernel256(const float* xf, int64_t K, const W* w, int64_t n0, int64_t 
     for (int64_t k = 0; k < K8; k += 8) {
 #pragma GCC unroll 8
       for (int b = 0; b < NB; ++b) {
+        ahead(w + (n + NB + b) * K, k);
         __m256 wv = wide8(w + (n + b) * K + k);
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) acc[b][r] = _mm256_fmadd_ps(_mm256_loadu_ps(xf + r * K + k), wv, acc[b][r]);
