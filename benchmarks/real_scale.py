@@ -187,6 +187,10 @@ def study(args, pair, precision: str, llama_type: str, folder: Path, server: str
                     r["tokens"] / r["seconds"] for r in block[f"llama.cpp {llama_type}"])}
 
 
+BUILDS = {"native": "for this CPU (GGML_NATIVE)",
+          "avx2": "for AVX2 + FMA alone, no AVX-512 or AMX (MTP_VIZ_LLAMA_CPP_ISA=avx2)"}
+
+
 def kernel_line() -> str:
     from mtp_viz.engine import kernels
     return f"mtp_viz::rows ({kernels.isa_name()})" if kernels.load() else kernels.note()
@@ -222,6 +226,9 @@ def main() -> int:
     results = {"meta": {"target": args.target, "llama_args": args.llama_args, "weights": "random", "prompt_tokens": args.prompt_tokens,
                         "new_tokens": args.new_tokens, "repeats": args.repeats, "draft_tokens": args.draft_tokens,
                         "alphas": args.alphas, "clock": "wall"}, "threads": {}}
+    # which llama.cpp build ran (scripts/llamacpp.sh: MTP_VIZ_LLAMA_CPP_ISA) and ATen's cap, if set
+    results["meta"]["llama_build"] = os.environ.get("MTP_VIZ_LLAMA_CPP_ISA", "native")
+    results["meta"]["aten_cap"] = os.environ.get("ATEN_CPU_CAPABILITY", "")
     folders = {"bf16": Path(args.gguf_bf16), "q8_0": Path(args.gguf_q8)}
     for llama_type in args.blocks.split(","):
         precision = BLOCKS[llama_type]
@@ -244,7 +251,10 @@ def write_md(args, results: dict, out: Path) -> None:
              "precision of ours beside the llama.cpp type that stores its weights alike, one server resident "
              f"at a time. MTP rows: the compiled engine with the MTP drafter proposing γ={meta['draft_tokens']} "
              "drafts, each kept with the set probability α (every forward real: a random drafter's own drafts "
-             "are noise), so their rate is what that acceptance gives on this machine.", ""]
+             "are noise), so their rate is what that acceptance gives on this machine.", "",
+             f"llama.cpp built {BUILDS.get(meta.get('llama_build', 'native'), meta.get('llama_build'))}"
+             + (f"; ATen capped to {meta['aten_cap']} (ATEN_CPU_CAPABILITY)" if meta.get("aten_cap") else "")
+             + ".", ""]
     for llama_type, b in meta.get("blocks", {}).items():
         lines.append(f"- {b['precision']} beside llama.cpp {llama_type}: a plain step reads "
                      f"{b['step_bytes'] / 1e9:.2f} GB of weights; compiled in {b['compile_seconds']:.0f} s; "

@@ -53,7 +53,8 @@ def weight_bytes(config, dtype, bits: int | None = None) -> int:
     for weight in (_quantized_weights(model) if bits else ()):
         total += _quantized_bytes(weight, bits, dtype) - weight.numel() * dtype.itemsize
     head = model.get_output_embeddings()
-    if bits == 8 and type(head) is torch.nn.Linear:   # precision.int8_head: an int8 copy beside the lookup's table
+    if bits == 8 and type(head) is torch.nn.Linear and getattr(model, "masked_embedding", None) is None:
+        # precision.int8_head: an int8 copy beside the lookup's table
         total += _quantized_bytes(head.weight, bits, dtype)
     return total
 

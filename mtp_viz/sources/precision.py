@@ -200,8 +200,10 @@ def int8_head(model, precision: str | None) -> None:
     1.6 GB in float32 against 0.4 GB in int8, a third of what an int8 step reads. The head is
     quantized on its own (``quantize_`` gives it a new weight), which unties it from the input
     embedding: the lookup keeps its float table (a token reads one row of it). Greedy decoding in
-    int8 is then lossless against plain decoding of this same model, which is what is compared."""
-    if precision != "int8":
+    int8 is then lossless against plain decoding of this same model, which is what is compared.
+    A Gemma 4 assistant with a clustered head (``masked_embedding``) keeps its head: it gathers
+    the rows of its few chosen clusters from the weight itself, and reads no more of it a step."""
+    if precision != "int8" or getattr(model, "masked_embedding", None) is not None:
         return
     import torch
     head = model.get_output_embeddings()

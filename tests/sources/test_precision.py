@@ -155,3 +155,22 @@ def test_on_zerogpu_nothing_is_probed_on_cuda(monkeypatch):
     monkeypatch.setattr(precision, "_runs", lambda *a: pytest.fail("probed CUDA on ZeroGPU"))
     assert precision.quant_type("bfloat16", "cuda") is None
     assert isinstance(precision.quant_type("int8", "cuda"), Int8WeightOnlyConfig)
+
+
+def test_in_int8_the_output_head_is_int8_too_but_a_clustered_assistant_keeps_its_own(tmp_path):
+    """precision.int8_head: the target's head in int8 (a step reads all of it), untied from the
+    embedding's float table; an assistant with a clustered head gathers rows of the weight
+    itself, so it keeps it. The memory estimate counts both as they load, and both decode."""
+    pytest.importorskip("torchao")
+    from factories import save_pair
+    folders = save_pair(tmp_path, gemma_target(), gemma_assistant(ordered=True), word_tokenizer())
+    pair = load_pair(str(folders[0]), drafter=str(folders[1]), dtype="int8")
+    target, drafter = pair.target, pair.drafter_model
+    assert type(target.lm_head.weight).__name__ == "Int8Tensor"
+    assert type(target.get_input_embeddings().weight) is torch.nn.Parameter
+    assert drafter.masked_embedding is not None and type(drafter.lm_head.weight) is torch.nn.Parameter
+    for folder, model in zip(folders, (target, drafter)):
+        cfg = transformers.AutoConfig.from_pretrained(folder)
+        assert memory.weight_bytes(cfg, torch.float32, 8) == real_bytes(model)
+    events = list(pair.generate("w10 w11", max_new_tokens=8, chat=False, draft_tokens=3))
+    assert events[-1].new_tokens == 8
