@@ -88,20 +88,22 @@ inline float widen(int8_t v) { return static_cast<float>(v); }
 // R rows of x, NB rows of W at a time (more independent chains for one row; the order of
 // each output's sum is the same whatever R and NB are).
 template <typename W, int R, int NB>
-AVX512 void kernel512(const float* xf, int64_t K, const W* w, int64_t n0, int64_t n1, float* out, int64_t N) {
+AVX512 void kernel512(const float* xq, int64_t xs, const float* xf, int64_t K, const W* w, int64_t n0, int64_t n1,
+                      float* out, int64_t N) {
   const int64_t K16 = K - K % 16;
   int64_t n = n0;
   for (; n + NB <= n1; n += NB) {
     __m512 acc[NB][R];
     for (int b = 0; b < NB; ++b)
       for (int r = 0; r < R; ++r) acc[b][r] = _mm512_setzero_ps();
-    for (int64_t k = 0; k < K16; k += 16) {
+    const float* xk = xq;
+    for (int64_t k = 0; k < K16; k += 16, xk += xs) {
 #pragma GCC unroll 8
       for (int b = 0; b < NB; ++b) {
         ahead(w + (n + NB + b) * K, k);
         __m512 wv = wide16(w + (n + b) * K + k);
 #pragma GCC unroll 16
-        for (int r = 0; r < R; ++r) acc[b][r] = _mm512_fmadd_ps(_mm512_loadu_ps(xf + r * K + k), wv, acc[b][r]);
+        for (int r = 0; r < R; ++r) acc[b][r] = _mm512_fmadd_ps(_mm512_load_ps(xk + r * 16), wv, acc[b][r]);
       }
     }
     for (int b = 0; b < NB; ++b)
@@ -111,19 +113,20 @@ AVX512 void kernel512(const float* xf, int64_t K, const W* w, int64_t n0, int64_
         out[r * N + n + b] = s;
       }
   }
-  if (n < n1) kernel512<W, R, 1>(xf, K, w, n, n1, out, N);
+  if (n < n1) kernel512<W, R, 1>(xq, xs, xf, K, w, n, n1, out, N);
 }
 
 template <int R, int NB>
-AVX512BF16 void kernel512bf16(const c10::BFloat16* xb, int64_t K, const c10::BFloat16* w, int64_t n0, int64_t n1,
-                              float* out, int64_t N) {
+AVX512BF16 void kernel512bf16(const c10::BFloat16* xq, int64_t xs, const c10::BFloat16* xb, int64_t K,
+                              const c10::BFloat16* w, int64_t n0, int64_t n1, float* out, int64_t N) {
   const int64_t K32 = K - K % 32;
   int64_t n = n0;
   for (; n + NB <= n1; n += NB) {
     __m512 acc[NB][R];
     for (int b = 0; b < NB; ++b)
       for (int r = 0; r < R; ++r) acc[b][r] = _mm512_setzero_ps();
-    for (int64_t k = 0; k < K32; k += 32) {
+    const c10::BFloat16* xk = xq;
+    for (int64_t k = 0; k < K32; k += 32, xk += xs) {
 #pragma GCC unroll 8
       for (int b = 0; b < NB; ++b) {
         ahead(w + (n + NB + b) * K, k);
@@ -131,7 +134,7 @@ AVX512BF16 void kernel512bf16(const c10::BFloat16* xb, int64_t K, const c10::BFl
         __m512bh wv = (__m512bh)_mm512_loadu_si512(w + (n + b) * K + k);
 #pragma GCC unroll 16
         for (int r = 0; r < R; ++r)
-          acc[b][r] = _mm512_dpbf16_ps(acc[b][r], (__m512bh)_mm512_loadu_si512(xb + r * K + k), wv);
+          acc[b][r] = _mm512_dpbf16_ps(acc[b][r], (__m512bh)_mm512_load_si512(xk + r * 32), wv);
       }
     }
     for (int b = 0; b < NB; ++b)
@@ -141,24 +144,26 @@ AVX512BF16 void kernel512bf16(const c10::BFloat16* xb, int64_t K, const c10::BFl
         out[r * N + n + b] = s;
       }
   }
-  if (n < n1) kernel512bf16<R, 1>(xb, K, w, n, n1, out, N);
+  if (n < n1) kernel512bf16<R, 1>(xq, xs, xb, K, w, n, n1, out, N);
 }
 
 template <typename W, int R, int NB>
-AVX2 void kernel256(const float* xf, int64_t K, const W* w, int64_t n0, int64_t n1, float* out, int64_t N) {
+AVX2 void kernel256(const float* xq, int64_t xs, const float* xf, int64_t K, const W* w, int64_t n0, int64_t n1,
+                    float* out, int64_t N) {
   const int64_t K8 = K - K % 8;
   int64_t n = n0;
   for (; n + NB <= n1; n += NB) {
     __m256 acc[NB][R];
     for (int b = 0; b < NB; ++b)
       for (int r = 0; r < R; ++r) acc[b][r] = _mm256_setzero_ps();
-    for (int64_t k = 0; k < K8; k += 8) {
+    const float* xk = xq;
+    for (int64_t k = 0; k < K8; k += 8, xk += xs) {
 #pragma GCC unroll 8
       for (int b = 0; b < NB; ++b) {
         ahead(w + (n + NB + b) * K, k);
         __m256 wv = wide8(w + (n + b) * K + k);
 #pragma GCC unroll 16
-        for (int r = 0; r < R; ++r) acc[b][r] = _mm256_fmadd_ps(_mm256_loadu_ps(xf + r * K + k), wv, acc[b][r]);
+        for (int r = 0; r < R; ++r) acc[b][r] = _mm256_fmadd_ps(_mm256_load_ps(xk + r * 8), wv, acc[b][r]);
       }
     }
     for (int b = 0; b < NB; ++b)
@@ -168,7 +173,7 @@ AVX2 void kernel256(const float* xf, int64_t K, const W* w, int64_t n0, int64_t 
         out[r * N + n + b] = s;
       }
   }
-  if (n < n1) kernel256<W, R, 1>(xf, K, w, n, n1, out, N);
+  if (n < n1) kernel256<W, R, 1>(xq, xs, xf, K, w, n, n1, out, N);
 }
 
 // ---- AMX: C[16 rows of W][R rows of x] += A[16 rows of W][32 k] · B[16 k-pairs][R pairs of x].
@@ -244,28 +249,36 @@ std::vector<c10::BFloat16> pack_pairs(const c10::BFloat16* x, int64_t R, int64_t
 }
 
 // One call of the kernel for R rows: NB chosen so that NB·R accumulators fit the registers
-// (32 zmm, 16 ymm) with room for the weights.
-using Span = void (*)(const void* x, int64_t K, const void* w, int64_t n0, int64_t n1, float* out, int64_t N);
+// (32 zmm, 16 ymm) with room for the weights, and give enough independent sums to keep both FMA
+// units busy. xq is x packed by lanes (see `pack_lanes`), xs its elements per step of K.
+using Span = void (*)(const void* xq, int64_t xs, const void* x, int64_t K, const void* w, int64_t n0, int64_t n1,
+                      float* out, int64_t N);
 
 template <typename W, int R>
-void span512(const void* x, int64_t K, const void* w, int64_t n0, int64_t n1, float* out, int64_t N) {
-  constexpr int NB = R == 1 ? 4 : R <= 3 ? 4 : R <= 6 ? 2 : 1;
-  kernel512<W, R, NB>(static_cast<const float*>(x), K, static_cast<const W*>(w), n0, n1, out, N);
+void span512(const void* xq, int64_t xs, const void* x, int64_t K, const void* w, int64_t n0, int64_t n1,
+             float* out, int64_t N) {
+  constexpr int NB = R <= 3 ? 4 : R <= 8 ? 2 : 1;
+  kernel512<W, R, NB>(static_cast<const float*>(xq), xs, static_cast<const float*>(x), K, static_cast<const W*>(w),
+                      n0, n1, out, N);
 }
 template <int R>
-void span512bf16(const void* x, int64_t K, const void* w, int64_t n0, int64_t n1, float* out, int64_t N) {
-  constexpr int NB = R == 1 ? 4 : R <= 3 ? 4 : R <= 6 ? 2 : 1;
-  kernel512bf16<R, NB>(static_cast<const c10::BFloat16*>(x), K, static_cast<const c10::BFloat16*>(w), n0, n1,
-                       out, N);
+void span512bf16(const void* xq, int64_t xs, const void* x, int64_t K, const void* w, int64_t n0, int64_t n1,
+                 float* out, int64_t N) {
+  constexpr int NB = R <= 3 ? 4 : R <= 8 ? 2 : 1;
+  kernel512bf16<R, NB>(static_cast<const c10::BFloat16*>(xq), xs, static_cast<const c10::BFloat16*>(x), K,
+                       static_cast<const c10::BFloat16*>(w), n0, n1, out, N);
 }
 template <typename W, int R>
-void span256(const void* x, int64_t K, const void* w, int64_t n0, int64_t n1, float* out, int64_t N) {
-  constexpr int NB = R == 1 ? 4 : R <= 2 ? 3 : R <= 4 ? 2 : 1;
-  kernel256<W, R, NB>(static_cast<const float*>(x), K, static_cast<const W*>(w), n0, n1, out, N);
+void span256(const void* xq, int64_t xs, const void* x, int64_t K, const void* w, int64_t n0, int64_t n1,
+             float* out, int64_t N) {
+  constexpr int NB = R <= 2 ? 3 : R <= 6 ? 2 : 1;
+  kernel256<W, R, NB>(static_cast<const float*>(xq), xs, static_cast<const float*>(x), K, static_cast<const W*>(w),
+                      n0, n1, out, N);
 }
 
-// The kernel for (isa, weight kind, R), R = 1..MAX_ROWS; rows past 8 go in chunks of 8 and the
-// rest, which changes nothing of any output's value.
+// The kernel for (isa, weight kind, R), R = 1..PASS; more rows go PASS at a time, which changes
+// nothing of any output's value. PASS = 9 covers a verification of up to 8 drafts in one read of W.
+constexpr int64_t PASS = 9;
 template <template <int> class Table>
 Span pick(int64_t r) {
   switch (r) {
@@ -276,7 +289,8 @@ Span pick(int64_t r) {
     case 5: return Table<5>::f;
     case 6: return Table<6>::f;
     case 7: return Table<7>::f;
-    default: return Table<8>::f;
+    case 8: return Table<8>::f;
+    default: return Table<9>::f;
   }
 }
 template <int R> struct F32x512 { static constexpr Span f = span512<float, R>; };
@@ -286,6 +300,17 @@ template <int R> struct BF16dp { static constexpr Span f = span512bf16<R>; };
 template <int R> struct F32x256 { static constexpr Span f = span256<float, R>; };
 template <int R> struct BF16x256 { static constexpr Span f = span256<c10::BFloat16, R>; };
 template <int R> struct I8x256 { static constexpr Span f = span256<int8_t, R>; };
+
+// x's rows interleaved by lanes: xq[(c·M + m)·L + l] = x[m][c·L + l] for whole chunks c of L
+// values (the kernel's step of K), so the M rows' values for one step are one contiguous,
+// aligned run of cache lines instead of M lines a row's length apart (which can fall into the
+// same few sets of L1 and evict each other). The rest of K, past whole chunks, is read from x.
+template <typename T>
+void pack_lanes(const T* x, int64_t M, int64_t K, int64_t L, T* xq) {
+  for (int64_t c = 0; c < K / L; ++c)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t l = 0; l < L; ++l) xq[(c * M + m) * L + l] = x[m * K + c * L + l];
+}
 
 Span kernel_for(int64_t isa, Kind kind, int64_t r) {
   if (isa >= 3 && kind == BF16) return pick<BF16dp>(r);
@@ -323,6 +348,13 @@ at::Tensor rows(const at::Tensor& x, const at::Tensor& w, const std::optional<at
   float* out = acc.data();
   const char* xp = static_cast<const char*>(xk.data_ptr());
   const int64_t xrow = K * xk.element_size();
+  const int64_t lanes = pairs ? 32 : isa >= 2 ? 16 : 8;   // x's values per step of K in the kernel
+  at::Tensor xpacked = at::empty({(K / lanes) * M * lanes + 64}, xk.options());   // room to align to 64 bytes
+  char* xq = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(xpacked.data_ptr()) + 63) & ~uintptr_t(63));
+  if (pairs)
+    pack_lanes(xk.data_ptr<c10::BFloat16>(), M, K, lanes, reinterpret_cast<c10::BFloat16*>(xq));
+  else
+    pack_lanes(xk.data_ptr<float>(), M, K, lanes, reinterpret_cast<float*>(xq));
   const void* wp = w.data_ptr();
   // AMX takes bfloat16 weights whose rows are whole tiles (K a multiple of 32), rows of W 16 at a time
   const bool amx = kind == BF16 && isa >= 4 && K % 32 == 0 && amx_permitted();
@@ -344,9 +376,10 @@ at::Tensor rows(const at::Tensor& x, const at::Tensor& w, const std::optional<at
       from = std::min(n1, tiled);
       amx_span(xpack.data(), M, K, static_cast<const c10::BFloat16*>(wp), n0, from, out, N);
     }
-    for (int64_t r0 = 0; r0 < M && from < n1; r0 += 8) {
-      const int64_t r = std::min<int64_t>(8, M - r0);
-      kernel_for(isa, kind, r)(xp + r0 * xrow, K, wp, from, n1, out + r0 * N, N);
+    for (int64_t r0 = 0; r0 < M && from < n1; r0 += PASS) {
+      const int64_t r = std::min<int64_t>(PASS, M - r0);
+      kernel_for(isa, kind, r)(xq + r0 * lanes * xk.element_size(), M * lanes, xp + r0 * xrow, K, wp, from, n1,
+                               out + r0 * N, N);
     }
     for (int64_t m = 0; m < M; ++m)   // the scale and the bias after the sum, rounded once to y's type
       for (int64_t n = n0; n < n1; ++n) {
