@@ -18,9 +18,9 @@ from pathlib import Path
 import torch
 
 from mtp_viz.engine.loop import speculative
-from mtp_viz.sources.models import load_pair
-from mtp_viz.paths import assets_dir
 from mtp_viz.engine.schedules import make_schedule
+from mtp_viz.paths import assets_dir
+from mtp_viz.sources.models import load_pair
 
 
 def main() -> None:

@@ -70,6 +70,7 @@ def main():
     ap.add_argument("--compile", action="store_true", help="also the compiled engine, both modes")
     args = ap.parse_args()
     import torch
+
     from mtp_viz.sources.models import load_pair
     torch.set_num_threads(1)
     pair = load_pair("tiny")

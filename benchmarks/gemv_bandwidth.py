@@ -3,7 +3,12 @@ bytes: the bound a step of a real Gemma 4 shape decodes at (docs/real-scale.md).
 
     python benchmarks/gemv_bandwidth.py     # 1 torch thread; medians of 7
 """
-import torch, time, statistics, torch.nn.functional as F
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
 torch.set_num_threads(1)
 def med(fn, r=7):
     fn(); ts=[]

@@ -49,8 +49,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE)]  # this checkout's mtp_viz (as app.py uses it), load_clients
-from load_clients import (ROOT, TOKENS, Server, call, http_client, leave, plain_call,  # noqa: E402
-                          token_ids)
+from load_clients import ROOT, TOKENS, Server, call, http_client, leave, plain_call, token_ids  # noqa: E402
 from mtp_viz.app.runtime.deploy import env_sessions  # noqa: E402 - no torch, no gradio
 
 # code prompts for the bundled code model, each with its own greedy continuation

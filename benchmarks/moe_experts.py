@@ -48,8 +48,8 @@ import torch
 from transformers import Gemma4ForCausalLM, Gemma4TextConfig
 
 from mtp_viz.engine import theory
-from mtp_viz.engine.experts import ExpertTap
 from mtp_viz.engine.decoder import EagerDecoder
+from mtp_viz.engine.experts import ExpertTap
 
 ROOT = Path(__file__).resolve().parent.parent
 GAMMAS = tuple(range(1, 9))

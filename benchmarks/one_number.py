@@ -33,7 +33,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from app_speedup import ARGS, ROOT, bench, free_port, ready_page  # noqa: E402
-
 from mtp_viz.prompts import code_suite, load_prompts  # noqa: E402
 
 LAUNCH = """

@@ -6,7 +6,6 @@ from pathlib import Path
 import pytest
 import torch
 
-
 from mtp_viz.paths import assets_dir
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,8 +19,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from mtp_viz.analysis import metrics
 from mtp_viz.engine.drafters.mtp import MTPDrafter
-from mtp_viz.engine.loop import speculative
 from mtp_viz.engine.events import Done
+from mtp_viz.engine.loop import speculative
 from mtp_viz.engine.sampling import Sampling
 
 from .models import DEFAULT_DRAFT_TOKENS

@@ -19,11 +19,11 @@ from mtp_viz.engine.decoding import Sampling
 from mtp_viz.engine.events import Start
 from mtp_viz.errors import UserError
 from mtp_viz.measure import server, traffic
-from mtp_viz.sources.settings import RunSettings
-from mtp_viz.sources.prometheus import delta
-from mtp_viz.sources.http import ServerError, public
-from mtp_viz.sources.servers import Servers
 from mtp_viz.sources import open_server
+from mtp_viz.sources.http import ServerError, public
+from mtp_viz.sources.prometheus import delta
+from mtp_viz.sources.servers import Servers
+from mtp_viz.sources.settings import RunSettings
 from mtp_viz.views import document
 from mtp_viz.views.document import Table
 

@@ -37,7 +37,6 @@ from .stopwatch import Stopwatch
 from .text import TAIL
 from .topk import TopK, no_fields
 
-
 MAX_DRAFT = 16   # speculative()'s cap on a draft's length, and the room its cache keeps for one
 
 

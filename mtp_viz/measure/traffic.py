@@ -33,9 +33,9 @@ from typing import Any, Callable, Iterator, Sequence
 
 from mtp_viz.engine.events import Done, Error, Event, Step
 from mtp_viz.errors import UserError
-from mtp_viz.sources.settings import RunSettings
-from mtp_viz.sources.servers import Servers
 from mtp_viz.sources import open_server
+from mtp_viz.sources.servers import Servers
+from mtp_viz.sources.settings import RunSettings
 
 MAX_CONCURRENCY = 16   # the most clients at once a sweep may ask for (the app's limit too)
 MAX_REQUESTS = 256     # requests per level at most

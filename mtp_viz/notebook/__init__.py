@@ -159,9 +159,9 @@ def _show_charts(events: list[Event]) -> None:
 
     from IPython.display import display
 
+    from mtp_viz.engine.events import Start
     from mtp_viz.views import charts
     from mtp_viz.views.notebook import chart_html
-    from mtp_viz.engine.events import Start
     spec = any(isinstance(e, Start) and e.mode == "speculative" for e in events)
     runs = (events, ()) if spec else ((), events)  # the charts take (speculative, autoregressive)
     for chart in charts.CHARTS:

@@ -15,6 +15,7 @@ import threading
 
 import pytest
 
+from forms import statuses, values
 from mtp_viz.app.handlers import beside, local
 from mtp_viz.app.runtime import deploy, runs, service
 from mtp_viz.app.runtime.guard import ServerPolicy
@@ -24,7 +25,6 @@ from mtp_viz.measure import arms, reduce
 from mtp_viz.measure.compare import DecoderRow, Measurement
 from mtp_viz.sources.settings import RunSettings
 from mtp_viz.views import stats
-from forms import statuses, values
 from streams import EVIL, ar_run, spec_run
 
 OPEN = deploy.AllowList("")

@@ -84,8 +84,8 @@ def test_one_off_api_calls_cannot_pile_up_sessions(tmp_path, monkeypatch):
     """Every plain HTTP call is a new Gradio session holding a copy of the page's config;
     ``MTP_VIZ_MAX_SESSIONS`` bounds how many the server keeps, and it keeps serving."""
     from factories import save_gemma_pair
-    from serving import serve
     from mtp_viz.app.page import layout as ui
+    from serving import serve
     lt = _module()
     monkeypatch.setenv("MTP_VIZ_MAX_SESSIONS", "3")
     target, _ = save_gemma_pair(tmp_path)

@@ -11,8 +11,7 @@ import pytest
 import torch
 
 from factories import gemma_assistant, gemma_multimodal, gemma_target, greedy_reference, llama, word_tokenizer
-from mtp_viz.engine import compiled, static
-from mtp_viz.engine import loop as engine
+from mtp_viz.engine import compiled, loop as engine, static
 from mtp_viz.engine.drafters.mtp import MTPDrafter
 from mtp_viz.engine.sampling import Sampling
 from mtp_viz.sources.models import from_models

@@ -11,8 +11,7 @@ import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from factories import gemma_assistant, gemma_target
-from mtp_viz.engine import compiled, graphs
-from mtp_viz.engine import loop
+from mtp_viz.engine import compiled, graphs, loop
 from mtp_viz.engine.drafters.mtp import MTPDrafter
 from mtp_viz.engine.graphs import Graph, Progress
 from mtp_viz.engine.schedules import SCHEDULES, make_schedule

@@ -8,13 +8,21 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, Gemma4ForCausalLM
 
-from factories import (ScriptDrafter, gemma_assistant, gemma_multimodal, greedy_reference, save_pair,
-                       unified_assistant, unified_target, word_tokenizer)
+from factories import (
+    ScriptDrafter,
+    gemma_assistant,
+    gemma_multimodal,
+    greedy_reference,
+    save_pair,
+    unified_assistant,
+    unified_target,
+    word_tokenizer,
+)
 from invariants import check_invariants, generated
 from mtp_viz.analysis.anatomy import anatomy
-from mtp_viz.views.anatomy import anatomy_html
 from mtp_viz.engine.loop import speculative
 from mtp_viz.sources.models import from_models, load_pair
+from mtp_viz.views.anatomy import anatomy_html
 
 V, WINDOW, N = 512, 16, 24
 

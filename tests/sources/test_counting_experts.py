@@ -13,8 +13,8 @@ from mtp_viz.errors import UserError
 from mtp_viz.sources import trace
 from mtp_viz.sources.local import DENSE, LocalSource
 from mtp_viz.sources.models import load_pair
-from mtp_viz.sources.settings import RunSettings
 from mtp_viz.sources.servers import Servers
+from mtp_viz.sources.settings import RunSettings
 from mtp_viz.sources.vllm.source import VllmSource
 
 PROMPT = " ".join(f"w{i}" for i in range(10, 40))

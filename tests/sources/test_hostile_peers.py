@@ -16,6 +16,7 @@ from mtp_viz.errors import UserError
 from mtp_viz.sources import http, prometheus
 from mtp_viz.sources.vllm import client
 
+
 @pytest.fixture
 def serve():
     with hostile.serving() as start:
@@ -289,6 +290,7 @@ def test_the_shipped_examples_pass_the_checks():
 def test_steps_csv_neutralizes_formulas_in_text_cells(reason):
     import csv
     import io
+
     from mtp_viz.views import export
     spec = trace.loads(_run_events(**{"3.reason": reason}))
     rows = list(csv.DictReader(io.StringIO(export.steps_csv(spec), newline="")))
@@ -301,6 +303,7 @@ def test_steps_csv_neutralizes_formulas_in_text_cells(reason):
 def test_steps_csv_leaves_plain_text_and_numbers_alone():
     import csv
     import io
+
     from mtp_viz.views import export
     spec = [Start("speculative", 1, (1,), {}), Step(2, 4, 1, 2, reason="acceptance 25% < 50%: shorter",
                                                   cut="eos", t=0.5)]

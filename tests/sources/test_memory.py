@@ -5,8 +5,14 @@ import pytest
 import torch
 import transformers
 
-from factories import (gemma_assistant, gemma_multimodal, gemma_target, save_gemma_pair, unified_assistant,
-                       unified_target)
+from factories import (
+    gemma_assistant,
+    gemma_multimodal,
+    gemma_target,
+    save_gemma_pair,
+    unified_assistant,
+    unified_target,
+)
 from mtp_viz.errors import UserError
 from mtp_viz.sources import memory
 from mtp_viz.sources.models import load_pair

@@ -4,9 +4,9 @@ import re
 
 import pytest
 
+from mtp_viz.engine.events import Accepted, Bonus, Drafted, Rejected, Start, Step, Token
 from mtp_viz.views.anatomy import anatomy_html
 from mtp_viz.views.inspector import acceptance, find, inspector_html
-from mtp_viz.engine.events import Accepted, Bonus, Drafted, Rejected, Start, Step, Token
 
 EVIL = '<img src=x onerror="alert(1)">'
 

@@ -23,10 +23,10 @@ from mtp_viz.engine.engines import COMPILE_ALIAS
 from mtp_viz.errors import UserError
 from mtp_viz.measure import compare
 from mtp_viz.measure.peers import STOPPED, PeerArm, numbered
-from mtp_viz.views import stats
-from mtp_viz.views.frame import Frame
 from mtp_viz.sources.http import ServerError
 from mtp_viz.sources.settings import RunSettings
+from mtp_viz.views import stats
+from mtp_viz.views.frame import Frame
 
 from . import form
 from .recorded import message, outputs

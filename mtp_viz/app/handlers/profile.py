@@ -20,8 +20,7 @@ from mtp_viz.app.runtime import runs, work
 from mtp_viz.errors import UserError, clip
 from mtp_viz.measure import profile
 from mtp_viz.sources.settings import RunSettings
-from mtp_viz.views import tokens
-from mtp_viz.views import profile as view
+from mtp_viz.views import profile as view, tokens
 from mtp_viz.views.frame import Frame
 
 from .gate import CUSTOM, Gate

@@ -20,19 +20,19 @@ from typing import Any
 import gradio as gr
 
 from mtp_viz.app.handlers.beside import Peers
-from mtp_viz.app.handlers.recorded import Traces
 from mtp_viz.app.handlers.local import CUSTOM, EXPERTS_WAITING, Handlers
+from mtp_viz.app.handlers.recorded import Traces
 from mtp_viz.app.handlers.traffic import TrafficHandlers
 from mtp_viz.app.handlers.vllm import ServerHandlers
 from mtp_viz.app.runtime import deploy, pairs, runs, service, work
 from mtp_viz.app.runtime.guard import ServerPolicy
-from mtp_viz.views import charts, explain, export, stats, tokens
-from mtp_viz.views.charts import EXPERTS_PLOT
 from mtp_viz.engine.drafters import DRAFTERS
 from mtp_viz.engine.engines import ENGINES, default_engine
 from mtp_viz.engine.schedules import SCHEDULES
 from mtp_viz.sources.precision import fastest
 from mtp_viz.sources.settings import DEFAULT_DRAFT_TOKENS, DEFAULT_MAX_NEW_TOKENS
+from mtp_viz.views import charts, explain, export, stats, tokens
+from mtp_viz.views.charts import EXPERTS_PLOT
 
 from . import inspector, profile, tabs, teach, vllm, wiring
 from .controls import Dropdown

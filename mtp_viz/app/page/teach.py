@@ -14,8 +14,8 @@ from typing import Any
 import gradio as gr
 
 from mtp_viz.app.handlers import links
-from mtp_viz.views import explain, tokens
 from mtp_viz.prompts import category_suite
+from mtp_viz.views import explain, tokens
 
 TOUR_KEY = "mtp-viz-tour-done"   # localStorage: set once the tour is finished or closed
 PRESENTER_CLASS = "mv-presenter"  # on <body> with ?presenter=1

@@ -18,8 +18,8 @@ from mtp_viz.app.handlers.local import CUSTOM, OUTPUTS, Handlers
 from mtp_viz.app.handlers.vllm import HINT, ServerHandlers, capabilities
 from mtp_viz.app.runtime import deploy
 from mtp_viz.engine.engines import ENGINES, resolve
-from mtp_viz.views import charts, tokens
 from mtp_viz.prompts import Prompt, category_suite, code_suite, load_prompts
+from mtp_viz.views import charts, tokens
 
 from . import inspector, teach, vllm
 

@@ -7,8 +7,8 @@ import os
 from typing import Any
 
 from mtp_viz.errors import UserError
-from mtp_viz.sources.presets import PRESETS, canonical, display_name, resolve
 from mtp_viz.sources.precision import PRECISIONS, Precision, precision_name
+from mtp_viz.sources.presets import PRESETS, canonical, display_name, resolve
 
 from .pairs import pair_key
 

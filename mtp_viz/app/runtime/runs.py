@@ -16,12 +16,12 @@ import threading
 import time
 from typing import Any, Callable, Iterable, Iterator
 
-from mtp_viz.views import captions, charts, stats, theory, tokens
-from mtp_viz.views.frame import PANE, Frame
 from mtp_viz.engine.events import Error, Event
 from mtp_viz.engine.schedules import ScheduleCache
 from mtp_viz.sources.base import WARM_UP_TOKENS, Source
 from mtp_viz.sources.settings import RunSettings
+from mtp_viz.views import captions, charts, stats, theory, tokens
+from mtp_viz.views.frame import PANE, Frame
 
 from . import deploy, pairs, service, work
 from .deploy import FRAMES_PER_SECOND
@@ -340,8 +340,8 @@ def load_and_warm(target: str, drafter: str | None, precision: Any = None, engin
 
 def warm(pair: Any) -> Any:
     """``pair``, warmed through the app's path (:func:`warm_up`) so its first run is timed warm."""
-    from mtp_viz.views import inspector
     from mtp_viz.sources.local import LocalSource
+    from mtp_viz.views import inspector
     warm_up(LocalSource(pair), top=inspector.TOP)
     return pair
 
