@@ -32,14 +32,14 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-
 from mtp_viz.analysis import metrics
 from mtp_viz.engine import loop as engine
 from mtp_viz.measure.records import Setting
 from mtp_viz.measure.runner import Runner
 from mtp_viz.prompts import load_prompts
 from mtp_viz.sources.settings import RunSettings
+
+ROOT = Path(__file__).resolve().parent.parent
 
 VARIANTS = ("cropped", "stale", "transformers")
 

@@ -163,6 +163,6 @@ def test_quick_pipeline(tmp_path):
     assert (tmp_path / "target" / "config.json").exists()
     assert (tmp_path / "drafter" / "config.json").exists()
     assert (tmp_path / "eval_prompts.json").exists()
-    log = [json.loads(l) for l in (tmp_path / "logs" / "drafter_log.jsonl").read_text().splitlines()]
+    log = [json.loads(line) for line in (tmp_path / "logs" / "drafter_log.jsonl").read_text().splitlines()]
     checks = [r for r in log if r["event"] == "parallel_vs_sequential_check"]
     assert len(checks) == 2 and all(r["passed"] for r in checks)

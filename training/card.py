@@ -22,7 +22,7 @@ def _tau(r: dict) -> float:
 
 
 def _read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(l) for l in path.read_text().splitlines() if l.strip()] if path.exists() else []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
 def _target_points(log: list[dict]) -> list[dict]:
@@ -221,7 +221,7 @@ def write_card(out: Path, bench_path: Path | None = None) -> Path:
         "",
         "| | target (`target/`) | drafter (`drafter/`) |",
         "|---|---|---|",
-        f"| class | `Gemma4ForCausalLM` | `Gemma4AssistantForCausalLM` |",
+        "| class | `Gemma4ForCausalLM` | `Gemma4AssistantForCausalLM` |",
         f"| parameters | {t_start['params']:,} | {d_start['params']:,} |",
         f"| size on disk (bfloat16 weights, with tokenizer) | {_mb(_size(out / 'target'))} | {_mb(_size(out / 'drafter'))} |",
         f"| layers | {tcfg['num_hidden_layers']} ({', '.join(t[:1] for t in tcfg['layer_types'])}: s = sliding, f = full) "
@@ -272,7 +272,7 @@ def write_card(out: Path, bench_path: Path | None = None) -> Path:
         f"(about {sum(d['tokens_seen'] for d in t_dones) / t_start['train_tokens']:.1f} epochs), "
         f"{sum(d['elapsed_s'] for d in t_dones) / 60:.1f} min.",
         f"  Final loss: train {t_done['loss_ema']:.3f} (EMA), held-out {t_done['val_loss']:.3f} nats/token.",
-        f"* Drafter: trained against the frozen target exactly as it is fed at inference: for an anchor m, step 1 sees",
+        "* Drafter: trained against the frozen target exactly as it is fed at inference: for an anchor m, step 1 sees",
         "  `concat(target_embed(x_m), h_{m-1})` (target's last-layer activation), later steps the embedding of the",
         "  previous token and the drafter's own projected state, all at the constant position m, attending to the",
         "  target's shared K/V of positions < m. All anchors of a sequence are computed in parallel with explicit",

@@ -39,9 +39,9 @@ def _arrow(x1: float, y1: float, x2: float, y2: float, label: str = "", dashed: 
 
 
 def _svg(a: Anatomy) -> str:
-    kv = "; ".join(f"{'full' if l.attention == 'full_attention' else 'sliding'}: target layer "
-                   f"{l.reads_target_layer}" for l in a.layers)
-    kv_shape = ", ".join(sorted({f"{l.kv_heads}×{l.head_dim}" for l in a.layers}))
+    kv = "; ".join(f"{'full' if layer.attention == 'full_attention' else 'sliding'}: target layer "
+                   f"{layer.reads_target_layer}" for layer in a.layers)
+    kv_shape = ", ".join(sorted({f"{layer.kv_heads}×{layer.head_dim}" for layer in a.layers}))
     c = a.clustered
     head = (_box(660, 150, 190, 110, "clustered head", f"{c.centroids} centroids",
                  f"top {c.top_clusters} clusters scored", f"{c.candidates} candidate tokens",

@@ -19,7 +19,7 @@ from forms import statuses, values
 from mtp_viz.app.handlers import beside, local
 from mtp_viz.app.runtime import deploy, runs, service
 from mtp_viz.app.runtime.guard import ServerPolicy
-from mtp_viz.engine.events import Ran, Start
+from mtp_viz.engine.events import Ran
 from mtp_viz.errors import UserError
 from mtp_viz.measure import arms, reduce
 from mtp_viz.measure.compare import DecoderRow, Measurement

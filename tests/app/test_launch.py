@@ -118,7 +118,7 @@ def test_a_pair_no_preset_names_is_shown_by_its_folders_names(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import mtp_viz
-    from mtp_viz.app.runtime import deploy, service
+    from mtp_viz.app.runtime import deploy
     from mtp_viz.sources.presets import resolve
     target, assistant = resolve("tiny")
     shutil.copytree(target, tmp_path / "my-coder")

@@ -100,7 +100,7 @@ def test_the_anatomy_panel_reads_the_wrapper(kind, pair):
     assert (a.target_layers, a.target_width, a.vocab) == (4, 64, 512)
     assert (a.drafter_layers, a.drafter_width, a.input_width, a.projected_width, a.state_width) == (2, 32, 128, 32, 64)
     # each drafter layer reads the K/V of the target's last layer of its attention type
-    assert [(l.attention, l.reads_target_layer, l.kv_heads, l.head_dim) for l in a.layers] == [
+    assert [(layer.attention, layer.reads_target_layer, layer.kv_heads, layer.head_dim) for layer in a.layers] == [
         ("sliding_attention", 3, 1, 32), ("full_attention", 4, 1, 32)]
     assert a.target_params == sum(p.numel() for p in pair.target.parameters())
     if kind == "multimodal":
