@@ -48,7 +48,8 @@ SHOW = """
 import io, json, re, sys
 import mtp_viz
 from mtp_viz.notebook import show_measurement
-prompt, runs, tokens, draft, repeats = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+prompt, runs, tokens, draft, repeats = (sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]),
+                                        int(sys.argv[5]))
 pair = mtp_viz.load_pair("tiny")
 shown = []
 for _ in range(runs):

@@ -10,8 +10,9 @@ from mtp_viz.paths import assets_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = assets_dir() / "tiny"
-# Acceptance floors for the shipped pair on held-out code: greedy, draft length ACCEPT_DRAFT_TOKENS, the first
-# ACCEPT_PROMPTS evaluation prompts, ACCEPT_NEW_TOKENS tokens each, through the engine and mtp_viz.analysis.metrics. There the
+# Acceptance floors for the shipped pair on held-out code: greedy, draft length ACCEPT_DRAFT_TOKENS, the
+# first ACCEPT_PROMPTS evaluation prompts, ACCEPT_NEW_TOKENS tokens each, through the engine and
+# mtp_viz.analysis.metrics. There the
 # shipped pair (the 2-layer, 128-wide drafter) measured first-position acceptance 0.848 and 4.36 tokens per target
 # forward, and the 1-layer, 256-wide drafter it replaced 0.857 and 4.11: that one, a weaker drafter, or one fed
 # differently from how it was trained, falls below.

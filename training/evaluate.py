@@ -2,10 +2,10 @@
 
     python -m training.evaluate --out mtp_viz/assets/tiny
 
-Decoding runs through the project's own engine (`mtp_viz.engine.loop.speculative` with `mtp_viz.engine.drafters.MTPDrafter`),
-and the figures come from `mtp_viz.analysis.metrics` over its event stream, so they are the ones the app and
-`mtp-viz bench` report. Every output is checked against `target.generate(do_sample=False)` (speculative decoding
-must not change the output).
+Decoding runs through the project's own engine (`mtp_viz.engine.loop.speculative` with
+`mtp_viz.engine.drafters.MTPDrafter`), and the figures come from `mtp_viz.analysis.metrics` over its event stream,
+so they are the ones the app and `mtp-viz bench` report. Every output is checked against
+`target.generate(do_sample=False)` (speculative decoding must not change the output).
 """
 
 from __future__ import annotations

@@ -129,7 +129,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"mtp-viz profile: {other.compile_note}", file=sys.stderr)
         else:
             pairs[engine] = other
-    result = study(pairs, prompt_tokens=args.prompt_tokens, new_tokens=args.max_new_tokens, draft_tokens=args.draft_tokens,
+    result = study(pairs, prompt_tokens=args.prompt_tokens, new_tokens=args.max_new_tokens,
+                   draft_tokens=args.draft_tokens,
                    max_draft_tokens=args.max_draft_tokens, alphas=alphas, repeats=args.repeats)
     describe(result, pair, args.target)
     result["meta"]["precision_choice"] = choice

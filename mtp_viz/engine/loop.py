@@ -156,7 +156,8 @@ def _speculative(kv: RunCache, drafter: Drafter, prompt_ids: list[int], schedule
         # -- accept: decide, cut at EOS / the token limit, emit, crop the cache ----------
         drafts = proposal.tokens
         n, nxt, p = _decide(sampler, fwd, proposal)
-        new, cut, stop_reason = limit(drafts[:n] + [nxt], g.eos_token_ids, g.max_new_tokens - (len(ids) - len(prompt_ids)))
+        new, cut, stop_reason = limit(drafts[:n] + [nxt], g.eos_token_ids,
+                                      g.max_new_tokens - (len(ids) - len(prompt_ids)))
         kept = min(n, len(new))  # drafts emitted; below n only when an EOS cut the step
         extra = tops.verdict(ids, fwd.logits, p, drafts, proposal.q, n) if tops else no_fields
         yield from _verdict_events(step, ids, proposal, token_probs(fwd.logits, p, drafts, n, nxt), n, new, text,
@@ -242,7 +243,8 @@ def _verify(kv: RunCache, newest: list[int], drafts: list[int], want_state: bool
 def run_setting(kv: RunCache, g: Generation) -> dict:
     """The start event's settings both modes share."""
     return {"max_new_tokens": g.max_new_tokens, **g.sampling.as_dict(), "clock": clock_basis(g.clock),
-            "threads": torch.get_num_threads(), "experts": experts_setting(kv.decoder.model, g.experts), "engine": kv.engine,
+            "threads": torch.get_num_threads(), "experts": experts_setting(kv.decoder.model, g.experts),
+            "engine": kv.engine,
             "ran": kv.decoder.ran.as_dict()}
 
 

@@ -217,7 +217,8 @@ def sweeping(servers: Servers, prompts: Sequence[str], levels: Sequence[int], re
              stop: threading.Event | None = None, highest: int = MAX_CONCURRENCY,
              max_requests: int = MAX_REQUESTS) -> Iterator[tuple[str, TrafficResult]]:
     """Every level on both servers, as it goes: before each level ``(what runs next, the
-    result so far)``, and at the end ``("", the result)``. ``highest`` and ``max_requests`` bound the levels and the requests per level (never
+    result so far)``, and at the end ``("", the result)``. ``highest`` and ``max_requests``
+    bound the levels and the requests per level (never
     past :data:`MAX_CONCURRENCY` and :data:`MAX_REQUESTS`)."""
     highest, max_requests = min(highest, MAX_CONCURRENCY), min(max_requests, MAX_REQUESTS)
     if not 1 <= requests <= max_requests:

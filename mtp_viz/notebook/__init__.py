@@ -27,7 +27,8 @@ from mtp_viz.errors import UserError, clip
 from mtp_viz.sources.noise import quiet_known_noise
 from mtp_viz.views.notebook import in_notebook
 
-__all__ = ["embed_plotlyjs", "in_notebook", "quiet_known_noise", "show", "show_anatomy", "show_events", "show_measurement", "show_side_by_side"]
+__all__ = ["embed_plotlyjs", "in_notebook", "quiet_known_noise", "show", "show_anatomy", "show_events",
+           "show_measurement", "show_side_by_side"]
 
 FRAME_SECONDS = 0.25   # the inline view is redrawn at most this often while a run streams
 

@@ -381,7 +381,8 @@ def test_pair_loader_loads_once_per_pair_however_it_is_written(tmp_path):
                  str(tmp_path / "m" / ".." / "m")]
     states = [loader.wait(PairSpec(s), timeout=5) for s in spellings]
     assert len(calls) == 1 and all(s.pair is states[0].pair for s in states)
-    assert pairs.pair_key("tiny", None) == pairs.pair_key(*__import__("mtp_viz.sources.presets").sources.presets.resolve("tiny"))
+    assert pairs.pair_key("tiny", None) == pairs.pair_key(
+        *__import__("mtp_viz.sources.presets").sources.presets.resolve("tiny"))
     bad = loader.wait(PairSpec("bad"), timeout=5)
     assert bad.status == "error" and bad.message == "no such model"
 

@@ -105,7 +105,8 @@ def test_measure_names_the_fastest_plain_decoder_and_tables_every_decoder():
 
 def test_measure_alone_or_fastest_itself_says_no_more():
     assert "measure-decoders" not in stats.measurement_html(_measurement(), Ran())
-    slower = stats.measurement_html(_measurement(DecoderRow("llama.cpp", "llamacpp", "plain", 50.0, "wall", True)), Ran())
+    slower = stats.measurement_html(_measurement(DecoderRow("llama.cpp", "llamacpp", "plain", 50.0, "wall", True)),
+                                    Ran())
     assert "data-fastest-plain" not in slower and 'data-decoder="this eager engine"' in slower
     assert re.search(r'data-setting="plain" data-tps="100.000" data-over-fastest="1.0000" data-fastest>', slower)
 

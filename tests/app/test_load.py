@@ -59,7 +59,8 @@ def test_small_load_test_against_the_real_app(tmp_path):
     assert len(s["rss_mb"]) == 11 and s["rss_mb"][0][1] > 100  # a real server holding a real model
     assert s["growth_mb"] < 50
     f = r["flood"]
-    assert (f["calls"], f["bad_inputs"], f["expected_errors"], f["unexpected"], r["max_sessions"]) == (30, 30, 30, 0, 10)
+    assert (f["calls"], f["bad_inputs"], f["expected_errors"], f["unexpected"], r["max_sessions"]) == \
+        (30, 30, 30, 0, 10)
     assert "**Verdict:** PASS" in (tmp_path / "load_test.md").read_text()
 
 

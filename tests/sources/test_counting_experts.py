@@ -100,7 +100,8 @@ def _start(experts) -> str:
 
 
 @pytest.mark.parametrize("line, sentence", [
-    (_step(experts_per_layer=[2, -1]), "has a 'experts_per_layer' that is not at most 1024 expert counts from 0 to 4096"),
+    (_step(experts_per_layer=[2, -1]),
+     "has a 'experts_per_layer' that is not at most 1024 expert counts from 0 to 4096"),
     (_step(experts_per_layer=[2, 5000]), "has a 'experts_per_layer' that is not at most 1024 expert counts"),
     (_step(experts_per_layer=[2] * 1025), "has a 'experts_per_layer' that is not at most 1024 expert counts"),
     (_step(experts_per_layer=[2, 2.5]), "has a field of the wrong type"),

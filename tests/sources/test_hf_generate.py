@@ -407,7 +407,8 @@ def test_show_draws_the_recorded_call_and_save_writes_a_trace_the_reader_reads(t
     from mtp_viz.sources import trace
     from mtp_viz.sources.presets import resolve
     target_dir, drafter_dir = resolve("tiny")
-    target, drafter = AutoModelForCausalLM.from_pretrained(target_dir), AutoModelForCausalLM.from_pretrained(drafter_dir)
+    target, drafter = (AutoModelForCausalLM.from_pretrained(target_dir),
+                       AutoModelForCausalLM.from_pretrained(drafter_dir))
     ids = AutoTokenizer.from_pretrained(target_dir)("def parse(line):\n", return_tensors="pt")
     with mtp_viz.record(target) as rec:
         out = target.generate(**ids, assistant_model=drafter, max_new_tokens=20, do_sample=False)

@@ -141,7 +141,8 @@ def test_one_best_draft_length_on_the_measure_tab():
     from mtp_viz.views import explain, theory as panels
     chk = theory_check(spec_run(), ar_run(dt=0.05))
     w = what_if(chk)
-    row = re.search(r"best draft length γ\*</td><td></td><td>(\d+) \(×([\d.]+) estimated: the What-if", panels.theory_panel_html(chk))
+    row = re.search(r"best draft length γ\*</td><td></td><td>(\d+) \(×([\d.]+) estimated: the What-if",
+                    panels.theory_panel_html(chk))
     assert row and int(row.group(1)) == w.best and float(row.group(2)) == pytest.approx(w.best_row.speedup, abs=0.006)
     table = explain.what_if_html(w)
     assert table.count("★") == 1 and f'data-best="{w.best}"' in table
@@ -202,7 +203,8 @@ def test_empty_figures_have_a_hint():
 
 
 def test_app_modules_do_not_import_torch():
-    code = ("import sys, mtp_viz.app.page.layout, mtp_viz.views.tokens, mtp_viz.app.runtime.service, mtp_viz.app.runtime.runs, "
+    code = ("import sys, mtp_viz.app.page.layout, mtp_viz.views.tokens, mtp_viz.app.runtime.service, "
+            "mtp_viz.app.runtime.runs, "
             "mtp_viz.app.handlers.local, mtp_viz.views.theory; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120,

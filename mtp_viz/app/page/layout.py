@@ -125,7 +125,8 @@ def _model_column(first: FirstPair, choices: list, policy: ServerPolicy, cap: in
     with gr.Row():
         max_new_tokens = gr.Slider(1, cap, value=min(DEFAULT_MAX_NEW_TOKENS, cap), step=1, label="Max new tokens",
                                    elem_id="max-new")
-        draft_tokens = gr.Slider(1, 16, value=DEFAULT_DRAFT_TOKENS, step=1, label="Draft tokens", elem_id="draft-tokens")
+        draft_tokens = gr.Slider(1, 16, value=DEFAULT_DRAFT_TOKENS, step=1, label="Draft tokens",
+                                 elem_id="draft-tokens")
     return dict(model=model, load_btn=load_btn, custom_row=custom_row, custom_target=custom_target,
                 custom_drafter=custom_drafter, server=server, model_status=model_status,
                 max_new_tokens=max_new_tokens, draft_tokens=draft_tokens)
@@ -230,11 +231,10 @@ def _settings(first: FirstPair, allow: deploy.AllowList, peers: str = "") -> dic
                                     info="the same as Engine: compiled engine"))
         with gr.Row():
             c.update(
-                repeats=gr.Slider(2, 15, value=5, step=1, label="Measure: repeats of each mode",
-                                  elem_id="repeats"),
+                repeats=gr.Slider(2, 15, value=5, step=1, label="Measure: repeats of each mode", elem_id="repeats"),
                 # what Measure times beside the pair, each against the fastest plain decoder (handlers.beside)
-                measure_compiled=gr.Checkbox(False, label="Measure beside: the compiled engine", elem_id="measure-compiled",
-                                             interactive=allow.compile,
+                measure_compiled=gr.Checkbox(False, label="Measure beside: the compiled engine",
+                                             elem_id="measure-compiled", interactive=allow.compile,
                                              info="its plain decoding of the same models, compiled before any timing"
                                              if allow.compile else "not offered on this deployment"),
                 measure_peers=gr.Textbox(peers, label="Measure beside: servers of this model",

@@ -55,7 +55,8 @@ def env_dtype() -> str | None:
 
 
 def env_sessions() -> int:
-    """The most sessions Gradio keeps in memory (``MTP_VIZ_MAX_SESSIONS``); see :func:`mtp_viz.app.page.layout.launch`."""
+    """The most sessions Gradio keeps in memory (``MTP_VIZ_MAX_SESSIONS``); see
+    :func:`mtp_viz.app.page.layout.launch`."""
     return env_int("MTP_VIZ_MAX_SESSIONS", 200)
 
 

@@ -249,7 +249,8 @@ def compare_frames(source: Source, s: RunSettings, sess: Session, *, frame_inter
         level="warn" if stopped else "info"))
 
 
-COMPILE_POLL = 1.0   # seconds between status lines while a run's graphs compile (each frame is Gradio work beside the compile)
+# seconds between status lines while a run's graphs compile (each frame is Gradio work beside the compile)
+COMPILE_POLL = 1.0
 COMPILE_TICK = 0.1   # seconds between looks for a graph that started (a line only when one did, or POLL passed)
 WARM_FRAMES = 0.05   # seconds between the warm-up's frames (see warm_up)
 # A first run as the page starts (#max-new 64, #draft-tokens 4, the constant schedule,
@@ -368,4 +369,5 @@ def final_frame(sess: Session) -> Frame:
                  theory=theory.theory_panel_html(theory_check(sess.spec, sess.ar or None)), last=True)
 
 
-__all__ = ["Session", "StepGate", "Worker", "compare_frames", "compile_lines", "final_frame", "load_and_warm", "warm_up"]
+__all__ = ["Session", "StepGate", "Worker", "compare_frames", "compile_lines", "final_frame", "load_and_warm",
+           "warm_up"]
