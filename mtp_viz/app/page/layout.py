@@ -30,7 +30,7 @@ from mtp_viz.engine.drafters import DRAFTERS
 from mtp_viz.engine.engines import ENGINES, default_engine
 from mtp_viz.engine.schedules import SCHEDULES
 from mtp_viz.sources.precision import fastest
-from mtp_viz.sources.settings import DEFAULT_DRAFT_TOKENS, DEFAULT_MAX_NEW_TOKENS
+from mtp_viz.sources.settings import DEFAULT_DRAFT_TOKENS, DEFAULT_MAX_NEW_TOKENS, MAX_DRAFT_TOKENS
 from mtp_viz.views import charts, explain, export, stats, tokens
 from mtp_viz.views.charts import EXPERTS_PLOT
 
@@ -125,7 +125,7 @@ def _model_column(first: FirstPair, choices: list, policy: ServerPolicy, cap: in
     with gr.Row():
         max_new_tokens = gr.Slider(1, cap, value=min(DEFAULT_MAX_NEW_TOKENS, cap), step=1, label="Max new tokens",
                                    elem_id="max-new")
-        draft_tokens = gr.Slider(1, 16, value=DEFAULT_DRAFT_TOKENS, step=1, label="Draft tokens",
+        draft_tokens = gr.Slider(1, MAX_DRAFT_TOKENS, value=DEFAULT_DRAFT_TOKENS, step=1, label="Draft tokens",
                                  elem_id="draft-tokens")
     return dict(model=model, load_btn=load_btn, custom_row=custom_row, custom_target=custom_target,
                 custom_drafter=custom_drafter, server=server, model_status=model_status,
