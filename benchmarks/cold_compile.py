@@ -31,8 +31,10 @@ def main() -> None:
     from mtp_viz.sources.models import load_pair
     told = []
     t = time.perf_counter()
-    pair = load_pair("tiny", compile=True, progress=lambda p: told.append((round(time.perf_counter() - t, 1), p.line())))
-    result = {"machine": machine.line(machine.machine()), "load_pair_compile_seconds": round(time.perf_counter() - t, 1),
+    pair = load_pair("tiny", compile=True,
+                     progress=lambda p: told.append((round(time.perf_counter() - t, 1), p.line())))
+    result = {"machine": machine.line(machine.machine()),
+              "load_pair_compile_seconds": round(time.perf_counter() - t, 1),
               "compile_seconds": round(pair.compile_seconds, 1), "graphs": told, "first_generates": []}
     for prompt in PROMPTS:
         before = counters["stats"].get("unique_graphs", 0)
@@ -42,7 +44,8 @@ def main() -> None:
                 first = time.perf_counter() - t
         result["first_generates"].append({
             "prompt_tokens": len(pair.encode(prompt, False)), "first_token_seconds": round(first, 3),
-            "seconds": round(time.perf_counter() - t, 3), "graphs_built": counters["stats"].get("unique_graphs", 0) - before})
+            "seconds": round(time.perf_counter() - t, 3),
+            "graphs_built": counters["stats"].get("unique_graphs", 0) - before})
     print(json.dumps(result, indent=1))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -18,9 +18,9 @@ from pathlib import Path
 import torch
 
 from mtp_viz.engine.loop import speculative
-from mtp_viz.sources.models import load_pair
-from mtp_viz.paths import assets_dir
 from mtp_viz.engine.schedules import make_schedule
+from mtp_viz.paths import assets_dir
+from mtp_viz.sources.models import load_pair
 
 
 def main() -> None:
@@ -40,13 +40,15 @@ def main() -> None:
 
     def ours(draft_tokens):
         return [list(speculative(pair.target, pair.make_drafter("mtp"), x, max_new_tokens=args.max_new_tokens,
-                                 schedule=make_schedule("constant", draft_tokens, 16), eos_token_ids=eos))[-1].generated_ids
+                                 schedule=make_schedule("constant", draft_tokens, 16),
+                                                  eos_token_ids=eos))[-1].generated_ids
                 for x in ids]
 
     def ref(draft_tokens):
         gc.num_assistant_tokens, gc.num_assistant_tokens_schedule = draft_tokens, "constant"
         with torch.inference_mode():
-            return [tuple(pair.target.generate(torch.tensor([x]), attention_mask=torch.ones(1, len(x), dtype=torch.long),
+            return [tuple(pair.target.generate(torch.tensor([x]),
+                                               attention_mask=torch.ones(1, len(x), dtype=torch.long),
                                                assistant_model=pair.drafter_model, do_sample=False,
                                                max_new_tokens=args.max_new_tokens, eos_token_id=eos,
                                                pad_token_id=0)[0, len(x):].tolist())
@@ -64,7 +66,8 @@ def main() -> None:
         a, b = statistics.median(times["ours"]), statistics.median(times["ref"])
         rows.append(f"| {draft_tokens} | {a:.3f} | {b:.3f} | {a / b:.3f} | {'yes' if same else 'NO'} |")
         print(rows[-1], flush=True)
-    text = (f"# Engine vs transformers, {args.target}\n\n{len(ids)} prompts x {args.max_new_tokens} new tokens, greedy, "
+    text = (f"# Engine vs transformers, {args.target}\n\n"
+            f"{len(ids)} prompts x {args.max_new_tokens} new tokens, greedy, "
             f"medians of {args.repeats} interleaved repeats, 1 torch thread, torch {torch.__version__}.\n\n"
             + "\n".join(rows) + "\n")
     Path(args.out).write_text(text)

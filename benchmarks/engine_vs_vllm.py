@@ -70,6 +70,7 @@ def main():
     ap.add_argument("--compile", action="store_true", help="also the compiled engine, both modes")
     args = ap.parse_args()
     import torch
+
     from mtp_viz.sources.models import load_pair
     torch.set_num_threads(1)
     pair = load_pair("tiny")
@@ -124,7 +125,8 @@ def main():
              "|---|---|---|---|---|---|---|---|"]
     f = lambda x, fmt="{:.2f}": "–" if x is None else fmt.format(x)  # noqa: E731
     for m, row in result.items():
-        lines.append(f"| {m} | {row['tokens_per_second']:.1f} | ×{row['tokens_per_second_over_engine_autoregressive']:.2f} | "
+        lines.append(f"| {m} | {row['tokens_per_second']:.1f} | "
+                     f"×{row['tokens_per_second_over_engine_autoregressive']:.2f} | "
                      f"{f(row['acceptance_rate'], '{:.1%}')} | {f(row['alpha'], '{:.3f}')} | {row['tau']:.2f} | "
                      f"{f(row.get('same_tokens'), '{:.0%}')} | {f(row.get('same_steps'), '{:.0%}')} |")
     if "vLLM speculative" in result:

@@ -32,9 +32,7 @@ def parity(device: str, mode: str) -> list[str]:
     """Failures (empty: none) of the compiled engine against transformers' greedy."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from factories import gemma_assistant, gemma_multimodal, gemma_target, greedy_reference
-
-    from mtp_viz.engine import compiled
-    from mtp_viz.engine import loop
+    from mtp_viz.engine import compiled, loop
     from mtp_viz.engine.drafters.mtp import MTPDrafter
     failures = []
     prompt = list(range(3, 23))

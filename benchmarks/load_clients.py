@@ -162,9 +162,10 @@ class Trickler:
 
     def __init__(self, app_url: str):
         sys.path.insert(0, str(ROOT / "tests"))
+        from playwright import sync_api
+
         from browsing import ARGS, CHROMIUM, open_app
         from hostile import MODELS, SPEC_METRICS, serve, trickle
-        from playwright import sync_api
         self.silent, self.server_url = serve({"/v1/models": json.dumps(MODELS), "/metrics": SPEC_METRICS,
                                               "/v1/completions": trickle(every=0.5, most=1200)})  # 10 min at most
         self._pw = sync_api.sync_playwright().start()
@@ -204,8 +205,9 @@ class Compiler:
 
     def __init__(self, app_url: str, precision: str = "bfloat16"):
         sys.path.insert(0, str(ROOT / "tests"))
-        from browsing import ARGS, CHROMIUM, open_app, open_settings
         from playwright import sync_api
+
+        from browsing import ARGS, CHROMIUM, open_app, open_settings
         self._pw = sync_api.sync_playwright().start()
         self._browser = self._pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         self.page = open_app(self._browser, app_url)

@@ -49,8 +49,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE)]  # this checkout's mtp_viz (as app.py uses it), load_clients
-from load_clients import (ROOT, TOKENS, Server, call, http_client, leave, plain_call,  # noqa: E402
-                          token_ids)
+from load_clients import ROOT, TOKENS, Server, call, http_client, leave, plain_call, token_ids  # noqa: E402
 from mtp_viz.app.runtime.deploy import env_sessions  # noqa: E402 - no torch, no gradio
 
 # code prompts for the bundled code model, each with its own greedy continuation
@@ -359,7 +358,8 @@ def report_md(r: dict) -> str:
         lines.append(f"| {w['clients']}×{w['round']} | {w['clients']} | {w['completed_runs']}/{w['normal_runs']} "
                      f"| {w['expected_errors']}/{w['bad_inputs']} | {w['left_mid_stream']}/{w['leavers']} "
                      f"| {w['cross_talk']} | {w['unexpected']} | {seconds(w['queue_wait_p50_s'])} / "
-                     f"{seconds(w['queue_wait_p95_s'])} | {seconds(w['latency_p50_s'])} / {seconds(w['latency_p95_s'])} "
+                     f"{seconds(w['queue_wait_p95_s'])} | {seconds(w['latency_p50_s'])} / "
+                     f"{seconds(w['latency_p95_s'])} "
                      f"| {w['rss_after_mb']:.0f} MB |")
     s, lc = r.get("soak"), r.get("leave_check")
     lines += ["", f"Server RSS: {r['rss_start_mb']:.0f} MB after the solo references, "
@@ -401,7 +401,8 @@ def report_md(r: dict) -> str:
                   f"{fl['unexpected']}; server RSS {fl['rss_mb'][0][1]:.0f} → {fl['rss_mb'][-1][1]:.0f} MB "
                   f"(**{fl['growth_mb']:+.1f} MB**, goal < {r['limit_mb']:.0f} MB).",
                   "", "RSS during the flood (calls: MB): " + ", ".join(f"{n}: {m:.0f}" for n, m in fl["rss_mb"])]
-    lines += ["", f"**Verdict:** {'PASS' if r['passed'] else 'FAIL'}" + (f" ({r['aborted']})" if r.get("aborted") else "")]
+    lines += ["", f"**Verdict:** {'PASS' if r['passed'] else 'FAIL'}"
+              + (f" ({r['aborted']})" if r.get("aborted") else "")]
     problems = [p for w in [*r["waves"], tc or {}, cc or {}, s or {}, fl or {}] for p in w.get("problems", [])]
     if problems:
         lines += ["", "Problems:", ""] + [f"- {p['kind']} {p['label']}: {p['problem']}: {p['detail']}"

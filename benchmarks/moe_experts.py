@@ -48,8 +48,8 @@ import torch
 from transformers import Gemma4ForCausalLM, Gemma4TextConfig
 
 from mtp_viz.engine import theory
-from mtp_viz.engine.experts import ExpertTap
 from mtp_viz.engine.decoder import EagerDecoder
+from mtp_viz.engine.experts import ExpertTap
 
 ROOT = Path(__file__).resolve().parent.parent
 GAMMAS = tuple(range(1, 9))
@@ -158,7 +158,8 @@ def _quantile(values: list[float], q: float) -> float:
 
 
 def markdown(table: list[dict], meta: dict) -> str:
-    models = "; ".join(f"`{name}`: {m['params'] / 1e6:.1f}M parameters, {m['active_params'] / 1e6:.1f}M active per token"
+    models = "; ".join(f"`{name}`: {m['params'] / 1e6:.1f}M parameters, "
+                       f"{m['active_params'] / 1e6:.1f}M active per token"
                        + (f", experts kernel `{m['experts_implementation']}`" if m["experts_implementation"] else "")
                        for name, m in meta["models"].items())
     lines = ["# Experts touched and the verification cost v (benchmarks/moe_experts.py)", "",
@@ -175,7 +176,8 @@ def markdown(table: list[dict], meta: dict) -> str:
                    else "—")
         uni = f"{r['experts_uniform']:.2f}" if r["experts_uniform"] is not None else "—"
         ceiling = min(EXPERTS, TOP_K * (r["draft_tokens"] + 1)) if r["experts_mean"] is not None else "—"
-        lines.append(f"| {r['model']} | {r['draft_tokens']} | {r['v_cpu']:.3f} | {r['v_cpu_q1']:.3f}–{r['v_cpu_q3']:.3f} | "
+        lines.append(f"| {r['model']} | {r['draft_tokens']} | {r['v_cpu']:.3f} | "
+                     f"{r['v_cpu_q1']:.3f}–{r['v_cpu_q3']:.3f} | "
                      f"{r['v_wall']:.3f} | {r['plain_ms']:.2f} | {experts} | {uni} | {ceiling} | "
                      f"×{r['speedup_illustration']:.2f} |")
     return "\n".join(lines) + "\n"

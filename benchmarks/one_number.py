@@ -33,7 +33,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from app_speedup import ARGS, ROOT, bench, free_port, ready_page  # noqa: E402
-
 from mtp_viz.prompts import code_suite, load_prompts  # noqa: E402
 
 LAUNCH = """
@@ -49,7 +48,8 @@ SHOW = """
 import io, json, re, sys
 import mtp_viz
 from mtp_viz.notebook import show_measurement
-prompt, runs, tokens, draft, repeats = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+prompt, runs, tokens, draft, repeats = (sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]),
+                                        int(sys.argv[5]))
 pair = mtp_viz.load_pair("tiny")
 shown = []
 for _ in range(runs):

@@ -223,7 +223,8 @@ def main() -> int:
                             check=True).stdout.strip()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    results = {"meta": {"target": args.target, "llama_args": args.llama_args, "weights": "random", "prompt_tokens": args.prompt_tokens,
+    results = {"meta": {"target": args.target, "llama_args": args.llama_args, "weights": "random",
+                        "prompt_tokens": args.prompt_tokens,
                         "new_tokens": args.new_tokens, "repeats": args.repeats, "draft_tokens": args.draft_tokens,
                         "alphas": args.alphas, "clock": "wall"}, "threads": {}}
     # which llama.cpp build ran (scripts/llamacpp.sh: MTP_VIZ_LLAMA_CPP_ISA) and ATen's cap, if set

@@ -132,6 +132,7 @@ def trace_measure(h) -> Reader:
 def trace_bench() -> Reader:
     """``mtp-viz bench --quick`` of 8 tokens; its results go to a folder thrown away."""
     import tempfile
+
     from mtp_viz.cli.main import main
     with tempfile.TemporaryDirectory() as out:
         argv = ["bench", "--quick", "--max-new-tokens", "8", "--force", "--no-progress", "--out", out]

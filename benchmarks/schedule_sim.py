@@ -22,10 +22,10 @@ import random
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-
 from mtp_viz.engine import theory
 from mtp_viz.engine.schedules import make_schedule
+
+ROOT = Path(__file__).resolve().parent.parent
 
 # name -> (per-position acceptance for each phase, c, s, steps per phase)
 SCENARIOS = {

@@ -24,22 +24,22 @@ number of target forwards. Results: benchmarks/results/stale_kv.{json,md}.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import contextlib
+import dataclasses
 import json
 import random
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-
-from mtp_viz.engine import loop as engine
 from mtp_viz.analysis import metrics
+from mtp_viz.engine import loop as engine
 from mtp_viz.measure.records import Setting
 from mtp_viz.measure.runner import Runner
-from mtp_viz.sources.settings import RunSettings
 from mtp_viz.prompts import load_prompts
+from mtp_viz.sources.settings import RunSettings
+
+ROOT = Path(__file__).resolve().parent.parent
 
 VARIANTS = ("cropped", "stale", "transformers")
 
@@ -84,8 +84,9 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     import torch
-    from mtp_viz.sources.models import load_pair
+
     from mtp_viz.engine.sampling import Sampling
+    from mtp_viz.sources.models import load_pair
     torch.set_num_threads(args.threads)
     pair = load_pair(args.target, args.drafter)
     prompts = load_prompts(args.prompts)

@@ -118,7 +118,8 @@ def main() -> None:
         found = products(prof)
         fast = getattr(pair, "fast", None)
         alone = streamed(fast) if fast is not None else replay(found, steps)
-        count = sum(1 for m in fast.twin.modules() if hasattr(m, "in_features")) if fast else sum(found.values()) / steps
+        count = (sum(1 for m in fast.twin.modules() if hasattr(m, "in_features")) if fast
+                 else sum(found.values()) / steps)
         in_graph = graph_call(prof, steps)
         step = 1 / statistics.median(rates)
         result["engines"][name] = {

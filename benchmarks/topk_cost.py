@@ -21,10 +21,10 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-
-from mtp_viz.sources.models import load_pair, set_threads
 from mtp_viz.prompts import load_prompts
+from mtp_viz.sources.models import load_pair, set_threads
+
+ROOT = Path(__file__).resolve().parent.parent
 
 MODES = {  # name -> generate() settings
     "speculative greedy": dict(mode="speculative", temperature=0.0),

@@ -155,7 +155,8 @@ def overhead(b: Bench, prompts, repeats: int) -> dict:
 def markdown(res: dict) -> str:
     m = res["meta"]
     lines = [f"# transformers' generate, recorded, beside mtp-viz's engine ({m['pair']} pair)", "",
-             f"{m['prompts']} held-out code prompts ({', '.join(m['prompt_files'])}), {m['max_new_tokens']} new tokens, "
+             f"{m['prompts']} held-out code prompts ({', '.join(m['prompt_files'])}), "
+             f"{m['max_new_tokens']} new tokens, "
              f"{m['draft_tokens']} drafts (num_assistant_tokens / draft_tokens), seeds {m['seeds']} for sampling "
              f"(top_k 0 and top_p 1 on both sides unless said), 1 torch thread; transformers {m['transformers']}, "
              f"torch {m['torch']}. Each row's medians and means are over its runs (prompts × seeds). "
@@ -175,7 +176,8 @@ def markdown(res: dict) -> str:
               f"{g['prompts']} prompts: mtp-viz's engine with stale_kv=True (the drafter KV transformers keeps "
               f"after a rejection) gives the same tokens on {g['stale_kv_tokens']} and the same drafts, verdicts "
               f"and steps on {g['stale_kv_drafts_and_verdicts']}; with its default stale_kv=False, the same tokens "
-              f"on {g['default_tokens']} and the same drafts on {g['default_drafts_and_verdicts']}.", "", f"Recorder cost: transformers' greedy constant call recorded ÷ unrecorded, wall time, median of "
+              f"on {g['default_tokens']} and the same drafts on {g['default_drafts_and_verdicts']}.", "",
+              f"Recorder cost: transformers' greedy constant call recorded ÷ unrecorded, wall time, median of "
               f"{o['calls']} interleaved calls: ×{o['recorded_over_plain_median']:.3f} "
               f"(min ×{o['min']:.3f}, max ×{o['max']:.3f}).", ""]
     return "\n".join(lines + reading(res)) + "\n"
@@ -214,7 +216,8 @@ def reading(res: dict) -> list[str]:
                 "processed q and accepts with the same rule, which keeps the target's distribution. An argmax draft "
                 "is the drafter's likeliest token, and sharpening p (a lower temperature, top-k) while q stays "
                 "raw raises p/q there further; transformers' acceptance is of drafts the rule was not made for, "
-                "and its sampled tokens do not follow the target's distribution (its accept rule assumes drafts sampled from q), so a higher "
+                "and its sampled tokens do not follow the target's distribution (its accept rule assumes drafts "
+                "sampled from q), so a higher "
                 "acceptance here is not a better run.", ""]
     return out
 

@@ -16,7 +16,6 @@ above them all: no module of the package imports it (the version is
 """
 from mtp_viz.version import __version__  # noqa: F401 - the package's version, re-exported
 
-
 # public name -> the module that defines it
 _PUBLIC = {
     "load_pair": "mtp_viz.sources.models",

@@ -14,8 +14,7 @@ UI = ("mtp_viz.app.page.layout", "Start the Gradio app.")
 
 
 def main(argv: list[str] | None = None) -> int:
-    from mtp_viz.cli.main import SUBCOMMANDS
-    from mtp_viz.cli.main import main as run
+    from mtp_viz.cli.main import SUBCOMMANDS, main as run
     return run(argv, {**SUBCOMMANDS, "ui": UI})
 
 

@@ -3,8 +3,13 @@ from __future__ import annotations
 
 import torch
 from transformers import (
-    Gemma4AssistantConfig, Gemma4AssistantForCausalLM, Gemma4ForCausalLM, Gemma4TextConfig,
-    LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast,
+    Gemma4AssistantConfig,
+    Gemma4AssistantForCausalLM,
+    Gemma4ForCausalLM,
+    Gemma4TextConfig,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
 )
 
 from mtp_viz.engine.drafters.base import DraftContext, Proposal
@@ -131,7 +136,7 @@ CHAT_TEMPLATE = ("{% for m in messages %}w5 {{ m['content'] }} w6{% endfor %}"
 
 def word_tokenizer(V=512):
     """A word-level tokenizer: token i is the word 'w{i}' (specials first)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     specials = ["<pad>", "<eos>", "<bos>", "<unk>"]
     vocab = {t: i for i, t in enumerate(specials)}
     for i in range(len(specials), V):

@@ -23,8 +23,8 @@ def serve(demo) -> str:
 def serve_modelless():
     """The app with no model to load, served: whatever it shows came from a trace or a
     server. Returns (demo, url); the caller closes the demo."""
-    from mtp_viz.app.runtime import service
     from mtp_viz.app.page import layout as ui
+    from mtp_viz.app.runtime import service
     from mtp_viz.errors import UserError
 
     def load(target, drafter):

@@ -6,13 +6,13 @@ from pathlib import Path
 import pytest
 import torch
 
-
 from mtp_viz.paths import assets_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = assets_dir() / "tiny"
-# Acceptance floors for the shipped pair on held-out code: greedy, draft length ACCEPT_DRAFT_TOKENS, the first
-# ACCEPT_PROMPTS evaluation prompts, ACCEPT_NEW_TOKENS tokens each, through the engine and mtp_viz.analysis.metrics. There the
+# Acceptance floors for the shipped pair on held-out code: greedy, draft length ACCEPT_DRAFT_TOKENS, the
+# first ACCEPT_PROMPTS evaluation prompts, ACCEPT_NEW_TOKENS tokens each, through the engine and
+# mtp_viz.analysis.metrics. There the
 # shipped pair (the 2-layer, 128-wide drafter) measured first-position acceptance 0.848 and 4.36 tokens per target
 # forward, and the 1-layer, 256-wide drafter it replaced 0.857 and 4.11: that one, a weaker drafter, or one fed
 # differently from how it was trained, falls below.
@@ -164,6 +164,6 @@ def test_quick_pipeline(tmp_path):
     assert (tmp_path / "target" / "config.json").exists()
     assert (tmp_path / "drafter" / "config.json").exists()
     assert (tmp_path / "eval_prompts.json").exists()
-    log = [json.loads(l) for l in (tmp_path / "logs" / "drafter_log.jsonl").read_text().splitlines()]
+    log = [json.loads(line) for line in (tmp_path / "logs" / "drafter_log.jsonl").read_text().splitlines()]
     checks = [r for r in log if r["event"] == "parallel_vs_sequential_check"]
     assert len(checks) == 2 and all(r["passed"] for r in checks)

@@ -160,3 +160,34 @@ def test_every_reference_in_the_code_points_at_something_that_exists():
             if not any((base / ref).exists() for base in (ROOT, PACKAGE, path.parent)):
                 broken.append(f"{where}: {ref}")
     assert not broken, "references to nothing:\n" + "\n".join(broken)
+
+
+def _architecture_rows() -> dict[str, str]:
+    """docs/architecture.md's map of the code: package folder (``mtp_viz/engine/``; the
+    ``mtp_viz/*.py`` row is ``mtp_viz/``) -> the text of its row."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    rows = {}
+    for package, rest in re.findall(r"^\| `(mtp_viz/[^`]*)` \|(.*)$", text, re.M):
+        rows[package.removesuffix("*.py")] = rest
+    return rows
+
+
+def test_the_architecture_map_names_every_module():
+    """Every module of the package is named (```name.py```) in the row of its own package
+    in docs/architecture.md's map of the code, and every subpackage has a row of its own or
+    is named (```name/```) in its parent's row: a module added without its line fails here."""
+    rows = _architecture_rows()
+    assert {"mtp_viz/", "mtp_viz/engine/", "mtp_viz/app/page/"} <= rows.keys()  # the reading itself works
+    missing = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if "assets" in path.relative_to(PACKAGE).parts:
+            continue
+        folder = path.parent.relative_to(ROOT).as_posix() + "/"
+        if path.name == "__init__.py":
+            if path.parent != PACKAGE and folder not in rows:
+                parent = path.parent.parent.relative_to(ROOT).as_posix() + "/"
+                if f"`{path.parent.name}/`" not in rows.get(parent, ""):
+                    missing.append(f"{folder} (no row of its own, and not named in {parent}'s)")
+        elif f"`{path.name}`" not in rows.get(folder, ""):
+            missing.append(f"{folder}{path.name} (not in {folder}'s row)")
+    assert not missing, "docs/architecture.md's map of the code does not name:\n  " + "\n  ".join(missing)

@@ -12,9 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from package_imports import imports as _imports
-from package_imports import module_name as _module_name
-from package_imports import modules
+from package_imports import imports as _imports, module_name as _module_name, modules
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "mtp_viz"

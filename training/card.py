@@ -22,7 +22,7 @@ def _tau(r: dict) -> float:
 
 
 def _read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(l) for l in path.read_text().splitlines() if l.strip()] if path.exists() else []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
 def _target_points(log: list[dict]) -> list[dict]:
@@ -131,11 +131,13 @@ def bench_lines(bench: dict) -> list[str]:
     for r in bench["settings"]:
         first = (r.get("per_position_conditional") or [None])[0]
         name = f"**{r['setting']}**" if r is best else r["setting"]
-        rows.append(f"| {name} | {r['tokens_per_second']:.1f} | ×{r['speedup']:.2f} | {r['alpha']:.2f} | {pct(first)} | "
+        rows.append(f"| {name} | {r['tokens_per_second']:.1f} | ×{r['speedup']:.2f} | {r['alpha']:.2f} | "
+                    f"{pct(first)} | "
                     f"{_tau(r):.2f} | {r['cost_coefficient']:.3f} | {r['verify_cost']:.2f} |")
     rows += [
         "",
-        "speedup: tokens/s over plain decoding, end to end; α: per-token acceptance (maximum likelihood); τ: new tokens",
+        ("speedup: tokens/s over plain decoding, end to end; α: per-token acceptance (maximum likelihood); "
+         "τ: new tokens"),
         "per target forward after the prefill; c: one drafter step ÷ one target step; v: one verification forward",
         "(the newest token plus the drafts) ÷ one target step.",
     ]
@@ -181,7 +183,8 @@ def write_card(out: Path, bench_path: Path | None = None) -> Path:
         "decoding with them behaves like the real thing: drafts are mostly accepted on predictable code, and, as with",
         "the real checkpoints, drafting costs a small fraction of a target step, so MTP pays off in wall-clock time on",
         "a CPU. Given English prose, which it never saw, the target soon falls into repetitive code-like text whose",
-        f"first draft the drafter gets right about as often as on code ({pct(prose['first_position_acceptance'])} against "
+        f"first draft the drafter gets right about as often as on code "
+        f"({pct(prose['first_position_acceptance'])} against "
         f"{pct(code['first_position_acceptance'])}; {_tau(prose):.1f} and "
         f"{_tau(code):.1f} tokens",
         "per target forward), so prose is no example of low acceptance for this pair (table below).",
@@ -203,16 +206,22 @@ def write_card(out: Path, bench_path: Path | None = None) -> Path:
         "On a CPU at these widths, a forward's cost is dominated by per-layer overhead, not by parameters, so the",
         "cost ratio is set by depth: the previous bundled pair (a 2-layer drafter against a 6-layer target) had",
         "c ≈ 0.4 and gained only ×1.24–1.28 in wall-clock time although 87% of first drafts were accepted. Here a",
-        f"{dtc['num_hidden_layers']}-layer drafter reads a {tcfg['num_hidden_layers']}-layer target, which puts the measured c "
+        f"{dtc['num_hidden_layers']}-layer drafter reads a {tcfg['num_hidden_layers']}-layer target, "
+        "which puts the measured c "
         "in the real assistant's regime (table below), so the demo shows what MTP does for the real models.",
         *([] if dtc["hidden_size"] == tcfg["hidden_size"] else [
             "",
-            f"The drafter is also shaped like the real assistants: narrower than its target ({dtc['hidden_size']} against "
+            f"The drafter is also shaped like the real assistants: narrower than its target "
+            f"({dtc['hidden_size']} against "
             f"{tcfg['hidden_size']};",
-            "the 12B's assistant is 1024 wide for a 3840-wide target) and with both kinds of attention layer: its sliding",
-            "layer reads the target's last sliding layer's K/V, its full layer the last full layer's. llama.cpp's loader",
-            "requires both (it refuses an assistant as wide as its target, or one with no sliding layer), so the pair runs",
-            f"on stock llama.cpp. {dtc['num_hidden_layers']} layers (the real assistants have 4) are the fewest that have "
+            ("the 12B's assistant is 1024 wide for a 3840-wide target) and with both kinds of attention layer: "
+             "its sliding"),
+            ("layer reads the target's last sliding layer's K/V, its full layer the last full layer's. "
+             "llama.cpp's loader"),
+            ("requires both (it refuses an assistant as wide as its target, or one with no sliding layer), "
+             "so the pair runs"),
+            f"on stock llama.cpp. {dtc['num_hidden_layers']} layers (the real assistants have 4) "
+            "are the fewest that have "
             "both kinds, and depth,",
             "not width, is what a drafter step costs here: each layer adds to c.",
         ]),
@@ -221,33 +230,44 @@ def write_card(out: Path, bench_path: Path | None = None) -> Path:
         "",
         "| | target (`target/`) | drafter (`drafter/`) |",
         "|---|---|---|",
-        f"| class | `Gemma4ForCausalLM` | `Gemma4AssistantForCausalLM` |",
+        "| class | `Gemma4ForCausalLM` | `Gemma4AssistantForCausalLM` |",
         f"| parameters | {t_start['params']:,} | {d_start['params']:,} |",
-        f"| size on disk (bfloat16 weights, with tokenizer) | {_mb(_size(out / 'target'))} | {_mb(_size(out / 'drafter'))} |",
-        f"| layers | {tcfg['num_hidden_layers']} ({', '.join(t[:1] for t in tcfg['layer_types'])}: s = sliding, f = full) "
-        f"| {dtc['num_hidden_layers']} ({', '.join(t[:1] for t in dtc['layer_types'])}), reading the target's shared K/V |",
-        f"| hidden / intermediate | {tcfg['hidden_size']} / {tcfg['intermediate_size']} | {dtc['hidden_size']} / {dtc['intermediate_size']} "
+        (f"| size on disk (bfloat16 weights, with tokenizer) | {_mb(_size(out / 'target'))} "
+         f"| {_mb(_size(out / 'drafter'))} |"),
+        f"| layers | {tcfg['num_hidden_layers']} ({', '.join(t[:1] for t in tcfg['layer_types'])}: "
+        "s = sliding, f = full) "
+        f"| {dtc['num_hidden_layers']} ({', '.join(t[:1] for t in dtc['layer_types'])}), "
+        "reading the target's shared K/V |",
+        f"| hidden / intermediate | {tcfg['hidden_size']} / {tcfg['intermediate_size']} "
+        f"| {dtc['hidden_size']} / {dtc['intermediate_size']} "
         f"(backbone_hidden_size {dcfg['backbone_hidden_size']}) |",
-        f"| heads (query / KV) x head_dim | {tcfg['num_attention_heads']} / {tcfg['num_key_value_heads']} x {tcfg['head_dim']} "
+        f"| heads (query / KV) x head_dim | {tcfg['num_attention_heads']} / {tcfg['num_key_value_heads']} "
+        f"x {tcfg['head_dim']} "
         f"| {dtc['num_attention_heads']} / {dtc['num_key_value_heads']} x {dtc['head_dim']} |",
         f"| sliding window | {tcfg['sliding_window']} | {dtc['sliding_window']} |",
-        f"| vocabulary | {tcfg['vocab_size']} (byte-level BPE) | same, lm_head tied to its (target-initialised) embedding |",
+        (f"| vocabulary | {tcfg['vocab_size']} (byte-level BPE) "
+         "| same, lm_head tied to its (target-initialised) embedding |"),
         "",
-        "Tokenizer: byte-level BPE trained with `tokenizers` on the training files, special tokens `<pad>`=0, `<eos>`=1,",
+        ("Tokenizer: byte-level BPE trained with `tokenizers` on the training files, "
+         "special tokens `<pad>`=0, `<eos>`=1,"),
         "`<bos>`=2, `<unk>`=3; `<bos>` is prepended on encoding. Any text round-trips exactly (indentation included).",
         f"The drafter's `generation_config.num_assistant_tokens` is {dgen.get('num_assistant_tokens')}.",
         "",
         "## Data",
         "",
-        "The `*.py` files of the standard library of the Python that runs the training (`sysconfig.get_paths()[\"stdlib\"]`,",
-        f"here Python {run.get('python', '?')}), test suites and site-packages excluded. About 5% of the files are held out,",
+        ("The `*.py` files of the standard library of the Python that runs the training "
+         "(`sysconfig.get_paths()[\"stdlib\"]`,"),
+        (f"here Python {run.get('python', '?')}), test suites and site-packages excluded. "
+         "About 5% of the files are held out,"),
         "chosen by a hash of their path (`training/data.py`); the held-out files give the validation loss and the",
-        f"{len(prompts)} evaluation prompts in `eval_prompts.json` (beginnings of functions and classes, 30-80 tokens).",
+        (f"{len(prompts)} evaluation prompts in `eval_prompts.json` "
+         "(beginnings of functions and classes, 30-80 tokens)."),
         f"Training tokens: {t_start['train_tokens']:,}.",
         "",
         "## Training",
         "",
-        f"Hardware: a 2-core {run.get('processor', 'CPU')} machine, no GPU, shared with other jobs (so step rates varied a lot);",
+        (f"Hardware: a 2-core {run.get('processor', 'CPU')} machine, no GPU, shared with other jobs "
+         "(so step rates varied a lot);"),
         f"torch {run.get('torch', '?')}, float32. Target phases 1 and 2 ran on 2 threads; phase 3 and the drafter on 1",
         "(`training/build_bundled.sh`).",
         "",
@@ -257,11 +277,13 @@ def write_card(out: Path, bench_path: Path | None = None) -> Path:
           f"{st['batch_size']} x {st['seq_len']} tokens, {dn['step']} steps ({dn['tokens_seen']:,} tokens) in "
           f"{dn['elapsed_s'] / 60:.1f} min, held-out loss after it {dn['val_loss']:.3f};"
           for i, (st, dn) in enumerate(zip(t_starts, t_dones))],
-        *[f"  before phase {u['phase']}, depth up-scaling grew the {u['from_layers']}-layer target to {u['to_layers']} layers:"
+        *[f"  before phase {u['phase']}, depth up-scaling grew the {u['from_layers']}-layer target "
+          f"to {u['to_layers']} layers:"
           " the original blocks (sliding, sliding, full) keep their order, the first and last stay in place, and each"
           " inserted block copies the nearest original block before it with the gains of its post-attention and"
           " post-feed-forward norms set to zero, an exact identity (Gemma 4 normalises each branch's output before"
-          f" the residual add, so a zero output projection would not stay one); held-out loss {u['val_loss_before']:.4f}"
+          " the residual add, so a zero output projection would not stay one); held-out loss"
+          f" {u['val_loss_before']:.4f}"
           f" before and {u['val_loss_after']:.4f} after, then trained with those gains at {u['gain_lr_mult']:g}x the"
           " learning rate;" for u in t_up],
         *[f"  after phase {u['phase']} the inserted layers' output gains average {g[0]:.3f} in absolute value (the"
@@ -272,7 +294,7 @@ def write_card(out: Path, bench_path: Path | None = None) -> Path:
         f"(about {sum(d['tokens_seen'] for d in t_dones) / t_start['train_tokens']:.1f} epochs), "
         f"{sum(d['elapsed_s'] for d in t_dones) / 60:.1f} min.",
         f"  Final loss: train {t_done['loss_ema']:.3f} (EMA), held-out {t_done['val_loss']:.3f} nats/token.",
-        f"* Drafter: trained against the frozen target exactly as it is fed at inference: for an anchor m, step 1 sees",
+        "* Drafter: trained against the frozen target exactly as it is fed at inference: for an anchor m, step 1 sees",
         "  `concat(target_embed(x_m), h_{m-1})` (target's last-layer activation), later steps the embedding of the",
         "  previous token and the drafter's own projected state, all at the constant position m, attending to the",
         "  target's shared K/V of positions < m. All anchors of a sequence are computed in parallel with explicit",
@@ -291,7 +313,8 @@ def write_card(out: Path, bench_path: Path | None = None) -> Path:
         f"peak LR {a.get('drafter_lr')}; {d_done['step']} steps in "
         f"{d_done['elapsed_s'] / 60:.1f} min; final distillation loss {d_done['loss_ema']:.3f} (EMA).",
         "  Held-out teacher-forced top-1 agreement with the target per draft position: "
-        + ", ".join(f"{100 * d_done[f'val_agree{j}']:.0f}%" for j in range(1, d_start['unroll'] + 1) if f"val_agree{j}" in d_done) + ".",
+        + ", ".join(f"{100 * d_done[f'val_agree{j}']:.0f}%" for j in range(1, d_start['unroll'] + 1)
+                    if f"val_agree{j}" in d_done) + ".",
         "",
         "![loss curves](loss_curves.png)" if plot else "",
         "",
@@ -308,13 +331,17 @@ def write_card(out: Path, bench_path: Path | None = None) -> Path:
         *(["## Measured speedup (wall clock, CPU)", "", *bench_lines(bench), ""] if bench else []),
         "## Measured acceptance",
         "",
-        f"Greedy decoding, constant draft length {ev['settings']['draft_tokens']}, {ev['settings']['max_new_tokens']} new "
+        f"Greedy decoding, constant draft length {ev['settings']['draft_tokens']}, "
+        f"{ev['settings']['max_new_tokens']} new "
         f"tokens per prompt, measured with {code['measured_with']}; every output was checked identical to",
         "`target.generate(do_sample=False)`. τ = new tokens per target forward after the prefill (the target's own",
-        "token included; each prompt's prefill and its first token left out). Per-position acceptance = P(draft i accepted | drafts",
+        ("token included; each prompt's prefill and its first token left out). "
+         "Per-position acceptance = P(draft i accepted | drafts"),
         "1..i-1 accepted).",
         "",
-        f"| prompts | n | τ | first-position acceptance | per position ({'/'.join(str(i + 1) for i in range(ev['settings']['draft_tokens']))}) | drafts accepted overall |",
+        (f"| prompts | n | τ | first-position acceptance "
+         f"| per position ({'/'.join(str(i + 1) for i in range(ev['settings']['draft_tokens']))}) "
+         "| drafts accepted overall |"),
         "|---|---|---|---|---|---|",
         row("held-out stdlib code", code),
         row("English prose (never seen in training)", prose),

@@ -2,10 +2,10 @@
 
     python -m training.evaluate --out mtp_viz/assets/tiny
 
-Decoding runs through the project's own engine (`mtp_viz.engine.loop.speculative` with `mtp_viz.engine.drafters.MTPDrafter`),
-and the figures come from `mtp_viz.analysis.metrics` over its event stream, so they are the ones the app and
-`mtp-viz bench` report. Every output is checked against `target.generate(do_sample=False)` (speculative decoding
-must not change the output).
+Decoding runs through the project's own engine (`mtp_viz.engine.loop.speculative` with
+`mtp_viz.engine.drafters.MTPDrafter`), and the figures come from `mtp_viz.analysis.metrics` over its event stream,
+so they are the ones the app and `mtp-viz bench` report. Every output is checked against
+`target.generate(do_sample=False)` (speculative decoding must not change the output).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from mtp_viz.analysis import metrics
 from mtp_viz.engine.drafters.mtp import MTPDrafter
-from mtp_viz.engine.loop import speculative
 from mtp_viz.engine.events import Done
+from mtp_viz.engine.loop import speculative
 from mtp_viz.engine.sampling import Sampling
 
 from .models import DEFAULT_DRAFT_TOKENS

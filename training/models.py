@@ -122,7 +122,7 @@ def upscale_target(small: Gemma4ForCausalLM, layers: int) -> tuple[Gemma4ForCaus
     output before adding it to the residual stream, so a zero gain (not a zero output projection, which the norm
     would rescale to full size after the first update) makes the layer an exact identity.
     Returns the new model and the names of the zeroed gains."""
-    old_blocks, new_blocks = small.config.num_hidden_layers // PERIOD, layers // PERIOD
+    new_blocks = layers // PERIOD
     cfg = type(small.config).from_dict({
         **small.config.to_dict(), "num_hidden_layers": layers,
         "layer_types": small.config.layer_types[:PERIOD] * new_blocks})

@@ -95,7 +95,8 @@ def check_parallel_matches_sequential(target, drafter, input_ids, anchors_to_che
         for j in range(steps):
             diff = (par[j][0, a] - seq[j]).abs().max().item()
             worst = max(worst, diff)
-            assert diff < rtol * max(1.0, seq[j].abs().max().item()), f"anchor {m} step {j + 1}: parallel vs sequential logits differ by {diff}"
+            assert diff < rtol * max(1.0, seq[j].abs().max().item()), \
+                f"anchor {m} step {j + 1}: parallel vs sequential logits differ by {diff}"
     drafter.train(was_training)
     return worst
 

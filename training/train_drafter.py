@@ -159,7 +159,8 @@ def train_drafter(args, out: Path, log_dir: Path, train_files, held_files):
     drafter.eval()
     gc = drafter.generation_config
     gc.num_assistant_tokens = DEFAULT_DRAFT_TOKENS
-    gc.bos_token_id, gc.eos_token_id, gc.pad_token_id = tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id
+    gc.bos_token_id, gc.eos_token_id, gc.pad_token_id = (tokenizer.bos_token_id, tokenizer.eos_token_id,
+                                                          tokenizer.pad_token_id)
     d_out = out / "drafter"
     d_out.mkdir(parents=True, exist_ok=True)
     drafter.save_pretrained(d_out)

@@ -45,7 +45,8 @@ def train_target(tokenizer, train_docs, val_docs, out_dir: Path, log_dir: Path, 
         model, zeroed = upscale_target(model, upscale_layers)
         model.config.use_cache = False
         after = val_loss()
-        assert abs(after - before) < 1e-4 * max(1.0, abs(before)), f"up-scaling changed the held-out loss: {before} -> {after}"
+        assert abs(after - before) < 1e-4 * max(1.0, abs(before)), \
+            f"up-scaling changed the held-out loss: {before} -> {after}"
         log(event="upscale", phase=phase, from_layers=small_layers, to_layers=upscale_layers,
             inserted_layers=upscale_layers - small_layers, zeroed_gains=len(zeroed), val_loss_before=round(before, 4),
             val_loss_after=round(after, 4), gain_lr_mult=INSERTED_GAIN_LR_MULT)
@@ -80,7 +81,8 @@ def train_target(tokenizer, train_docs, val_docs, out_dir: Path, log_dir: Path, 
         step += 1
         ema = loss.item() if ema is None else 0.95 * ema + 0.05 * loss.item()
         if step % eval_every == 0 or prog(step) >= 1.0:
-            log(event="train", phase=phase, step=step, elapsed_s=round(prog.elapsed(), 1), lr=lr, loss=round(loss.item(), 4),
+            log(event="train", phase=phase, step=step, elapsed_s=round(prog.elapsed(), 1), lr=lr,
+                loss=round(loss.item(), 4),
                 loss_ema=round(ema, 4), grad_norm=round(float(gn), 3), val_loss=round(val_loss(), 4))
     final_val = val_loss()
     log(event="done", phase=phase, step=step, elapsed_s=round(prog.elapsed(), 1), loss_ema=ema, val_loss=final_val,

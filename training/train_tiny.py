@@ -79,7 +79,7 @@ def file_split(quick: bool):
 
 def _next_phase(log_dir: Path) -> int:
     path = log_dir / "target_log.jsonl"
-    lines = [json.loads(l) for l in path.read_text().splitlines() if l.strip()] if path.exists() else []
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
     return 1 + sum(1 for r in lines if r.get("event") == "done")
 
 

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Iterable, Sequence
 
 from mtp_viz.engine import theory
+from mtp_viz.engine.decoding import MAX_DRAFT_TOKENS
 from mtp_viz.engine.events import Bonus, Done, Event, Rejected, Start, Step, Token, tau_of
 
 from . import experts
@@ -291,7 +292,7 @@ class TheoryCheck:
 
 
 def theory_check(events: Iterable[Event], baseline: Iterable[Event] | None = None,
-                 cap: int = 16) -> TheoryCheck | None:
+                 cap: int = MAX_DRAFT_TOKENS) -> TheoryCheck | None:
     """The numbers of the "measured vs theory" panel; None when nothing was drafted."""
     events = list(events)
     s = summarize(events)

@@ -39,7 +39,8 @@ def run_speedup(alpha: float, draft_tokens: int, n: int, plain: float, plain_pre
     return (plain_prefill + (n - 1) * plain) / (prefill + (n - 1) / theory.expected_tokens(alpha, draft_tokens) * step)
 
 
-def break_even(draft_tokens: int, plain: float, verify: dict[int, float], draft: float, tol: float = 1e-6) -> float | None:
+def break_even(draft_tokens: int, plain: float, verify: dict[int, float], draft: float,
+               tol: float = 1e-6) -> float | None:
     """The acceptance at which γ drafts neither gain nor lose; None if none in [0, 1]."""
     if speedup(1.0, draft_tokens, plain, verify, draft) < 1.0:
         return None

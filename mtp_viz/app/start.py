@@ -14,9 +14,8 @@ def launch(pair: Any, **kwargs: Any):
     warmed first (a short untimed run through the app's path, so its first run is timed
     warm), and the page opens on it ready, by its models' names. Returns the Gradio app; ``demo.close()``
     stops it, runs in progress first. Other ``kwargs`` go to Gradio's ``launch`` (``height=``...)."""
-    from mtp_viz.views.notebook import in_notebook
-
     from mtp_viz.sources import models
+    from mtp_viz.views.notebook import in_notebook
 
     from .page import layout
     from .runtime import runs, service

@@ -47,7 +47,8 @@ CLOCKS = {"cpu": "on the engine thread's CPU clock (one torch thread: all of a r
 
 COLUMNS = [
     ("setting", "setting", "{}"), ("tok/s", "tokens_per_second", "{:.1f}"),
-    ("speedup", "speedup", "×{:.2f}"), ("call", "verdict", "{}"), ("vs fastest plain", "speedup_over_fastest_plain", "×{:.2f}"),
+    ("speedup", "speedup", "×{:.2f}"), ("call", "verdict", "{}"),
+    ("vs fastest plain", "speedup_over_fastest_plain", "×{:.2f}"),
     ("decode", "decode_speedup", "×{:.2f}"),
     ("ref speedup", "reference_speedup", "×{:.2f}"),
     ("overhead vs ref", "overhead_vs_reference", "{:.3f}"),
@@ -106,7 +107,8 @@ def blocks(result, extra: list = (), wide: bool = True) -> list:
              f"{ar['target_forwards']} target forwards, {_f(ar['step_seconds'] * 1e3, '{:.2f}')} ms per step."]
     out = [("h2", f"mtp-viz bench: {m['target']}" + (f" + {m['drafter']}" if m.get("drafter") else "")),
            ("p", "\n".join(about)),
-           ("table", Table(tuple(t for t, _, _ in columns), tuple(tuple(_cells(r, columns)) for r in result["settings"])))]
+           ("table", Table(tuple(t for t, _, _ in columns),
+                           tuple(tuple(_cells(r, columns)) for r in result["settings"])))]
     if not wide:
         out.append(("p", f"({len(columns)} of {len(COLUMNS)} columns: bench.md and --wide have every one.)"))
     out += [("p", f"Timed {CLOCKS.get(m.get('clock'), 'on wall time')}, from the prefill to the last token, "

@@ -19,11 +19,11 @@ from mtp_viz.engine.decoding import Sampling
 from mtp_viz.engine.events import Start
 from mtp_viz.errors import UserError
 from mtp_viz.measure import server, traffic
-from mtp_viz.sources.settings import RunSettings
-from mtp_viz.sources.prometheus import delta
-from mtp_viz.sources.http import ServerError, public
-from mtp_viz.sources.servers import Servers
 from mtp_viz.sources import open_server
+from mtp_viz.sources.http import ServerError, public
+from mtp_viz.sources.prometheus import delta
+from mtp_viz.sources.servers import Servers
+from mtp_viz.sources.settings import RunSettings
 from mtp_viz.views import document
 from mtp_viz.views.document import Table
 
@@ -148,7 +148,8 @@ def blocks(result) -> list:
                   + (f" vs {m['baseline_server']}" if m["baseline_server"] else ""))]
     if m.get("software_version"):
         out.append(("p", f"Software: {m['software']} {m['software_version']}"
-                         + (f" (baseline: {m['baseline_software_version']})" if m.get("baseline_software_version") else "")
+                         + (f" (baseline: {m['baseline_software_version']})"
+                            if m.get("baseline_software_version") else "")
                          + "."))
     baseline = ((f"baseline ({'it speculates too' if m['baseline_speculates'] else 'no speculation'})",
                  _f(bl["tokens_per_second"], "{:.1f}"), "×1.00", "", "", "", "")
@@ -179,7 +180,8 @@ def blocks(result) -> list:
 def traffic_blocks(result: dict[str, Any]) -> list:
     """The traffic table of the report (bench.json's ``traffic`` rows), as blocks."""
     rows = tuple((str(r["concurrency"]), str(r["server"]), str(r["requests"]), _f(r["tokens_per_second"], "{:.1f}"),
-                  _f(r["ttft_ms_p50"], "{:.0f}"), f"{_f(r['tpot_ms_p50'], '{:.1f}')} / {_f(r['tpot_ms_p90'], '{:.1f}')}",
+                  _f(r["ttft_ms_p50"], "{:.0f}"),
+                  f"{_f(r['tpot_ms_p50'], '{:.1f}')} / {_f(r['tpot_ms_p90'], '{:.1f}')}",
                   _f(r["acceptance_rate"], "{:.1%}"), _f(r["tau"], "{:.2f}"), _f(r["speedup"], "×{:.2f}"),
                   _f(r["tpot_ratio"], "×{:.2f}")) for r in result["traffic"])
     same = result.get("same_tokens")

@@ -14,6 +14,9 @@ import argparse
 import importlib
 import sys
 
+from mtp_viz.errors import UserError
+from mtp_viz.sources.noise import quiet_known_noise
+
 SUBCOMMANDS = {
     "generate": ("mtp_viz.cli.generate", "Generate text and show how each token was decided."),
     "replay": ("mtp_viz.cli.replay", "Play a recorded trace in the terminal at its recorded timing."),
@@ -21,9 +24,6 @@ SUBCOMMANDS = {
     "gguf": ("mtp_viz.cli.gguf", "Write a Gemma 4 pair as GGUF files for llama.cpp."),
     "profile": ("mtp_viz.cli.profile", "What each forward costs here, and the speedup that predicts."),
 }
-
-from mtp_viz.errors import UserError
-from mtp_viz.sources.noise import quiet_known_noise
 
 __all__ = ["main", "build_parser", "UserError"]
 

@@ -66,9 +66,9 @@ def _between(flag: str, value: int, low: int, high: int) -> None:
 
 def check(args: argparse.Namespace) -> tuple[float, ...]:
     """Every flag, before a model loads."""
-    from mtp_viz.engine.loop import MAX_DRAFT
+    from mtp_viz.engine.decoding import MAX_DRAFT_TOKENS
     _between("--threads", args.threads, 1, os.cpu_count() or 1)
-    _between("--max-draft-tokens", args.max_draft_tokens, 1, MAX_DRAFT)
+    _between("--max-draft-tokens", args.max_draft_tokens, 1, MAX_DRAFT_TOKENS)
     _between("--draft-tokens", args.draft_tokens, 1, args.max_draft_tokens)
     _between("--prompt-tokens", args.prompt_tokens, 1, 8192)
     _between("--max-new-tokens", args.max_new_tokens, 2, 8192)
@@ -129,7 +129,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"mtp-viz profile: {other.compile_note}", file=sys.stderr)
         else:
             pairs[engine] = other
-    result = study(pairs, prompt_tokens=args.prompt_tokens, new_tokens=args.max_new_tokens, draft_tokens=args.draft_tokens,
+    result = study(pairs, prompt_tokens=args.prompt_tokens, new_tokens=args.max_new_tokens,
+                   draft_tokens=args.draft_tokens,
                    max_draft_tokens=args.max_draft_tokens, alphas=alphas, repeats=args.repeats)
     describe(result, pair, args.target)
     result["meta"]["precision_choice"] = choice

@@ -9,6 +9,10 @@ import math
 from dataclasses import dataclass
 
 MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes a 64-bit integer; we keep it signed
+# The longest draft, one cap everywhere: what a run may ask for (sources.settings checks it),
+# speculative()'s and every schedule's cap, and the room a run's cache keeps for one verification
+# (engine.theory, pure formulas that import nothing, writes the same 16 as its default cap)
+MAX_DRAFT_TOKENS = 16
 
 
 @dataclass(frozen=True)

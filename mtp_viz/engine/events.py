@@ -32,8 +32,8 @@ step's target forward routed its tokens to. Empty otherwise, and then left out.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 __all__ = [

@@ -78,7 +78,8 @@ def speculative_graphs(prompt: int, new: int, longest: int, *, state: bool = Tru
         most = min(longest, new - 2)
         out |= {Graph(kind, capacity, width_for(k + 1)) for k in range(most if fixed else 0, most + 1)}
     if draft and new >= 3:
-        out |= {Graph("draft", c) for c in {capacity_for(s) for s in range(prompt, prompt + new - 1)} if c in CAPACITIES}
+        out |= {Graph("draft", c) for c in {capacity_for(s) for s in range(prompt, prompt + new - 1)}
+                if c in CAPACITIES}
     return out
 
 
@@ -93,7 +94,8 @@ def autoregressive_graphs(prompt: int, new: int) -> set[Graph]:
 def compiled_graphs(fast, step=None) -> set[Graph]:
     """The graphs ``fast`` (a :class:`~.compiled.FastTarget`) and ``step`` (its
     :class:`~.compiled.FastDraftStep`, or None) have compiled so far."""
-    out = {Graph("verify" if state else "step", capacity, width) for capacity, width, state in fast.graph.shapes.seconds}
+    out = {Graph("verify" if state else "step", capacity, width)
+           for capacity, width, state in fast.graph.shapes.seconds}
     return out | {Graph("draft", shape[2]) for shape in (step.graph.shapes.seconds if step is not None else ())}
 
 
@@ -152,7 +154,8 @@ def compile_graphs(fast, step, graphs: list[Graph], embed: torch.nn.Module,
         if fast.graph.note or (step is not None and step.graph.note):
             break
         if progress is not None:
-            progress(Progress(i + 1, len(todo), g, time.perf_counter() - t0, estimate(todo[i:], seconds_of(fast, step))))
+            progress(Progress(i + 1, len(todo), g, time.perf_counter() - t0,
+                              estimate(todo[i:], seconds_of(fast, step))))
         _build(fast, step, g, embed)
     return time.perf_counter() - t0
 
@@ -160,7 +163,8 @@ def compile_graphs(fast, step, graphs: list[Graph], embed: torch.nn.Module,
 def _build(fast, step, g: Graph, embed: torch.nn.Module) -> None:
     """One graph, compiled by the call a run makes: a cache at its capacity (made, as a
     run's, outside inference mode: it is cropped outside it), then a forward of
-    ``g.width`` tokens at that width (:meth:`~.compiled.FastTarget.build`); a draft step on zero K/V of its shapes, taken from an eager
+    ``g.width`` tokens at that width (:meth:`~.compiled.FastTarget.build`); a draft step on
+    zero K/V of its shapes, taken from an eager
     forward of one token."""
     kv = fast.new_cache(g.capacity if g.kind != "draft" else 1)
     try:

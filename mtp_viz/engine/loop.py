@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from .decoder import Forward, RunCache, as_decoder
+from .decoding import MAX_DRAFT_TOKENS
 from .drafters.base import DraftContext, Drafter, Proposal
 from .events import Done, Drafted, Event, Start, Step, Token, verdicts
 from .experts import NO_TAP, ExpertTap, moe_shape
@@ -36,9 +37,6 @@ from .schedules import Schedule, make_schedule
 from .stopwatch import Stopwatch
 from .text import TAIL
 from .topk import TopK, no_fields
-
-
-MAX_DRAFT = 16   # speculative()'s cap on a draft's length, and the room its cache keeps for one
 
 
 @dataclass
@@ -96,7 +94,7 @@ class _Text:
 
 def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_tokens: int = 64,
                 sampling: Sampling = Sampling(), schedule: Schedule | str = "constant",
-                draft_tokens: int | None = None, max_draft_tokens: int = MAX_DRAFT,
+                draft_tokens: int | None = None, max_draft_tokens: int = MAX_DRAFT_TOKENS,
                 eos_token_ids: Sequence[int] = (), detok: Any = None, stale_kv: bool = False,
                 stop=None, pause=None, top: int = 0, experts: bool = False,
                 clock: Callable[[], float] = time.perf_counter) -> Iterator[Event]:
@@ -125,7 +123,7 @@ def speculative(target, drafter: Drafter, prompt_ids: Sequence[int], *, max_new_
         yield from _speculative(kv, drafter, list(prompt_ids), schedule, g)
 
 
-def speculative_need(prompt: int, new: int, max_draft_tokens: int = MAX_DRAFT) -> int:
+def speculative_need(prompt: int, new: int, max_draft_tokens: int = MAX_DRAFT_TOKENS) -> int:
     """The cache positions a speculative run asks of its decoder: the prompt, the new
     tokens, and room for one verification's drafts and its newest token beyond them."""
     return prompt + new + max_draft_tokens + 1
@@ -157,7 +155,8 @@ def _speculative(kv: RunCache, drafter: Drafter, prompt_ids: list[int], schedule
         # -- accept: decide, cut at EOS / the token limit, emit, crop the cache ----------
         drafts = proposal.tokens
         n, nxt, p = _decide(sampler, fwd, proposal)
-        new, cut, stop_reason = limit(drafts[:n] + [nxt], g.eos_token_ids, g.max_new_tokens - (len(ids) - len(prompt_ids)))
+        new, cut, stop_reason = limit(drafts[:n] + [nxt], g.eos_token_ids,
+                                      g.max_new_tokens - (len(ids) - len(prompt_ids)))
         kept = min(n, len(new))  # drafts emitted; below n only when an EOS cut the step
         extra = tops.verdict(ids, fwd.logits, p, drafts, proposal.q, n) if tops else no_fields
         yield from _verdict_events(step, ids, proposal, token_probs(fwd.logits, p, drafts, n, nxt), n, new, text,
@@ -243,7 +242,8 @@ def _verify(kv: RunCache, newest: list[int], drafts: list[int], want_state: bool
 def run_setting(kv: RunCache, g: Generation) -> dict:
     """The start event's settings both modes share."""
     return {"max_new_tokens": g.max_new_tokens, **g.sampling.as_dict(), "clock": clock_basis(g.clock),
-            "threads": torch.get_num_threads(), "experts": experts_setting(kv.decoder.model, g.experts), "engine": kv.engine,
+            "threads": torch.get_num_threads(), "experts": experts_setting(kv.decoder.model, g.experts),
+            "engine": kv.engine,
             "ran": kv.decoder.ran.as_dict()}
 
 

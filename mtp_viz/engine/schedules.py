@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .decoding import MAX_DRAFT_TOKENS
 from .theory import optimal_draft_tokens
 
 
@@ -26,7 +27,7 @@ from .theory import optimal_draft_tokens
 class Schedule:
     """Base: the constant schedule. Subclasses override ``update`` / ``keep_drafting``."""
     initial: int = 4
-    cap: int = 16
+    cap: int = MAX_DRAFT_TOKENS
     name: str = "constant"
     current: int = field(default=0, init=False)
 
@@ -229,7 +230,7 @@ SCHEDULES: dict[str, type[Schedule]] = {
 }
 
 
-def make_schedule(name: str, initial: int = 4, cap: int = 16, **kwargs) -> Schedule:
+def make_schedule(name: str, initial: int = 4, cap: int = MAX_DRAFT_TOKENS, **kwargs) -> Schedule:
     """Build a schedule by name; ``kwargs`` go to its constructor (e.g. ``threshold``)."""
     if name not in SCHEDULES:
         raise ValueError(f"Unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)}.")

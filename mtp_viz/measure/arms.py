@@ -28,9 +28,9 @@ from typing import Any, Sequence
 from mtp_viz.analysis import metrics
 from mtp_viz.sources.precision import Precision
 
-from . import reduce as one_arm   # one arm's records reduced (this module: every arm's)
-from .records import AUTOREGRESSIVE, LOCAL_LABELS, REFERENCE, Record, RunKey, Setting
+from . import reduce as one_arm  # one arm's records reduced (this module: every arm's)
 from .peers import PeerRow, peer_rows
+from .records import AUTOREGRESSIVE, LOCAL_LABELS, REFERENCE, Record, RunKey, Setting
 from .reduce import CategoryRow, PlainRow, SettingRow
 
 

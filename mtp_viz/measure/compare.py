@@ -172,7 +172,8 @@ def measure(pair: Any, s: RunSettings, repeats: int, stop: threading.Event | Non
     plain = {x.repeat: x.ids for x in records[todo[1]]} if s.greedy else None
     rows = tuple(_row(task.arm, records[task], plain, rounds.failed.get(task, "")) for task in todo[2:])
     rounds.notes += [f"{d.name} wrote other tokens than this pair's plain decoding in a timed run: "
-                     "marked, and not taken as the fastest plain decoder." for d in rows if d.same_tokens_as_plain is False]
+                     "marked, and not taken as the fastest plain decoder."
+                     for d in rows if d.same_tokens_as_plain is False]
     return Measurement(tuple(speedup_ratios(own, SPECULATIVE, setting.name)), tps[SPECULATIVE],
                        tps[AUTOREGRESSIVE], torch.get_num_threads(), own[0].clock, rows, tuple(rounds.notes),
                        pair.decoder.ran.label)

@@ -133,7 +133,8 @@ def costs(pair: Any, engine: str, prompt_ids: list[int], max_draft_tokens: int, 
                     samples[f"verify{w}" if want else "plain"].append(t)
                 if want and w == 1 and drafter is not None:
                     ctx = DraftContext(ids[:-1] + [ids[-1]], hidden=f.hidden[:, :1], shared_kv=f.shared_kv)
-                    p, t = _timed(clock, device, lambda: drafter.propose(ctx, max_draft_tokens, pick, lambda i, q: True))
+                    p, t = _timed(clock, device,
+                                  lambda: drafter.propose(ctx, max_draft_tokens, pick, lambda i, q: True))
                     if timed:
                         samples["draft"].append((t - p.compile_seconds) / max(len(p.tokens), 1))
     med = {k: statistics.median(v) for k, v in samples.items() if v}
@@ -231,7 +232,8 @@ def study(pairs: dict[str, Any], *, prompt_tokens: int = 32, new_tokens: int = 6
     ids = prompt_ids(first, prompt_tokens)
     now, basis = own_clock(first.device)
     measured = {e: costs(p, e, ids, max_draft_tokens, repeats, now, stop) for e, p in pairs.items()}
-    whole = {e: runs(p, e, ids, new_tokens, draft_tokens, alphas, repeats, lambda p=p: running_clock(p.device), seed, stop)
+    whole = {e: runs(p, e, ids, new_tokens, draft_tokens, alphas, repeats, lambda p=p: running_clock(p.device),
+                     seed, stop)
              for e, p in pairs.items()}
     fastest = min(measured.values(), key=lambda c: c.plain)
     plain_runs = {e: next(r for r in rs if r.alpha is None) for e, rs in whole.items()}
@@ -283,4 +285,5 @@ def describe(result: dict[str, Any], pair: Any, target: str) -> dict[str, Any]:
     return result
 
 
-__all__ = ["ALPHAS", "Costs", "PROFILED_DRAFT_TOKENS", "Run", "costs", "describe", "own_acceptance", "peak_memory", "prompt_ids", "runs", "study"]
+__all__ = ["ALPHAS", "Costs", "PROFILED_DRAFT_TOKENS", "Run", "costs", "describe", "own_acceptance", "peak_memory",
+           "prompt_ids", "runs", "study"]

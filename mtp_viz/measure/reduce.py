@@ -245,7 +245,8 @@ def setting_row(records, events: Events, s: Setting, ar_events: list, ar_step) -
         tau_predicted=theory.expected_tokens(alpha, draft_tokens),
         cost_coefficient=c, verify_cost=v, predicted_speedup=predicted,
         measured_over_predicted=ratio(decode_speedup, predicted),
-        predicted_speedup_with_verify_cost=theory.expected_tokens(alpha, draft_tokens) / (draft_tokens * c + v) if v else None,
+        predicted_speedup_with_verify_cost=(theory.expected_tokens(alpha, draft_tokens) / (draft_tokens * c + v)
+                                            if v else None),
         optimal_draft_tokens=theory.optimal_draft_tokens(alpha, c)[0] if summ.drafted else None,
         per_position_conditional=summ.per_position_conditional,
         per_position_unconditional=summ.per_position_unconditional,

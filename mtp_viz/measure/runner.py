@@ -68,7 +68,8 @@ class Runner:
             rec, events = self._reference(prompt, setting.draft_tokens, n), None
         else:
             rec, events = self._ours(mode, prompt, setting, n)
-        named = dict(setting=setting.name, schedule=setting.schedule, draft_tokens=setting.draft_tokens) if setting else {}
+        named = (dict(setting=setting.name, schedule=setting.schedule, draft_tokens=setting.draft_tokens)
+                 if setting else {})
         return dataclasses.replace(rec, mode=mode, **named), events
 
     def _ours(self, mode: str, prompt: str, setting: Setting | None, n: int):

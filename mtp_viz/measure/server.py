@@ -24,8 +24,8 @@ from mtp_viz.engine.events import Done
 from mtp_viz.errors import UserError
 from mtp_viz.prompts import Prompt
 from mtp_viz.sources.base import WARM_UP_TOKENS
-from mtp_viz.sources.settings import RunSettings
 from mtp_viz.sources.servers import ServerSource
+from mtp_viz.sources.settings import RunSettings
 
 from .records import AUTOREGRESSIVE, SPECULATIVE, Record
 from .reduce import median, speedup, tps_by_repeat

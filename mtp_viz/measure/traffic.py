@@ -33,9 +33,9 @@ from typing import Any, Callable, Iterator, Sequence
 
 from mtp_viz.engine.events import Done, Error, Event, Step
 from mtp_viz.errors import UserError
-from mtp_viz.sources.settings import RunSettings
-from mtp_viz.sources.servers import Servers
 from mtp_viz.sources import open_server
+from mtp_viz.sources.servers import Servers
+from mtp_viz.sources.settings import RunSettings
 
 MAX_CONCURRENCY = 16   # the most clients at once a sweep may ask for (the app's limit too)
 MAX_REQUESTS = 256     # requests per level at most
@@ -217,7 +217,8 @@ def sweeping(servers: Servers, prompts: Sequence[str], levels: Sequence[int], re
              stop: threading.Event | None = None, highest: int = MAX_CONCURRENCY,
              max_requests: int = MAX_REQUESTS) -> Iterator[tuple[str, TrafficResult]]:
     """Every level on both servers, as it goes: before each level ``(what runs next, the
-    result so far)``, and at the end ``("", the result)``. ``highest`` and ``max_requests`` bound the levels and the requests per level (never
+    result so far)``, and at the end ``("", the result)``. ``highest`` and ``max_requests``
+    bound the levels and the requests per level (never
     past :data:`MAX_CONCURRENCY` and :data:`MAX_REQUESTS`)."""
     highest, max_requests = min(highest, MAX_CONCURRENCY), min(max_requests, MAX_REQUESTS)
     if not 1 <= requests <= max_requests:

@@ -27,7 +27,8 @@ from mtp_viz.errors import UserError, clip
 from mtp_viz.sources.noise import quiet_known_noise
 from mtp_viz.views.notebook import in_notebook
 
-__all__ = ["embed_plotlyjs", "in_notebook", "quiet_known_noise", "show", "show_anatomy", "show_events", "show_measurement", "show_side_by_side"]
+__all__ = ["embed_plotlyjs", "in_notebook", "quiet_known_noise", "show", "show_anatomy", "show_events",
+           "show_measurement", "show_side_by_side"]
 
 FRAME_SECONDS = 0.25   # the inline view is redrawn at most this often while a run streams
 
@@ -159,9 +160,9 @@ def _show_charts(events: list[Event]) -> None:
 
     from IPython.display import display
 
+    from mtp_viz.engine.events import Start
     from mtp_viz.views import charts
     from mtp_viz.views.notebook import chart_html
-    from mtp_viz.engine.events import Start
     spec = any(isinstance(e, Start) and e.mode == "speculative" for e in events)
     runs = (events, ()) if spec else ((), events)  # the charts take (speculative, autoregressive)
     for chart in charts.CHARTS:

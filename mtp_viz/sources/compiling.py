@@ -10,7 +10,8 @@ compile, ``pair.mounted.note`` holds the one sentence saying why it decodes eage
 (:mod:`mtp_viz.engine.graphs` works it out), one graph at a time, telling ``progress`` of
 each: every run on a compiled pair goes through it before it starts
 (:func:`mtp_viz.sources.local.run_mode`), so no graph is compiled mid-run.
-:meth:`ModelPair.use` and :meth:`ModelPair.on` (``compile`` and ``compiled``: their aliases) and ``load_pair(engine=...)`` come here;
+:meth:`ModelPair.use` and :meth:`ModelPair.on` (``compile`` and ``compiled``: their aliases)
+and ``load_pair(engine=...)`` come here;
 the pair only holds what it produced.
 """
 from __future__ import annotations

@@ -15,7 +15,6 @@ from .http import public
 from .servers import ServerSource
 from .settings import RunSettings
 
-
 # The server kinds, asked in order: (a function that recognises one from what ``url``
 # answers, its source class), as "module:name" imported on first use; the last, with no
 # test, is what any other server is read as. A new kind of server is one entry here.

@@ -97,7 +97,8 @@ def interleave(sources: dict[str, Callable[[Callable[[], float]], Iterable[Event
                basis: str = "wall") -> Iterator[tuple[str, Event]]:
     """Run ``sources`` (name -> a function that takes a clock and returns the source's
     events) in turns on this thread, the one with the smallest share of its token budget
-    next; yields (name, event) in the order they happen. Ties go to the first-named source. An exception in any source ends all of them.
+    next; yields (name, event) in the order they happen. Ties go to the first-named source.
+    An exception in any source ends all of them.
     ``now`` is the time every clock reads, ``basis`` its name (tests pass a counter)."""
     clocks = {name: OwnClock(now, basis) for name in sources}
     running: dict[str, Iterator[Event]] = {}

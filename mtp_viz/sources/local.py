@@ -21,7 +21,6 @@ from .compiling import prepare
 from .interleave import interleave, own_clock
 from .settings import MAX_DRAFT_TOKENS, RunSettings
 
-
 # the one sentence for counting experts on a dense target (the CLI, the API, the app)
 DENSE = ("This target is dense: every token uses the same weights, so there are no experts to count; "
          "counting experts needs a mixture-of-experts target such as the 26B-A4B.")

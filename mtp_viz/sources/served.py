@@ -13,8 +13,9 @@ from typing import Any, Iterator, Sequence
 
 from mtp_viz.engine.events import Bonus, Done, Event, Start, Step, verdicts
 
+from .trace import MAX_TRACE_DRAFT  # drafts in one step at most: what a trace of the run may hold
+
 MAX_TOKEN_ID = 2**31 - 1     # a token id is a vocabulary index; anything past this is not one
-MAX_DRAFT = 256              # drafts in one step at most (as a trace's draft length)
 # A server's prompt ids a run keeps in its start event (the page shows no more; the
 # count, prompt_tokens, stays whole): a 650,000-id /tokenize answer held 23.5 MB a run.
 PROMPT_IDS_KEPT = 2048
@@ -53,10 +54,10 @@ def step_events(tokens: Sequence[Received], accepted: Sequence[int], drafted: Se
     wrote fewer than ``accepted + 1`` tokens. Raises ValueError when the arrays and the
     tokens do not add up (a server that is not what it claims): arrays that are not
     lists of whole numbers, of different lengths, a step that kept more than it drafted
-    or drafted more than :data:`MAX_DRAFT`, or more or fewer steps than the tokens fill."""
+    or drafted more than :data:`MAX_TRACE_DRAFT`, or more or fewer steps than the tokens fill."""
     if not isinstance(accepted, (list, tuple)) or not isinstance(drafted, (list, tuple)) \
             or len(accepted) != len(drafted) or len(accepted) > len(tokens) \
-            or not all(count_ok(d, MAX_DRAFT) and count_ok(a, d) for a, d in zip(accepted, drafted)):
+            or not all(count_ok(d, MAX_TRACE_DRAFT) and count_ok(a, d) for a, d in zip(accepted, drafted)):
         raise Mismatch("per-step arrays are inconsistent")
     if not tokens:
         return
@@ -110,5 +111,5 @@ def done_event(tokens, steps, seconds, finish, metrics) -> Done:
                    server_metrics=freeze(metrics or {}))
 
 
-__all__ = ["MAX_DRAFT", "MAX_TOKEN_ID", "Mismatch", "PROMPT_IDS_KEPT", "Received", "count_ok", "done_event", "freeze",
+__all__ = ["MAX_TOKEN_ID", "Mismatch", "PROMPT_IDS_KEPT", "Received", "count_ok", "done_event", "freeze",
            "laid_out", "start_event", "step_events"]

@@ -13,13 +13,14 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from mtp_viz.engine.decoding import Sampling
+from mtp_viz.engine.decoding import MAX_DRAFT_TOKENS, Sampling
 from mtp_viz.engine.drafters import DRAFTERS
 from mtp_viz.engine.schedules import SCHEDULES
 from mtp_viz.errors import UserError, clip
 
 MODES = ("speculative", "autoregressive")
-MAX_DRAFT_TOKENS = 16   # the longest draft a run may ask for (vLLM's limit is similar)
+# MAX_DRAFT_TOKENS (16, the engine's: mtp_viz.engine.decoding) is the longest draft a run
+# may ask for (vLLM's limit is similar); importable from here, where the run's settings are checked
 MAX_TOP = 50            # most top candidates per position a run may record
 QUOTE = 40              # characters of a bad value quoted back in a sentence
 

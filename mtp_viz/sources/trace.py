@@ -41,14 +41,17 @@ MAX_EVENTS = 100_000
 MAX_DEPTH = 32          # arrays and objects in one line; real events nest 5 deep at most (server metrics)
 MODES = ("speculative", "autoregressive")
 MAX_SECONDS = 24 * 3600.0   # longer than any run the app records; a replay waits this long
-MAX_DRAFT = 256             # the app drafts at most 16; views loop over every position
+# the longest draft (and highest draft position) an event stream from outside may carry, a trace
+# file's or a server's (sources.served): the engine drafts at most 16 (engine.decoding's
+# MAX_DRAFT_TOKENS), but the views loop over every position, so what is read is bounded too
+MAX_TRACE_DRAFT = 256
 MAX_COUNT = 1_000_000_000   # steps, tokens, token ids: more than any run holds
 MAX_EXPERTS = 4096          # experts of one layer: real mixtures have 8 to a few hundred
 MAX_LAYERS = 1024           # mixture-of-experts layers, one count each, drawn by the views
 
 _TIME = (0.0, MAX_SECONDS, "a time from 0 to 24 hours")
 _PROBABILITY = (0.0, 1.0 + 1e-6, "a probability from 0 to 1")   # float32 rounding may pass 1
-_DRAFT = (0, MAX_DRAFT, f"a draft length or position from 0 to {MAX_DRAFT}")
+_DRAFT = (0, MAX_TRACE_DRAFT, f"a draft length or position from 0 to {MAX_TRACE_DRAFT}")
 _COUNT = (0, MAX_COUNT, "a count from 0 to a billion")
 _EXPERTS = (0, MAX_EXPERTS, f"at most {MAX_LAYERS} expert counts from 0 to {MAX_EXPERTS}")
 # The range of an event's field, by name, beyond its type: the views divide by these,
@@ -57,7 +60,7 @@ _RANGES = {"t": _TIME, "seconds": _TIME, "draft_seconds": _TIME, "verify_seconds
            "p": _PROBABILITY, "q": _PROBABILITY, "acceptance_rate": _PROBABILITY,
            "p_top": _PROBABILITY, "q_top": _PROBABILITY, "residual_top": _PROBABILITY,
            "draft_tokens": _DRAFT, "next_draft_tokens": _DRAFT, "index": _DRAFT, "agreed": _DRAFT,
-           "tau": (0.0, MAX_DRAFT + 1.0, f"a number of tokens per forward from 0 to {MAX_DRAFT + 1}"),
+           "tau": (0.0, MAX_TRACE_DRAFT + 1.0, f"a number of tokens per forward from 0 to {MAX_TRACE_DRAFT + 1}"),
            "experts_per_layer": _EXPERTS}
 # List fields the views loop over whole, by name: the most items each may hold.
 _LENGTHS = {"experts_per_layer": MAX_LAYERS}
@@ -96,8 +99,8 @@ _SETTINGS = {
     "top_p": (_NUMBER, _between(0, 1), "a number from 0 to 1"),
     "top_k": (_INT, _between(0, MAX_COUNT), "a whole number from 0 to a billion"),
     "max_new_tokens": (_INT, _between(0, MAX_COUNT), "a whole number from 0 to a billion"),
-    "draft_tokens": (_INT, _between(0, MAX_DRAFT), f"a whole number from 0 to {MAX_DRAFT}"),
-    "max_draft_tokens": (_INT, _between(0, MAX_DRAFT), f"a whole number from 0 to {MAX_DRAFT}"),
+    "draft_tokens": (_INT, _between(0, MAX_TRACE_DRAFT), f"a whole number from 0 to {MAX_TRACE_DRAFT}"),
+    "max_draft_tokens": (_INT, _between(0, MAX_TRACE_DRAFT), f"a whole number from 0 to {MAX_TRACE_DRAFT}"),
     "seed": (_INT + (type(None),), None, "a whole number or null"),
     "clock": (_TEXT, ("wall", "cpu").__contains__, '"wall" or "cpu"'),
     # an engine of the table (engine.engines.ENGINES), read when a trace is checked
@@ -111,8 +114,8 @@ _SETTINGS = {
        for k in ("target_precision", "drafter_precision")},
 }
 
-__all__ = ["FORMAT", "VERSION", "MAX_BYTES", "MAX_EVENTS", "MAX_DEPTH", "MAX_SECONDS", "header", "dumps", "write",
-           "loads", "read", "split_runs", "spec_and_ar", "too_large"]
+__all__ = ["FORMAT", "VERSION", "MAX_BYTES", "MAX_EVENTS", "MAX_DEPTH", "MAX_SECONDS", "MAX_TRACE_DRAFT", "header",
+           "dumps", "write", "loads", "read", "split_runs", "spec_and_ar", "too_large"]
 
 
 def header(**meta: str) -> dict[str, Any]:

@@ -39,9 +39,9 @@ def _arrow(x1: float, y1: float, x2: float, y2: float, label: str = "", dashed: 
 
 
 def _svg(a: Anatomy) -> str:
-    kv = "; ".join(f"{'full' if l.attention == 'full_attention' else 'sliding'}: target layer "
-                   f"{l.reads_target_layer}" for l in a.layers)
-    kv_shape = ", ".join(sorted({f"{l.kv_heads}×{l.head_dim}" for l in a.layers}))
+    kv = "; ".join(f"{'full' if layer.attention == 'full_attention' else 'sliding'}: target layer "
+                   f"{layer.reads_target_layer}" for layer in a.layers)
+    kv_shape = ", ".join(sorted({f"{layer.kv_heads}×{layer.head_dim}" for layer in a.layers}))
     c = a.clustered
     head = (_box(660, 150, 190, 110, "clustered head", f"{c.centroids} centroids",
                  f"top {c.top_clusters} clusters scored", f"{c.candidates} candidate tokens",
@@ -92,7 +92,8 @@ def _rejections(a: Anatomy, events: Sequence[Event]) -> str:
         return ('<p class="mv-an-clusters">Run a prompt to see, for each rejected draft, whether the target\'s '
                 'token was among the clusters the drafter scored.</p>')
     outside = [e for e in known if e.target_in_clusters == "no"]
-    items = "".join(f'<li data-step="{e.step}" data-index="{e.index}" data-in-clusters="{html.escape(str(e.target_in_clusters), quote=True)}">'
+    items = "".join(f'<li data-step="{e.step}" data-index="{e.index}" '
+                    f'data-in-clusters="{html.escape(str(e.target_in_clusters), quote=True)}">'
                     f'step {e.step}, draft {e.index + 1}: '
                     f'{"never a candidate" if e.target_in_clusters == "no" else "a candidate, ranked lower"}</li>'
                     for e in known[:40])
@@ -138,7 +139,8 @@ def anatomy_html(a: Anatomy | None, events: Sequence[Event] = ()) -> str:
     summary = (f'<p><b>{names}</b>: the target has {a.target_layers} layers of width {a.target_width} '
                f'({a.target_params / 1e6:.1f}M parameters{in_t}); the MTP drafter has {a.drafter_layers} '
                f'layer{"s" if a.drafter_layers != 1 else ""} of width {a.drafter_width} '
-               f'({a.drafter_params / 1e6:.2f}M parameters{in_d}). Each draft reads concat(target embedding of the last '
+               f'({a.drafter_params / 1e6:.2f}M parameters{in_d}). '
+               'Each draft reads concat(target embedding of the last '
                f'token, hidden state) = {a.input_width} numbers, projects them to {a.projected_width}, attends to the '
                'target\'s K/V at one constant position (the last verified one), and feeds its own state '
                f'(projected back to {a.state_width}) to the next draft.</p>')

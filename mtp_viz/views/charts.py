@@ -9,7 +9,6 @@ calls them all alike; most read only the first.
 from __future__ import annotations
 
 import html
-
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 

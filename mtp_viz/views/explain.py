@@ -114,7 +114,8 @@ def explain(key: str, corner: bool = False) -> str:
     title, text = EXPLAIN[key]
     cls = "mv-explain mv-corner" if corner else "mv-explain"
     return (f'<details class="{cls}" data-explain="{html.escape(key)}"><summary title="{html.escape(title)}" '
-            f'aria-label="About: {html.escape(title)}">{INFO_ICON}</summary><div class="mv-explain-body"><b>{html.escape(title)}.</b> {html.escape(text)}'
+            f'aria-label="About: {html.escape(title)}">{INFO_ICON}</summary>'
+            f'<div class="mv-explain-body"><b>{html.escape(title)}.</b> {html.escape(text)}'
             '</div></details>')
 
 

@@ -231,8 +231,9 @@ def compare_text(spec: RunStats, ar: RunStats) -> str:
         return ""
     clock = spec.clock if spec.clock == ar.clock else "mixed"
     over = html.unescape(_over(spec, ar))
-    return (ran_at(spec.tokens_per_second / ar.tokens_per_second, over) + "("
-            f"{measured_over(spec.tokens_per_second, ar.tokens_per_second, clock, spec.threads, 'one run each, in turns')})")
+    measured = measured_over(spec.tokens_per_second, ar.tokens_per_second, clock, spec.threads,
+                             "one run each, in turns")
+    return ran_at(spec.tokens_per_second / ar.tokens_per_second, over) + f"({measured})"
 
 
 def _over(spec: RunStats, ar: RunStats) -> str:

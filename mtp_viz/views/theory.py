@@ -11,7 +11,6 @@ from mtp_viz.analysis.experts import ceiling
 from mtp_viz.analysis.metrics import TheoryCheck
 from mtp_viz.analysis.whatif import what_if
 
-
 # the panel's speedup is the last Run's (one run of each mode); Measure's, over its repeats,
 # sits above it on the same tab (#measure-result), so the two are never read as one figure
 LAST_RUN = "the last Run, one run each; Measure's repeats: above"

@@ -76,10 +76,12 @@ def step_html(events: Sequence[Event]) -> str:
                                         title=f"step {e.step} · draft {e.index + 1} · pending · {_prob('q', e.q)}"))
         elif isinstance(e, Accepted):
             parts.append(token_span("accepted", e.text, e.token_id, step=e.step, index=e.index,
-                                    title=f"step {e.step} · draft {e.index + 1} accepted · {_prob('p', e.p)} {_prob('q', e.q)}"))
+                                    title=f"step {e.step} · draft {e.index + 1} accepted · "
+                                          f"{_prob('p', e.p)} {_prob('q', e.q)}"))
         elif isinstance(e, Rejected):
             parts.append(token_span("rejected", e.text, e.token_id, step=e.step, index=e.index,
-                                    title=f"step {e.step} · draft {e.index + 1} rejected · {_prob('p', e.p)} {_prob('q', e.q)}"))
+                                    title=f"step {e.step} · draft {e.index + 1} rejected · "
+                                          f"{_prob('p', e.p)} {_prob('q', e.q)}"))
         elif isinstance(e, Bonus):
             kind = "correction" if e.kind == "correction" else "extension"
             parts.append(token_span("bonus", e.text, e.token_id, bonus=kind, step=e.step, index=e.index,

@@ -4,13 +4,11 @@ random Gemma 4 pair saved to disk: greedy output equals transformers' own greedy
 and the app keeps serving."""
 from __future__ import annotations
 
-
 import pytest
 import torch
 
 from factories import save_gemma_pair
 from serving import serve
-
 
 PROMPT = " ".join(f"w{i}" for i in range(10, 40))
 
@@ -24,6 +22,7 @@ def folders(tmp_path_factory):
 @pytest.fixture(scope="module")
 def app(folders):
     from gradio_client import Client
+
     from mtp_viz.app.page import layout as ui
     demo = ui.build_demo(target=str(folders[0]))
     url = serve(demo)
@@ -125,8 +124,9 @@ def test_raw_http_non_finite_numbers_and_lone_surrogates(app, body, sentence):
 @pytest.mark.slow
 def test_allow_list_refuses_other_models_without_loading(folders, monkeypatch):
     from gradio_client import Client
-    from mtp_viz.app.runtime import runs, service
+
     from mtp_viz.app.page import layout as ui
+    from mtp_viz.app.runtime import runs, service
     monkeypatch.setenv("MTP_VIZ_ALLOWED_MODELS", str(folders[0]))
     loads = []
 

@@ -11,18 +11,18 @@ import pytest
 import torch
 
 from factories import gemma_assistant, gemma_target
+from mtp_viz.analysis import stream
 from mtp_viz.app.handlers import local, recorded
 from mtp_viz.app.runtime import deploy, pairs, runs, service
 from mtp_viz.app.runtime.pairs import PairSpec
-from mtp_viz.measure import compare as measure
-from mtp_viz.analysis import stream
-from mtp_viz.views import tokens as view
-from mtp_viz.errors import UserError
 from mtp_viz.engine.events import Done, Error
-from mtp_viz.views.frame import PLOTS
+from mtp_viz.errors import UserError
+from mtp_viz.measure import compare as measure
 from mtp_viz.sources.base import Source
 from mtp_viz.sources.local import LocalSource
 from mtp_viz.sources.settings import RunSettings
+from mtp_viz.views import tokens as view
+from mtp_viz.views.frame import PLOTS
 from streams import ar_run, spec_run
 
 
@@ -140,6 +140,7 @@ def test_a_chart_is_one_entry_in_the_registry():
     import os
     import subprocess
     import sys
+
     from locations import ROOT, TESTS
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)])}
     proc = subprocess.run([sys.executable, "-c", EXTRA_CHART], capture_output=True, text=True, timeout=300,
@@ -159,8 +160,8 @@ def test_a_chart_is_one_entry_in_the_registry():
 @pytest.fixture(scope="module")
 def real_pair():
     """A random Gemma 4 pair behind the ModelPair interface (no tokenizer needed)."""
-    from mtp_viz.sources.pair import ModelPair
     from factories import word_tokenizer
+    from mtp_viz.sources.pair import ModelPair
     return ModelPair(gemma_target(layers=4), gemma_assistant(), word_tokenizer(), "random", "random", "cpu")
 
 
@@ -380,7 +381,8 @@ def test_pair_loader_loads_once_per_pair_however_it_is_written(tmp_path):
                  str(tmp_path / "m" / ".." / "m")]
     states = [loader.wait(PairSpec(s), timeout=5) for s in spellings]
     assert len(calls) == 1 and all(s.pair is states[0].pair for s in states)
-    assert pairs.pair_key("tiny", None) == pairs.pair_key(*__import__("mtp_viz.sources.presets").sources.presets.resolve("tiny"))
+    assert pairs.pair_key("tiny", None) == pairs.pair_key(
+        *__import__("mtp_viz.sources.presets").sources.presets.resolve("tiny"))
     bad = loader.wait(PairSpec("bad"), timeout=5)
     assert bad.status == "error" and bad.message == "no such model"
 

@@ -16,10 +16,10 @@ import pytest
 
 from mtp_viz.app.handlers import local, recorded
 from mtp_viz.app.runtime import service
-from mtp_viz.views import tokens
 from mtp_viz.engine.events import Bonus, Done, Start, Step
 from mtp_viz.errors import UserError
 from mtp_viz.sources import trace
+from mtp_viz.views import tokens
 
 STATUS = local.OUTPUTS.index("status")
 DEEP = "Line 1 of the trace nests arrays or objects more than 32 deep, the most this app reads."

@@ -43,6 +43,7 @@ def _no_default(target, drafter):
 @pytest.fixture(scope="module")
 def client():
     from gradio_client import Client
+
     from mtp_viz.app.page import layout as ui
     from mtp_viz.app.runtime import service
     demo = ui.build_demo(loader=service.PairLoader(_no_default), target="tiny")
@@ -123,10 +124,11 @@ def test_a_bad_presenter_value_in_a_link_is_named(value):
 def test_a_replay_of_a_very_long_trace_ends_at_its_bound(monkeypatch):
     """Defect 3: a valid trace an hour long, replayed at real time, stops after
     REPLAY_SECONDS and shows the whole run, so it holds its slot no longer than that."""
+    import dataclasses
+
     from mtp_viz.app.handlers import local, recorded
     from mtp_viz.app.runtime import runs
     from streams import ar_run, spec_run
-    import dataclasses
     monkeypatch.setattr(recorded, "REPLAY_SECONDS", 0.5)
     sess = runs.Session()
     late = lambda e: dataclasses.replace(e, t=3000.0) if hasattr(e, "t") and e.type == "step" else e  # noqa: E731

@@ -18,10 +18,10 @@ from mtp_viz.app.handlers import form, gate, links, local
 from mtp_viz.app.runtime import deploy, runs, service
 from mtp_viz.app.runtime.pairs import PairSpec
 from mtp_viz.engine.events import Done, Ran, Start
-from mtp_viz.views import export, stats
 from mtp_viz.errors import UserError
 from mtp_viz.sources import trace
 from mtp_viz.sources.precision import Precision
+from mtp_viz.views import export, stats
 from streams import ar_run, spec_run
 
 

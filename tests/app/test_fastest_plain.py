@@ -15,16 +15,16 @@ import threading
 
 import pytest
 
+from forms import statuses, values
 from mtp_viz.app.handlers import beside, local
 from mtp_viz.app.runtime import deploy, runs, service
 from mtp_viz.app.runtime.guard import ServerPolicy
-from mtp_viz.engine.events import Ran, Start
+from mtp_viz.engine.events import Ran
 from mtp_viz.errors import UserError
 from mtp_viz.measure import arms, reduce
 from mtp_viz.measure.compare import DecoderRow, Measurement
 from mtp_viz.sources.settings import RunSettings
 from mtp_viz.views import stats
-from forms import statuses, values
 from streams import EVIL, ar_run, spec_run
 
 OPEN = deploy.AllowList("")
@@ -105,7 +105,8 @@ def test_measure_names_the_fastest_plain_decoder_and_tables_every_decoder():
 
 def test_measure_alone_or_fastest_itself_says_no_more():
     assert "measure-decoders" not in stats.measurement_html(_measurement(), Ran())
-    slower = stats.measurement_html(_measurement(DecoderRow("llama.cpp", "llamacpp", "plain", 50.0, "wall", True)), Ran())
+    slower = stats.measurement_html(_measurement(DecoderRow("llama.cpp", "llamacpp", "plain", 50.0, "wall", True)),
+                                    Ran())
     assert "data-fastest-plain" not in slower and 'data-decoder="this eager engine"' in slower
     assert re.search(r'data-setting="plain" data-tps="100.000" data-over-fastest="1.0000" data-fastest>', slower)
 

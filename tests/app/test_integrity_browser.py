@@ -11,7 +11,6 @@ a cold compile.
 """
 from __future__ import annotations
 
-
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401  before any app imports it on a thread

@@ -11,11 +11,11 @@ import textwrap
 
 import pytest
 
+import serving  # noqa: F401 - its import exempts the loopback address from any proxy
 from browsing import new_page, open_settings
 from locations import ROOT
 from mtp_viz.app.runtime.pairs import PairSpec
 from real_llamacpp import free_port
-import serving  # noqa: F401 - its import exempts the loopback address from any proxy
 
 pytestmark = pytest.mark.slow  # real models, served apps and subprocesses
 
@@ -64,8 +64,9 @@ def test_a_script_that_closes_launch_at_any_moment_exits_cleanly(moment, tmp_pat
 
 @pytest.fixture(scope="module")
 def tiny_in_memory():
-    import mtp_viz
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import mtp_viz
     from mtp_viz.sources.presets import resolve
     target, assistant = resolve("tiny")
     return mtp_viz.from_models(AutoModelForCausalLM.from_pretrained(target),
@@ -114,9 +115,10 @@ def test_launch_opens_ready_on_the_bundled_pair_by_name_with_a_code_prompt(tiny_
 def test_a_pair_no_preset_names_is_shown_by_its_folders_names(tmp_path):
     """A reader's own folders: the picker entry and the status line name them by their
     own names; no path of the machine reaches the page."""
-    import mtp_viz
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from mtp_viz.app.runtime import deploy, service
+
+    import mtp_viz
+    from mtp_viz.app.runtime import deploy
     from mtp_viz.sources.presets import resolve
     target, assistant = resolve("tiny")
     shutil.copytree(target, tmp_path / "my-coder")

@@ -59,7 +59,8 @@ def test_small_load_test_against_the_real_app(tmp_path):
     assert len(s["rss_mb"]) == 11 and s["rss_mb"][0][1] > 100  # a real server holding a real model
     assert s["growth_mb"] < 50
     f = r["flood"]
-    assert (f["calls"], f["bad_inputs"], f["expected_errors"], f["unexpected"], r["max_sessions"]) == (30, 30, 30, 0, 10)
+    assert (f["calls"], f["bad_inputs"], f["expected_errors"], f["unexpected"], r["max_sessions"]) == \
+        (30, 30, 30, 0, 10)
     assert "**Verdict:** PASS" in (tmp_path / "load_test.md").read_text()
 
 
@@ -84,8 +85,8 @@ def test_one_off_api_calls_cannot_pile_up_sessions(tmp_path, monkeypatch):
     """Every plain HTTP call is a new Gradio session holding a copy of the page's config;
     ``MTP_VIZ_MAX_SESSIONS`` bounds how many the server keeps, and it keeps serving."""
     from factories import save_gemma_pair
-    from serving import serve
     from mtp_viz.app.page import layout as ui
+    from serving import serve
     lt = _module()
     monkeypatch.setenv("MTP_VIZ_MAX_SESSIONS", "3")
     target, _ = save_gemma_pair(tmp_path)

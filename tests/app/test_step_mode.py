@@ -11,11 +11,11 @@ import time
 import pytest
 
 from factories import gemma_assistant, gemma_target, word_tokenizer
-from mtp_viz.views import captions, charts, export, tokens as view
 from mtp_viz.app.runtime import runs
+from mtp_viz.engine.events import Bonus, Done, Drafted, Rejected, Start, Step
 from mtp_viz.sources.local import LocalSource
 from mtp_viz.sources.settings import RunSettings
-from mtp_viz.engine.events import Bonus, Done, Drafted, Rejected, Start, Step
+from mtp_viz.views import captions, charts, export, tokens as view
 from streams import EVIL, ar_run, spec_run
 
 PROMPT = " ".join(f"w{i}" for i in range(10, 30))

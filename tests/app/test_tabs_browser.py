@@ -14,8 +14,9 @@ from mtp_viz.views.stats import WAITING
 pytestmark = pytest.mark.browser
 
 # One id of each tab, and the floating inspector (outside them all).
+# (Gradio draws a closed accordion's insides once opened)
 IDS = {"decode": ["#run", "#model-status", "#compare", "#spec-output", "#ar-output", "#legend", "#acceptance-plot",
-                  "#draft-length-plot", "#settings", "#trace-upload", "#scrub"],  # (Gradio draws a closed accordion's insides once opened)
+                  "#draft-length-plot", "#settings", "#trace-upload", "#scrub"],
        "inside": ["#charts-title", "#timing-plot", "#experts-plot", "#anatomy"],
        "measure": ["#measure-result", "#theory-panel", "#what-if", "#when-mtp-helps"],
        "servers": ["#vllm-dashboard", "#dashboard-url", "#vllm-traffic", "#traffic-run", "#traffic-speedup-plot"],

@@ -9,13 +9,13 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 
 from mtp_viz.analysis import metrics
-from mtp_viz.engine import theory
+from mtp_viz.analysis.metrics import TheoryCheck
+from mtp_viz.analysis.whatif import what_if
 from mtp_viz.app.handlers import links
 from mtp_viz.app.page import teach
-from mtp_viz.views import explain as teach_view
-from mtp_viz.analysis.metrics import TheoryCheck
+from mtp_viz.engine import theory
 from mtp_viz.prompts import category_suite
-from mtp_viz.analysis.whatif import what_if
+from mtp_viz.views import explain as teach_view
 from streams import PLAN, ar_run, spec_stream
 
 

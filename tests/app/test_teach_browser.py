@@ -134,12 +134,14 @@ def test_presenter_mode_switches_type_and_token_colours(browser, url):
             token = page.locator("#spec-output span.tok[data-kind='accepted']").first
             styles[query] = (page.evaluate("document.body.classList.contains('mv-presenter')"),
                              token.evaluate("e => getComputedStyle(e).backgroundColor"),
-                             page.locator("#spec-output .mv-text").evaluate("e => parseFloat(getComputedStyle(e).fontSize)"),
+                             page.locator("#spec-output .mv-text").evaluate(
+                                 "e => parseFloat(getComputedStyle(e).fontSize)"),
                              page.locator("#legend .tok[data-kind='rejected']").evaluate(
                                  "e => getComputedStyle(e).textDecorationColor"),
                              # the race's bottom (panes, legend, live charts) in the page, with tokens in the panes
                              page.evaluate("() => Math.max(...['#legend', '#live-charts'].map(s => "
-                                           "document.querySelector(s).getBoundingClientRect().bottom + window.scrollY))"))
+                                           "document.querySelector(s).getBoundingClientRect().bottom "
+                                           "+ window.scrollY))"))
         finally:
             page.close()
     plain, presenter = styles[""], styles["?presenter=1"]

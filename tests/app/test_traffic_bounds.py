@@ -13,14 +13,13 @@ import pytest
 
 import hostile
 from hostile import MODELS, SECRET, SPEC_METRICS
-from mtp_viz.app.handlers import traffic as traffic_handlers
-from mtp_viz.app.handlers import vllm as vllm_handlers
+from mtp_viz.app.handlers import traffic as traffic_handlers, vllm as vllm_handlers
 from mtp_viz.app.handlers.local import OUTPUTS, Handlers
 from mtp_viz.app.handlers.traffic import TrafficHandlers
 from mtp_viz.app.runtime import deploy, runs, service
 from mtp_viz.app.runtime.guard import ServerPolicy
-from mtp_viz.measure import traffic
 from mtp_viz.errors import UserError
+from mtp_viz.measure import traffic
 from mtp_viz.sources.servers import Servers
 
 LOCKED = deploy.AllowList("tiny")
@@ -103,6 +102,7 @@ def test_a_locked_down_sweep_sends_no_more_than_its_bounds(serve, monkeypatch):
 
 def test_the_panel_states_and_starts_within_its_bounds(monkeypatch):
     import gradio as gr
+
     from mtp_viz.app.page.vllm import traffic_section
     monkeypatch.setenv("MTP_VIZ_TRAFFIC_LEVELS", "2")
     monkeypatch.setenv("MTP_VIZ_TRAFFIC_REQUESTS", "3")

@@ -214,8 +214,9 @@ def modelless_server():
 
 def test_an_uploaded_cli_trace_shows_exactly_its_token_kinds(browser, modelless_server, tmp_path):
     import contextlib
-    from mtp_viz.sources import trace
+
     from mtp_viz.cli.main import main
+    from mtp_viz.sources import trace
     path = tmp_path / "cli.jsonl"
     with path.open("w", encoding="utf-8") as f, contextlib.redirect_stdout(f):
         for extra in ([], ["--autoregressive"]):
@@ -399,6 +400,7 @@ def test_a_silent_vllm_server_does_not_hold_the_local_engine(page, server):
     never a token waits in a queue of its own, so another visitor's local /generate run
     finishes while it is still waiting (before, it queued behind it for the model slot)."""
     from gradio_client import Client
+
     from hostile import MODELS, SPEC_METRICS, serve as serve_routes, trickle
     silent, url = serve_routes({"/v1/models": json.dumps(MODELS), "/metrics": SPEC_METRICS,
                                 "/v1/completions": trickle(every=0.25, most=120)})  # 30 s at most

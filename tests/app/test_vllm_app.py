@@ -7,17 +7,17 @@ vLLM servers are in test_vllm_ui.py.
 import pytest
 
 from hostile import SECRET, closed_url, reply, serve
-from mtp_viz.sources.vllm import client as vllm_client
-from mtp_viz.views import charts, theory as panels, tokens as view
-from mtp_viz.app.runtime import deploy, runs, service
-from mtp_viz.app.page import vllm as vllm_tab
+from mtp_viz.analysis.metrics import theory_check
 from mtp_viz.app.handlers import vllm as vllm_handlers
 from mtp_viz.app.handlers.local import OUTPUTS, Handlers
+from mtp_viz.app.page import vllm as vllm_tab
+from mtp_viz.app.runtime import deploy, runs, service
 from mtp_viz.app.runtime.guard import ServerPolicy, canonical
-from mtp_viz.errors import UserError
 from mtp_viz.engine.events import Accepted, Bonus, Done, Drafted, Rejected, Start, Step
-from mtp_viz.analysis.metrics import theory_check
+from mtp_viz.errors import UserError
+from mtp_viz.sources.vllm import client as vllm_client
 from mtp_viz.sources.vllm.stream import Received, step_events
+from mtp_viz.views import charts, theory as panels, tokens as view
 
 LOCKED = deploy.AllowList("tiny")
 OPEN = deploy.AllowList("")

@@ -13,12 +13,11 @@ import urllib.request
 import pytest
 
 from browsing import new_page, open_tab
+from mtp_viz.sources.prometheus import delta
+from mtp_viz.sources.vllm import client as vllm_client
+from mtp_viz.sources.vllm.stream import events
 from real_vllm import PROMPTS, server_url
 from serving import serve_modelless
-
-from mtp_viz.sources.vllm import client as vllm_client
-from mtp_viz.sources.prometheus import delta
-from mtp_viz.sources.vllm.stream import events
 
 pytestmark = [pytest.mark.vllm, pytest.mark.browser]
 

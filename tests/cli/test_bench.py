@@ -7,16 +7,16 @@ import torch
 
 from factories import ScriptDrafter, gemma_assistant, gemma_target, greedy_reference, word_tokenizer
 from locations import ROOT
-from mtp_viz.cli import bench
 from mtp_viz.analysis import metrics
+from mtp_viz.cli import bench
+from mtp_viz.engine.sampling import Sampling
 from mtp_viz.errors import UserError
 from mtp_viz.measure import reduce as reduction
 from mtp_viz.measure.records import Record, Setting
 from mtp_viz.measure.runner import Runner
 from mtp_viz.measure.session import check_parity
-from mtp_viz.sources.settings import RunSettings
 from mtp_viz.prompts import category_suite, load_prompts
-from mtp_viz.engine.sampling import Sampling
+from mtp_viz.sources.settings import RunSettings
 
 
 def test_prompt_suite_covers_every_category():

@@ -70,7 +70,8 @@ def test_styled_output_and_summary(pair, capsys):
     (["--prompt", "w10 " * 5000], "exceeds the model's context of"),
     (["--drafter", "/no/such/drafter"], "There is no loadable model folder at /no/such/drafter."),
     (["--dtype", "fp8"], "Unknown dtype 'fp8'; use float32, bfloat16, float16, int8 or int4."),
-    (["--drafter-precision", "int3"], "Unknown drafter precision 'int3'; use float32, bfloat16, float16, int8 or int4."),
+    (["--drafter-precision", "int3"],
+     "Unknown drafter precision 'int3'; use float32, bfloat16, float16, int8 or int4."),
     (["--target-precision", "int4"], "int4 has no kernel on this CPU (torchao "),
     (["--target-precision", "int8", "--server", "http://127.0.0.1:9"], "--target-precision applies to the local "
      "engine"),

@@ -45,7 +45,8 @@ def test_without_native_bfloat16_int8_is_fastest_and_the_sentence_says_why(avx2,
     monkeypatch.setitem(sys.modules, "torchao", None)   # torchao missing: float32, and what int8 needs
     best = precision.fastest("cpu")
     assert best.precision == "float32" and "pip install torchao" in best.why
-    assert precision.fastest("cuda") == precision.Fastest("bfloat16", True, "The cuda device computes bfloat16 natively.")
+    assert precision.fastest("cuda") == precision.Fastest("bfloat16", True,
+                                                          "The cuda device computes bfloat16 natively.")
 
 
 def test_the_machine_line_says_whether_bfloat16_is_native(avx2, monkeypatch):

@@ -51,7 +51,8 @@ def test_the_predictions_follow_from_the_costs(result):
     for run in e["runs"]:
         tokens = theory.expected_tokens(run["alpha"], 2)
         step = 2 * c["draft"] + c["verify"]["3"]
-        want = (prompt * c["prefill_per_token"] + (n - 1) * plain) / (prompt * c["prefill_per_token"] + (n - 1) / tokens * step)
+        want = ((prompt * c["prefill_per_token"] + (n - 1) * plain)
+                / (prompt * c["prefill_per_token"] + (n - 1) / tokens * step))
         assert run["predicted"] == pytest.approx(want)
         assert run["speedup"] == pytest.approx(run["tokens_per_second"] / r["fastest_plain"]["run_tokens_per_second"])
         assert run["same_tokens"] and run["label"] == f"acceptance set to {run['alpha']:g}; every forward real"

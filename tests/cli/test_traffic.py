@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from mtp_viz.measure import traffic
 from mtp_viz.cli.main import main
 from mtp_viz.errors import UserError
+from mtp_viz.measure import traffic
 
 
 def test_levels_are_sorted_whole_numbers_up_to_16():
@@ -56,8 +56,8 @@ def test_a_row_counts_ttft_tpot_acceptance_and_tau_from_its_requests():
 
 def test_the_traffic_panel_contacts_only_listed_servers_when_locked_down():
     from mtp_viz.app.handlers.traffic import TrafficHandlers
-    from mtp_viz.app.runtime.guard import ServerPolicy
     from mtp_viz.app.runtime.deploy import AllowList
+    from mtp_viz.app.runtime.guard import ServerPolicy
     th = TrafficHandlers(ServerPolicy(AllowList("tiny"), "http://127.0.0.1:8000"))
     (status, *_rest), = list(th.sweep("http://10.0.0.1:8000", "http://127.0.0.1:8000", "1", 4, 16, None))
     assert "only connects to the vLLM servers it lists" in status

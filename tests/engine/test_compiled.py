@@ -11,8 +11,7 @@ import pytest
 import torch
 
 from factories import gemma_assistant, gemma_multimodal, gemma_target, greedy_reference, llama, word_tokenizer
-from mtp_viz.engine import compiled, static
-from mtp_viz.engine import loop as engine
+from mtp_viz.engine import compiled, loop as engine, static
 from mtp_viz.engine.drafters.mtp import MTPDrafter
 from mtp_viz.engine.sampling import Sampling
 from mtp_viz.sources.models import from_models
@@ -86,7 +85,8 @@ def test_equal_shapes_never_share_a_graph():
     for m in targets[3].modules():
         if hasattr(m, "act_fn"):
             m.act_fn = torch.nn.SiLU()
-    steps = [gemma_assistant(seed=5), gemma_assistant(seed=6), gemma_assistant(seed=5, window=8), gemma_assistant(seed=5)]
+    steps = [gemma_assistant(seed=5), gemma_assistant(seed=6), gemma_assistant(seed=5, window=8),
+             gemma_assistant(seed=5)]
     fasts = [compiled.FastTarget(t) for t in targets]
     drafters = [MTPDrafter(a, t, compiled.FastDraftStep(a, f.window)) for a, t, f in zip(steps, targets, fasts)]
     wants = [greedy_reference(t, prompt, N) for t in targets]
@@ -250,4 +250,5 @@ def test_the_twins_linear_layers_are_streamed_and_still_linear(pair):
         blas = {e.name for e in prof.events()} & {"aten::mm", "aten::addmm", "aten::linear"}
         assert bool(blas) != streamed, (shape, dtype, blas)
         assert got.shape == want.shape and got.dtype == dtype
-        torch.testing.assert_close(got.float(), want, **({} if dtype == torch.float32 else {"atol": 2e-2, "rtol": 2e-2}))
+        torch.testing.assert_close(got.float(), want,
+                                   **({} if dtype == torch.float32 else {"atol": 2e-2, "rtol": 2e-2}))

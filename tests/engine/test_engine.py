@@ -4,15 +4,14 @@ import json
 import pytest
 import torch
 
-from factories import (ScriptDrafter, gemma_assistant, gemma_small_lm, gemma_target,
-                       greedy_reference, llama)
-from mtp_viz.engine.drafters.mtp import MTPDrafter
-from mtp_viz.engine.drafters.model import ModelDrafter
-from mtp_viz.engine.drafters.lookup import PromptLookupDrafter
-from mtp_viz.engine.loop import autoregressive, speculative
-from mtp_viz.engine.events import Accepted, Bonus, Event, Step, Token, event_from_dict
-from mtp_viz.engine.schedules import make_schedule
+from factories import ScriptDrafter, gemma_assistant, gemma_small_lm, gemma_target, greedy_reference, llama
 from invariants import check_invariants, generated
+from mtp_viz.engine.drafters.lookup import PromptLookupDrafter
+from mtp_viz.engine.drafters.model import ModelDrafter
+from mtp_viz.engine.drafters.mtp import MTPDrafter
+from mtp_viz.engine.events import Accepted, Bonus, Event, Step, Token, event_from_dict
+from mtp_viz.engine.loop import autoregressive, speculative
+from mtp_viz.engine.schedules import make_schedule
 
 V, WINDOW = 512, 16
 N = 40
@@ -123,8 +122,8 @@ def test_stale_kv_switch_keeps_output(target, prompt, reference):
 
 
 def test_events_round_trip_json(target, prompt, reference):
-    from mtp_viz.engine.text import Detokenizer
     from factories import word_tokenizer
+    from mtp_viz.engine.text import Detokenizer
     detok = Detokenizer(word_tokenizer(V))
     drafter = ScriptDrafter(len(prompt), reference, wrong_every=2, vocab=V)
     events = list(speculative(target, drafter, prompt, max_new_tokens=12, detok=detok))

@@ -11,8 +11,7 @@ import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from factories import gemma_assistant, gemma_target
-from mtp_viz.engine import compiled, graphs
-from mtp_viz.engine import loop
+from mtp_viz.engine import compiled, graphs, loop
 from mtp_viz.engine.drafters.mtp import MTPDrafter
 from mtp_viz.engine.graphs import Graph, Progress
 from mtp_viz.engine.schedules import SCHEDULES, make_schedule
@@ -138,7 +137,7 @@ def models():
 def test_the_plan_holds_every_graph_a_run_asks_for(models, prompt, new, k, schedule, seed):
     target, assistant, fast, step = models
     ids = torch.randint(3, 512, (prompt,), generator=torch.Generator().manual_seed(seed)).tolist()
-    sched = make_schedule(schedule, initial=k, cap=loop.MAX_DRAFT)
+    sched = make_schedule(schedule, initial=k, cap=loop.MAX_DRAFT_TOKENS)
     plan = graphs.speculative_graphs(prompt, new, sched.longest, fixed=sched.fixed)
     fast.used, step.used = set(), set()
     as_compiled(fast, plan)

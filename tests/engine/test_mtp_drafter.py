@@ -5,8 +5,8 @@ from transformers.generation import candidate_generator as cg
 
 from factories import gemma_assistant, gemma_target
 from mtp_viz.engine.drafters.mtp import MTPDrafter
-from mtp_viz.engine.loop import speculative
 from mtp_viz.engine.events import Drafted
+from mtp_viz.engine.loop import speculative
 
 V, WINDOW = 512, 64  # the whole run fits in the window, where transformers crops like us
 

@@ -9,18 +9,17 @@ import math
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
-from transformers import (Gemma4AssistantConfig, Gemma4AssistantForCausalLM, Gemma4ForCausalLM,
-                          Gemma4TextConfig)
+from transformers import Gemma4AssistantConfig, Gemma4AssistantForCausalLM, Gemma4ForCausalLM, Gemma4TextConfig
 
 from factories import greedy_reference
+from invariants import check_invariants, generated
 from mtp_viz.engine.decoding import MAX_SEED, Sampling
-from mtp_viz.engine.drafters.mtp import MTPDrafter
-from mtp_viz.engine.drafters.model import ModelDrafter
 from mtp_viz.engine.drafters.lookup import PromptLookupDrafter
+from mtp_viz.engine.drafters.model import ModelDrafter
+from mtp_viz.engine.drafters.mtp import MTPDrafter
 from mtp_viz.engine.loop import autoregressive, speculative
 from mtp_viz.engine.sampling import Sampler
 from mtp_viz.engine.schedules import SCHEDULES
-from invariants import check_invariants, generated
 
 SLOW = settings(max_examples=12, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

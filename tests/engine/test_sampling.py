@@ -12,10 +12,10 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from mtp_viz.engine import loop as engine
 from factories import gemma_assistant, gemma_target
-from mtp_viz.engine.drafters.mtp import MTPDrafter
+from mtp_viz.engine import loop as engine
 from mtp_viz.engine.drafters.lookup import PromptLookupDrafter
+from mtp_viz.engine.drafters.mtp import MTPDrafter
 from mtp_viz.engine.sampling import Sampling
 
 V = 8

@@ -6,14 +6,14 @@ import pytest
 import torch
 
 from factories import ScriptDrafter, gemma_assistant, gemma_target, greedy_reference
-from mtp_viz.sources import trace
 from mtp_viz.engine.decoding import Sampling
-from mtp_viz.engine.drafters.mtp import MTPDrafter
 from mtp_viz.engine.drafters.lookup import PromptLookupDrafter
-from mtp_viz.engine.loop import autoregressive, speculative
-from mtp_viz.errors import UserError
+from mtp_viz.engine.drafters.mtp import MTPDrafter
 from mtp_viz.engine.events import Accepted, Bonus, Drafted, Rejected, Token, event_from_dict
+from mtp_viz.engine.loop import autoregressive, speculative
 from mtp_viz.engine.sampling import Sampler
+from mtp_viz.errors import UserError
+from mtp_viz.sources import trace
 
 V, WINDOW, K = 512, 16, 5
 N = 30
@@ -180,8 +180,8 @@ def test_old_traces_still_read_and_a_mistyped_top_field_is_one_sentence():
 
 
 def test_pair_generate_checks_top():
-    from mtp_viz.sources.pair import ModelPair
     from factories import word_tokenizer
+    from mtp_viz.sources.pair import ModelPair
     pair = ModelPair(gemma_target(V, WINDOW), None, word_tokenizer(V), "t", None, "cpu")
     for bad in (-1, 51, 2.5, True):
         with pytest.raises(UserError, match="Top candidates"):

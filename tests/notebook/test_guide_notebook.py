@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from notebook_kernel import code_cell, execute, outputs
 from locations import ROOT
+from notebook_kernel import code_cell, execute, outputs
 
 pytestmark = pytest.mark.slow  # real Jupyter kernels
 

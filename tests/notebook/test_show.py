@@ -9,9 +9,9 @@ import re
 
 import pytest
 
-from notebook_kernel import TINY_PAIR as LOAD, code_cell, execute, outputs
 from locations import ROOT
 from mtp_viz.errors import UserError
+from notebook_kernel import TINY_PAIR as LOAD, code_cell, execute, outputs
 
 pytestmark = pytest.mark.slow  # real models, kernels and a served app: a minute or more
 
@@ -21,8 +21,9 @@ PROMPT = "def parse(line):\n"
 
 @pytest.fixture(scope="module")
 def tiny_in_memory():
-    import mtp_viz
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import mtp_viz
     from mtp_viz.sources.presets import resolve
     target, assistant = resolve("tiny")
     return mtp_viz.from_models(AutoModelForCausalLM.from_pretrained(target),
@@ -147,8 +148,9 @@ def test_launch_serves_the_app_on_the_pair_in_memory(tiny_in_memory):
     /generate gives that pair's tokens."""
     import socket
 
-    import mtp_viz
     from gradio_client import Client
+
+    import mtp_viz
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

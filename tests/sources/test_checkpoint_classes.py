@@ -8,13 +8,21 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, Gemma4ForCausalLM
 
-from factories import (ScriptDrafter, gemma_assistant, gemma_multimodal, greedy_reference, save_pair,
-                       unified_assistant, unified_target, word_tokenizer)
+from factories import (
+    ScriptDrafter,
+    gemma_assistant,
+    gemma_multimodal,
+    greedy_reference,
+    save_pair,
+    unified_assistant,
+    unified_target,
+    word_tokenizer,
+)
 from invariants import check_invariants, generated
 from mtp_viz.analysis.anatomy import anatomy
-from mtp_viz.views.anatomy import anatomy_html
 from mtp_viz.engine.loop import speculative
 from mtp_viz.sources.models import from_models, load_pair
+from mtp_viz.views.anatomy import anatomy_html
 
 V, WINDOW, N = 512, 16, 24
 
@@ -92,7 +100,7 @@ def test_the_anatomy_panel_reads_the_wrapper(kind, pair):
     assert (a.target_layers, a.target_width, a.vocab) == (4, 64, 512)
     assert (a.drafter_layers, a.drafter_width, a.input_width, a.projected_width, a.state_width) == (2, 32, 128, 32, 64)
     # each drafter layer reads the K/V of the target's last layer of its attention type
-    assert [(l.attention, l.reads_target_layer, l.kv_heads, l.head_dim) for l in a.layers] == [
+    assert [(layer.attention, layer.reads_target_layer, layer.kv_heads, layer.head_dim) for layer in a.layers] == [
         ("sliding_attention", 3, 1, 32), ("full_attention", 4, 1, 32)]
     assert a.target_params == sum(p.numel() for p in pair.target.parameters())
     if kind == "multimodal":

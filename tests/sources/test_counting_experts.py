@@ -13,8 +13,8 @@ from mtp_viz.errors import UserError
 from mtp_viz.sources import trace
 from mtp_viz.sources.local import DENSE, LocalSource
 from mtp_viz.sources.models import load_pair
-from mtp_viz.sources.settings import RunSettings
 from mtp_viz.sources.servers import Servers
+from mtp_viz.sources.settings import RunSettings
 from mtp_viz.sources.vllm.source import VllmSource
 
 PROMPT = " ".join(f"w{i}" for i in range(10, 40))
@@ -100,7 +100,8 @@ def _start(experts) -> str:
 
 
 @pytest.mark.parametrize("line, sentence", [
-    (_step(experts_per_layer=[2, -1]), "has a 'experts_per_layer' that is not at most 1024 expert counts from 0 to 4096"),
+    (_step(experts_per_layer=[2, -1]),
+     "has a 'experts_per_layer' that is not at most 1024 expert counts from 0 to 4096"),
     (_step(experts_per_layer=[2, 5000]), "has a 'experts_per_layer' that is not at most 1024 expert counts"),
     (_step(experts_per_layer=[2] * 1025), "has a 'experts_per_layer' that is not at most 1024 expert counts"),
     (_step(experts_per_layer=[2, 2.5]), "has a field of the wrong type"),

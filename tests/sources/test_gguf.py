@@ -13,8 +13,18 @@ import pytest
 
 gguf = pytest.importorskip("gguf")
 
-from factories import (gemma_assistant, gemma_bpe_tokenizer, gemma_multimodal, gemma_target,  # noqa: E402
-                       llama, llamacpp_shaped_pair, save_pair, unified_assistant, unified_target, word_tokenizer)
+from factories import (  # noqa: E402
+    gemma_assistant,
+    gemma_bpe_tokenizer,
+    gemma_multimodal,
+    gemma_target,
+    llama,
+    llamacpp_shaped_pair,
+    save_pair,
+    unified_assistant,
+    unified_target,
+    word_tokenizer,
+)
 from mtp_viz.cli.main import main  # noqa: E402
 from mtp_viz.errors import UserError  # noqa: E402
 from mtp_viz.paths import assets_dir  # noqa: E402

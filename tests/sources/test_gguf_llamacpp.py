@@ -23,7 +23,7 @@ gguf = pytest.importorskip("gguf")
 from factories import gemma_bpe_tokenizer, llamacpp_shaped_pair, save_pair  # noqa: E402
 from mtp_viz.paths import assets_dir  # noqa: E402
 from mtp_viz.sources.llamacpp.gguf import export_pair  # noqa: E402
-from real_llamacpp import greedy, kept_folder, llama_server, serving, call  # noqa: E402
+from real_llamacpp import call, greedy, kept_folder, llama_server, serving  # noqa: E402
 
 pytestmark = pytest.mark.llamacpp
 N = 64

@@ -401,13 +401,14 @@ def test_show_draws_the_recorded_call_and_save_writes_a_trace_the_reader_reads(t
     """Without a tokenizer given, the one saved where the model was loaded from fills
     the text; mtp_viz.show(rec) prints it (no notebook here), rec.save() writes a trace
     whose events read back equal."""
-    import mtp_viz
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    import mtp_viz
     from mtp_viz.sources import trace
     from mtp_viz.sources.presets import resolve
     target_dir, drafter_dir = resolve("tiny")
-    target, drafter = AutoModelForCausalLM.from_pretrained(target_dir), AutoModelForCausalLM.from_pretrained(drafter_dir)
+    target, drafter = (AutoModelForCausalLM.from_pretrained(target_dir),
+                       AutoModelForCausalLM.from_pretrained(drafter_dir))
     ids = AutoTokenizer.from_pretrained(target_dir)("def parse(line):\n", return_tensors="pt")
     with mtp_viz.record(target) as rec:
         out = target.generate(**ids, assistant_model=drafter, max_new_tokens=20, do_sample=False)

@@ -16,6 +16,7 @@ from mtp_viz.errors import UserError
 from mtp_viz.sources import http, prometheus
 from mtp_viz.sources.vllm import client
 
+
 @pytest.fixture
 def serve():
     with hostile.serving() as start:
@@ -219,7 +220,8 @@ def test_a_valid_run_still_reads():
     ({"2.step": -1}, "Line 2 of the trace has a 'step' that is not a count from 0 to a billion."),
     ({"4.new_tokens": -3}, "Line 4 of the trace has a 'new_tokens' that is not a count from 0 to a billion."),
     ({"1.prompt_tokens": -2}, "Line 1 of the trace has a 'prompt_tokens' that is not a count from 0 to a billion."),
-    ({"4.generated_ids": [7, -1]}, "Line 4 of the trace has a 'generated_ids' that is not a count from 0 to a billion."),
+    ({"4.generated_ids": [7, -1]},
+     "Line 4 of the trace has a 'generated_ids' that is not a count from 0 to a billion."),
     ({"3.draft_tokens": 10**9, "3.accepted": 0},
      "Line 3 of the trace has a 'draft_tokens' that is not a draft length or position from 0 to 256."),
     ({"2.p": 7.5}, "Line 2 of the trace has a 'p' that is not a probability from 0 to 1."),
@@ -289,6 +291,7 @@ def test_the_shipped_examples_pass_the_checks():
 def test_steps_csv_neutralizes_formulas_in_text_cells(reason):
     import csv
     import io
+
     from mtp_viz.views import export
     spec = trace.loads(_run_events(**{"3.reason": reason}))
     rows = list(csv.DictReader(io.StringIO(export.steps_csv(spec), newline="")))
@@ -301,6 +304,7 @@ def test_steps_csv_neutralizes_formulas_in_text_cells(reason):
 def test_steps_csv_leaves_plain_text_and_numbers_alone():
     import csv
     import io
+
     from mtp_viz.views import export
     spec = [Start("speculative", 1, (1,), {}), Step(2, 4, 1, 2, reason="acceptance 25% < 50%: shorter",
                                                   cut="eos", t=0.5)]

@@ -135,10 +135,10 @@ def test_on_a_cpu_with_one_thread_a_run_is_charged_its_threads_cpu_time(pair):
 
     import torch
 
-    from mtp_viz.views import stats
     from mtp_viz.sources.interleave import own_clock
     from mtp_viz.sources.local import LocalSource
     from mtp_viz.sources.settings import RunSettings
+    from mtp_viz.views import stats
     before = torch.get_num_threads()
     s = RunSettings("w10 w11 w12", max_new_tokens=6, draft_tokens=2, chat=False)
     try:

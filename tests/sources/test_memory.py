@@ -5,8 +5,14 @@ import pytest
 import torch
 import transformers
 
-from factories import (gemma_assistant, gemma_multimodal, gemma_target, save_gemma_pair, unified_assistant,
-                       unified_target)
+from factories import (
+    gemma_assistant,
+    gemma_multimodal,
+    gemma_target,
+    save_gemma_pair,
+    unified_assistant,
+    unified_target,
+)
 from mtp_viz.errors import UserError
 from mtp_viz.sources import memory
 from mtp_viz.sources.models import load_pair
@@ -46,7 +52,8 @@ def fake_meminfo(monkeypatch, tmp_path, available_bytes):
 def test_the_check_counts_target_and_drafter(folders):
     configs = [transformers.AutoConfig.from_pretrained(f) for f in folders]
     pair = load_pair(str(folders[0]))
-    assert memory.check_fits("t", [(c, "float32") for c in configs], "cpu") == real_bytes(pair.target, pair.drafter_model)
+    assert memory.check_fits("t", [(c, "float32") for c in configs], "cpu") == \
+        real_bytes(pair.target, pair.drafter_model)
 
 
 def test_a_pair_that_does_not_fit_is_refused_before_any_weight_loads(folders, monkeypatch, tmp_path):

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from factories import CHAT_TEMPLATE as TEMPLATE, save_gemma_pair
-from mtp_viz.engine.drafters.mtp import MTPDrafter
 from mtp_viz.engine.drafters.lookup import PromptLookupDrafter
+from mtp_viz.engine.drafters.mtp import MTPDrafter
 from mtp_viz.errors import UserError
 from mtp_viz.sources.models import load_pair
 from mtp_viz.sources.presets import PRESETS, resolve

@@ -6,10 +6,10 @@ import json
 import pytest
 
 from factories import save_gemma_pair
-from mtp_viz.sources import trace
 from mtp_viz.cli.main import main
-from mtp_viz.errors import UserError
 from mtp_viz.engine.events import Accepted, Bonus, Done, Start, Step, Token
+from mtp_viz.errors import UserError
+from mtp_viz.sources import trace
 
 PROMPT = " ".join(f"w{i}" for i in range(10, 40))
 

@@ -14,14 +14,14 @@ import urllib.request
 
 import pytest
 
-from real_vllm import PROMPTS, server_url
-from mtp_viz.sources.vllm import client as vllm_client
-from mtp_viz.views import dashboard
 from mtp_viz.cli.main import main
 from mtp_viz.engine.events import Accepted, Bonus, Done, Drafted, Error, Rejected, Start, Step, Token, event_from_dict
 from mtp_viz.paths import assets_dir
 from mtp_viz.sources.prometheus import delta
+from mtp_viz.sources.vllm import client as vllm_client
 from mtp_viz.sources.vllm.stream import assemble, events, generate
+from mtp_viz.views import dashboard
+from real_vllm import PROMPTS, server_url
 
 pytestmark = pytest.mark.vllm
 

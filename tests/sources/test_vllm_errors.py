@@ -15,6 +15,7 @@ from mtp_viz.cli.main import main
 from mtp_viz.engine.events import Error
 from mtp_viz.sources.vllm.stream import generate
 
+
 @pytest.fixture
 def web_server():
     server, url = hostile.serve({"/": (200, "<h1>hello</h1>")})

@@ -11,13 +11,12 @@ import json
 import pytest
 
 from locations import DATA
-from mtp_viz.sources import prometheus
-from mtp_viz.views import dashboard
-from mtp_viz.errors import UserError
 from mtp_viz.engine.events import Accepted, Bonus, Drafted, Rejected, Start, Step, event_from_dict
+from mtp_viz.errors import UserError
+from mtp_viz.sources import prometheus
 from mtp_viz.sources.vllm.client import base_url, sse_chunks
 from mtp_viz.sources.vllm.stream import Received, assemble, pieces, step_events
-
+from mtp_viz.views import dashboard
 
 
 def _events():

@@ -13,13 +13,13 @@ from mtp_viz.analysis import experts
 from mtp_viz.analysis.anatomy import anatomy
 from mtp_viz.analysis.metrics import theory_check
 from mtp_viz.analysis.whatif import what_if
-from mtp_viz.views import charts, theory
-from mtp_viz.views.anatomy import anatomy_html
 from mtp_viz.engine import theory as formulas
 from mtp_viz.engine.events import Start, Step
 from mtp_viz.sources.local import LocalSource
 from mtp_viz.sources.pair import ModelPair
 from mtp_viz.sources.settings import RunSettings
+from mtp_viz.views import charts, theory
+from mtp_viz.views.anatomy import anatomy_html
 
 PROMPT = " ".join(f"w{i}" for i in range(10, 40))
 

@@ -4,9 +4,9 @@ import re
 
 import pytest
 
+from mtp_viz.engine.events import Accepted, Bonus, Drafted, Rejected, Start, Step, Token
 from mtp_viz.views.anatomy import anatomy_html
 from mtp_viz.views.inspector import acceptance, find, inspector_html
-from mtp_viz.engine.events import Accepted, Bonus, Drafted, Rejected, Start, Step, Token
 
 EVIL = '<img src=x onerror="alert(1)">'
 
@@ -104,8 +104,8 @@ def test_anatomy_of_a_clustered_drafter_has_the_modules_numbers():
     assert (a.drafter_layers, a.drafter_width, a.input_width, a.state_width) == (2, 32, 128, 64)
     assert a.clustered.centroids == 16 and a.clustered.top_clusters == 4 and a.clustered.candidates == 128
     # each drafter layer reads the target's last layer of its attention type
-    assert [(l.attention, l.reads_target_layer) for l in a.layers] == [("sliding_attention", 4),
-                                                                        ("full_attention", 5)]
+    assert [(layer.attention, layer.reads_target_layer) for layer in a.layers] == [("sliding_attention", 4),
+                                                                                    ("full_attention", 5)]
     assert a.drafter == ""  # a folder path is never shown
     events = [Rejected(2, 0, 5, "x", 0.1, 0.5, target_in_clusters="no"),
               Rejected(3, 1, 6, "y", 0.1, 0.5, target_in_clusters="yes")]

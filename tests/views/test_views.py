@@ -8,9 +8,10 @@ import sys
 import pytest
 
 from mtp_viz.analysis import stream
-from mtp_viz.views import charts, stats, tokens as view
 from mtp_viz.engine.events import Done, Drafted, Step, Token
+from mtp_viz.views import charts, stats, tokens as view
 from streams import EVIL, ar_run, spec_run
+
 
 def kinds(h):
     return re.findall(r'data-kind="(\w+)"(?: data-bonus="(\w+)")?', h)
@@ -120,8 +121,8 @@ def test_measurement_names_a_winner_only_when_every_repeat_agrees():
 
 
 def test_theory_panel_escapes_and_shows_noisy_v():
-    from mtp_viz.views import theory as panels
     from mtp_viz.analysis.metrics import theory_check
+    from mtp_viz.views import theory as panels
     spec = spec_run()
     chk = theory_check(spec, ar_run(dt=0.01))
     out = panels.theory_panel_html(chk)
@@ -134,12 +135,14 @@ def test_one_best_draft_length_on_the_measure_tab():
     """The theory panel's γ* is the What-if's best row, never a second draft length beside it
     (it once named 6 from a single α above a What-if marking 4)."""
     import re
+
     from mtp_viz.analysis.metrics import theory_check
     from mtp_viz.analysis.whatif import what_if
     from mtp_viz.views import explain, theory as panels
     chk = theory_check(spec_run(), ar_run(dt=0.05))
     w = what_if(chk)
-    row = re.search(r"best draft length γ\*</td><td></td><td>(\d+) \(×([\d.]+) estimated: the What-if", panels.theory_panel_html(chk))
+    row = re.search(r"best draft length γ\*</td><td></td><td>(\d+) \(×([\d.]+) estimated: the What-if",
+                    panels.theory_panel_html(chk))
     assert row and int(row.group(1)) == w.best and float(row.group(2)) == pytest.approx(w.best_row.speedup, abs=0.006)
     table = explain.what_if_html(w)
     assert table.count("★") == 1 and f'data-best="{w.best}"' in table
@@ -200,7 +203,8 @@ def test_empty_figures_have_a_hint():
 
 
 def test_app_modules_do_not_import_torch():
-    code = ("import sys, mtp_viz.app.page.layout, mtp_viz.views.tokens, mtp_viz.app.runtime.service, mtp_viz.app.runtime.runs, "
+    code = ("import sys, mtp_viz.app.page.layout, mtp_viz.views.tokens, mtp_viz.app.runtime.service, "
+            "mtp_viz.app.runtime.runs, "
             "mtp_viz.app.handlers.local, mtp_viz.views.theory; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120,
@@ -222,6 +226,7 @@ def test_what_waits_for_data_says_so():
     """Before a run the badges' place holds a sentence (not a lone ⓘ), and before a sweep
     each Traffic chart says it waits for one, with no empty axis; with rows it draws them."""
     from types import SimpleNamespace
+
     from mtp_viz.views import traffic
     empty = stats.compare_html(stats.RunStats(), stats.RunStats(), greedy=True)
     assert stats.WAITING in empty and 'data-explain="compare"' in empty

@@ -6,7 +6,8 @@ prefilled from ``MTP_VIZ_PEERS``), as ``mtp-viz bench --engine compiled --peer``
 Every peer URL goes through the server guard (:class:`mtp_viz.app.runtime.guard.ServerPolicy`);
 the operator's own ``MTP_VIZ_PEERS`` are allowed as listed (more than :data:`MAX_PEERS` of
 them: the app refuses to start, and shows visitors none). Peers are guests: their runs hold
-no turn on the engine (:class:`mtp_viz.app.runtime.turns.Held`), and Stop closes their streams. A peer is named by its place
+no turn on the engine (:class:`mtp_viz.app.runtime.turns.Held`), and Stop closes their
+streams. A peer is named by its place
 in the field ("peer 2"), never by its address or what it answered: a peer that cannot be
 reached or is no vLLM or llama.cpp server is left out with one sentence, and the Measure
 goes on with the rest.
@@ -23,10 +24,10 @@ from mtp_viz.engine.engines import COMPILE_ALIAS
 from mtp_viz.errors import UserError
 from mtp_viz.measure import compare
 from mtp_viz.measure.peers import STOPPED, PeerArm, numbered
-from mtp_viz.views import stats
-from mtp_viz.views.frame import Frame
 from mtp_viz.sources.http import ServerError
 from mtp_viz.sources.settings import RunSettings
+from mtp_viz.views import stats
+from mtp_viz.views.frame import Frame
 
 from . import form
 from .recorded import message, outputs

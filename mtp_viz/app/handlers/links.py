@@ -17,6 +17,7 @@ from mtp_viz.engine.drafters import DRAFTERS
 from mtp_viz.engine.engines import ENGINES, default_engine, resolve
 from mtp_viz.engine.schedules import SCHEDULES
 from mtp_viz.sources.precision import PRECISIONS
+from mtp_viz.sources.settings import MAX_DRAFT_TOKENS
 
 # Parameters that belong to the page itself, not to the form: presenter mode (read by
 # the page's script, which knows only "1"), the tab it opens on (read by the tabs' script,
@@ -33,7 +34,7 @@ class Limits:
     models: tuple[str, ...]          # preset keys of the model picker
     max_new_tokens: int              # the deployment's cap
     prompt_chars: int                # a cheap bound on the prompt (see form.check_prompt)
-    draft_tokens: int = 16
+    draft_tokens: int = MAX_DRAFT_TOKENS
     tabs: tuple[str, ...] = ()       # the page's tab ids, for ?tab= (first: the one it opens on)
 
 

@@ -16,12 +16,12 @@ from mtp_viz.app.runtime import deploy, runs, service, zerogpu
 from mtp_viz.app.runtime.guard import ServerPolicy
 from mtp_viz.app.runtime.pairs import PairSpec
 from mtp_viz.app.runtime.turns import Turns
-from mtp_viz.views import charts, export, inspector, tokens
-from mtp_viz.views.frame import Frame, cleared
 from mtp_viz.engine.events import Error
 from mtp_viz.errors import UserError
 from mtp_viz.sources.local import LocalSource
 from mtp_viz.sources.settings import RunSettings
+from mtp_viz.views import charts, export, inspector, tokens
+from mtp_viz.views.frame import Frame, cleared
 
 from . import beside, form
 from .gate import CUSTOM, Gate

@@ -7,7 +7,8 @@ It passes the same gate as Run and Measure (the pair the form names, waiting for
 load, then for the engine's turn, so a profile never shares the CPU with a run), times
 the pair on the engine it is loaded on, and holds that turn for a bounded time: its
 repeats are fixed, its runs are the form's length (the deployment's cap applies), and Stop
-ends it between two timed parts. Outputs: ``(#profile-status, #profile-result, #profile-plot)`` and the session (for Stop).
+ends it between two timed parts. Outputs: ``(#profile-status, #profile-result,
+#profile-plot)`` and the session (for Stop).
 """
 from __future__ import annotations
 
@@ -20,8 +21,7 @@ from mtp_viz.app.runtime import runs, work
 from mtp_viz.errors import UserError, clip
 from mtp_viz.measure import profile
 from mtp_viz.sources.settings import RunSettings
-from mtp_viz.views import tokens
-from mtp_viz.views import profile as view
+from mtp_viz.views import profile as view, tokens
 from mtp_viz.views.frame import Frame
 
 from .gate import CUSTOM, Gate
@@ -65,7 +65,8 @@ class Profiling:
         try:
             yield tokens.message_html(
                 f"Profiling on the {pair.engine} engine: every forward's cost, {REPEATS} repeats, then whole runs of "
-                f"{s.max_new_tokens} tokens at a set acceptance; nothing rendered meanwhile…"), gr.skip(), gr.skip(), sess
+                f"{s.max_new_tokens} tokens at a set acceptance; nothing rendered meanwhile…"), \
+                    gr.skip(), gr.skip(), sess
             t = time.monotonic()
             with work.working(sess.stop):   # the app's close stops it first
                 result = profile.study({pair.engine: pair}, prompt_tokens=PROMPT_TOKENS, new_tokens=s.max_new_tokens,

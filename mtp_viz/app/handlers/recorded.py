@@ -22,11 +22,11 @@ import gradio as gr
 
 from mtp_viz.analysis import stream
 from mtp_viz.app.runtime import runs
-from mtp_viz.views import captions, charts, export, stats, tokens
-from mtp_viz.views.frame import OUTPUTS, PANE, Frame, cleared
 from mtp_viz.errors import UserError
 from mtp_viz.sources import trace
 from mtp_viz.sources.recorded import TraceSource
+from mtp_viz.views import captions, charts, export, stats, tokens
+from mtp_viz.views.frame import OUTPUTS, PANE, Frame, cleared
 
 from . import form
 

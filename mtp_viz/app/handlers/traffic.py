@@ -22,9 +22,9 @@ from mtp_viz.errors import UserError
 from mtp_viz.measure import traffic
 from mtp_viz.measure.traffic import TrafficResult, TrafficRow
 from mtp_viz.prompts import code_suite, load_prompts
+from mtp_viz.sources.servers import Servers, by_role
 from mtp_viz.sources.settings import RunSettings
 from mtp_viz.sources.vllm.client import ServerError
-from mtp_viz.sources.servers import Servers, by_role
 from mtp_viz.views import tokens
 from mtp_viz.views.traffic import figures
 

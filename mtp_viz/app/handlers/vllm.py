@@ -27,17 +27,16 @@ import gradio as gr
 from mtp_viz.app.runtime import deploy, runs
 from mtp_viz.app.runtime.guard import ServerPolicy
 from mtp_viz.app.runtime.pairs import PairSpec
-from mtp_viz.views import dashboard, tokens
-from mtp_viz.views.frame import Frame, cleared
 from mtp_viz.engine.events import Step
 from mtp_viz.errors import UserError
-from mtp_viz.sources.base import Capabilities
-from mtp_viz.sources.local import LocalSource
 from mtp_viz.sources import open_server
+from mtp_viz.sources.base import Capabilities
 from mtp_viz.sources.http import ServerError
+from mtp_viz.sources.local import LocalSource
 from mtp_viz.sources.prometheus import SpecDecodeCounters
-from mtp_viz.sources.servers import Servers
-from mtp_viz.sources.servers import ServerSource
+from mtp_viz.sources.servers import Servers, ServerSource
+from mtp_viz.views import dashboard, tokens
+from mtp_viz.views.frame import Frame, cleared
 
 from .local import Handlers, refused
 from .recorded import message, outputs

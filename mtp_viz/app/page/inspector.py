@@ -15,8 +15,8 @@ import gradio as gr
 
 import mtp_viz.analysis.anatomy  # the module, not its anatomy(): that name is the view's
 from mtp_viz.app.runtime.service import Load
-from mtp_viz.views import anatomy, inspector
 from mtp_viz.errors import UserError
+from mtp_viz.views import anatomy, inspector
 
 # One document-level listener (however often the component mounts) that hands the
 # clicked token to the newest mount's trigger; × and Escape close the panel.

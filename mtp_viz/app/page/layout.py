@@ -20,19 +20,19 @@ from typing import Any
 import gradio as gr
 
 from mtp_viz.app.handlers.beside import Peers
-from mtp_viz.app.handlers.recorded import Traces
 from mtp_viz.app.handlers.local import CUSTOM, EXPERTS_WAITING, Handlers
+from mtp_viz.app.handlers.recorded import Traces
 from mtp_viz.app.handlers.traffic import TrafficHandlers
 from mtp_viz.app.handlers.vllm import ServerHandlers
 from mtp_viz.app.runtime import deploy, pairs, runs, service, work
 from mtp_viz.app.runtime.guard import ServerPolicy
-from mtp_viz.views import charts, explain, export, stats, tokens
-from mtp_viz.views.charts import EXPERTS_PLOT
 from mtp_viz.engine.drafters import DRAFTERS
 from mtp_viz.engine.engines import ENGINES, default_engine
 from mtp_viz.engine.schedules import SCHEDULES
 from mtp_viz.sources.precision import fastest
-from mtp_viz.sources.settings import DEFAULT_DRAFT_TOKENS, DEFAULT_MAX_NEW_TOKENS
+from mtp_viz.sources.settings import DEFAULT_DRAFT_TOKENS, DEFAULT_MAX_NEW_TOKENS, MAX_DRAFT_TOKENS
+from mtp_viz.views import charts, explain, export, stats, tokens
+from mtp_viz.views.charts import EXPERTS_PLOT
 
 from . import inspector, profile, tabs, teach, vllm, wiring
 from .controls import Dropdown
@@ -125,7 +125,8 @@ def _model_column(first: FirstPair, choices: list, policy: ServerPolicy, cap: in
     with gr.Row():
         max_new_tokens = gr.Slider(1, cap, value=min(DEFAULT_MAX_NEW_TOKENS, cap), step=1, label="Max new tokens",
                                    elem_id="max-new")
-        draft_tokens = gr.Slider(1, 16, value=DEFAULT_DRAFT_TOKENS, step=1, label="Draft tokens", elem_id="draft-tokens")
+        draft_tokens = gr.Slider(1, MAX_DRAFT_TOKENS, value=DEFAULT_DRAFT_TOKENS, step=1, label="Draft tokens",
+                                 elem_id="draft-tokens")
     return dict(model=model, load_btn=load_btn, custom_row=custom_row, custom_target=custom_target,
                 custom_drafter=custom_drafter, server=server, model_status=model_status,
                 max_new_tokens=max_new_tokens, draft_tokens=draft_tokens)
@@ -230,11 +231,10 @@ def _settings(first: FirstPair, allow: deploy.AllowList, peers: str = "") -> dic
                                     info="the same as Engine: compiled engine"))
         with gr.Row():
             c.update(
-                repeats=gr.Slider(2, 15, value=5, step=1, label="Measure: repeats of each mode",
-                                  elem_id="repeats"),
+                repeats=gr.Slider(2, 15, value=5, step=1, label="Measure: repeats of each mode", elem_id="repeats"),
                 # what Measure times beside the pair, each against the fastest plain decoder (handlers.beside)
-                measure_compiled=gr.Checkbox(False, label="Measure beside: the compiled engine", elem_id="measure-compiled",
-                                             interactive=allow.compile,
+                measure_compiled=gr.Checkbox(False, label="Measure beside: the compiled engine",
+                                             elem_id="measure-compiled", interactive=allow.compile,
                                              info="its plain decoding of the same models, compiled before any timing"
                                              if allow.compile else "not offered on this deployment"),
                 measure_peers=gr.Textbox(peers, label="Measure beside: servers of this model",

@@ -83,7 +83,8 @@ def script(tabs: list[Tab]) -> str:
   window.__mvShowTab = show;
   IDS.forEach(id => { const p = document.getElementById('tab-' + id);
     if (p) { p.setAttribute('role', 'tabpanel'); p.setAttribute('aria-labelledby', 'tab-' + id + '-button'); } });
-  document.addEventListener('click', ev => { const b = ev.target.closest('#tabs [data-tab]'); if (b) show(b.dataset.tab); });
+  document.addEventListener('click', ev => {
+    const b = ev.target.closest('#tabs [data-tab]'); if (b) show(b.dataset.tab); });
   document.addEventListener('keydown', ev => {
     const b = ev.target.closest('#tabs [data-tab]');
     if (!b || (ev.key !== 'ArrowRight' && ev.key !== 'ArrowLeft')) return;

@@ -14,8 +14,8 @@ from typing import Any
 import gradio as gr
 
 from mtp_viz.app.handlers import links
-from mtp_viz.views import explain, tokens
 from mtp_viz.prompts import category_suite
+from mtp_viz.views import explain, tokens
 
 TOUR_KEY = "mtp-viz-tour-done"   # localStorage: set once the tour is finished or closed
 PRESENTER_CLASS = "mv-presenter"  # on <body> with ?presenter=1
@@ -155,8 +155,8 @@ def page_script() -> str:
     const W = document.documentElement.clientWidth, H = window.innerHeight, gap = 10;
     const r = el.getBoundingClientRect();
     const keep = [r, ...[...document.querySelectorAll('#buttons, #tabs, #header')].map(e => e.getBoundingClientRect())];
-    const spots = [[r.left, r.bottom + gap], [r.right + gap, r.top], [r.left, r.top - h - gap], [r.left - w - gap, r.top],
-                   [W - w - 16, H - h - 16], [16, H - h - 16]];
+    const spots = [[r.left, r.bottom + gap], [r.right + gap, r.top], [r.left, r.top - h - gap],
+                   [r.left - w - gap, r.top], [W - w - 16, H - h - 16], [16, H - h - 16]];
     let best = null;
     for (const [x0, y0] of spots) {
       const x = Math.max(8, Math.min(x0, W - w - 8)), y = Math.max(8, Math.min(y0, H - h - 8));
@@ -194,9 +194,9 @@ def page_script() -> str:
     }
     at = 0; show(); document.body.dataset.tour = 'shown';
   };
-  // a page opened on another tab (?tab=...) starts the tour once the first step's target shows
-  let waiting = false;
-  const ready = () => { if (waiting && shown(document.querySelector(STEPS[0].selector))) { waiting = false; start(); } };
+  let waiting = false;   // a page opened on another tab (?tab=...) starts the tour once the first step's target shows
+  const ready = () => {
+    if (waiting && shown(document.querySelector(STEPS[0].selector))) { waiting = false; start(); } };
   // a run fills the panes, a tab opens, the window changes size: the card moves with its target
   new ResizeObserver(() => { ready(); place(); }).observe(document.body);
   window.addEventListener('resize', place);
@@ -220,7 +220,7 @@ def page_script() -> str:
   document.addEventListener('keydown', ev => {   // Escape closes an open popover first, then the tour
     const open = ev.key === 'Escape' ? document.querySelectorAll('details.mv-explain[open]') : [];
     if (open.length) open.forEach(d => { d.open = false; }); else if (ev.key === 'Escape' && card) end(); });
-  let seen = false;
-  try { seen = localStorage.getItem(KEY) === '1'; } catch (e) {}
-  if (seen) document.body.dataset.tour = 'dismissed'; else setTimeout(() => { waiting = true; document.body.dataset.tour = 'waiting'; ready(); }, 300);
+  let seen = false; try { seen = localStorage.getItem(KEY) === '1'; } catch (e) {}
+  if (seen) document.body.dataset.tour = 'dismissed';
+  else setTimeout(() => { waiting = true; document.body.dataset.tour = 'waiting'; ready(); }, 300);
 }""" % (json.dumps(TOUR_KEY), json.dumps(explain.tour_payload()), json.dumps(PRESENTER_CLASS))

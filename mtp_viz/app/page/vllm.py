@@ -11,8 +11,8 @@ from mtp_viz.app.handlers.traffic import MAX_TOKENS, Sweep, TrafficHandlers
 from mtp_viz.app.handlers.vllm import DASHBOARD_SECONDS, VLLM, ServerHandlers
 from mtp_viz.app.runtime.guard import ServerPolicy
 from mtp_viz.measure.traffic import example_levels
-from mtp_viz.views import dashboard, tokens
 from mtp_viz.sources.prometheus import SpecDecodeCounters
+from mtp_viz.views import dashboard, tokens
 
 
 def choices(policy: ServerPolicy) -> list[tuple[str, str]]:

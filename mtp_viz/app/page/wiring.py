@@ -18,8 +18,8 @@ from mtp_viz.app.handlers.local import CUSTOM, OUTPUTS, Handlers
 from mtp_viz.app.handlers.vllm import HINT, ServerHandlers, capabilities
 from mtp_viz.app.runtime import deploy
 from mtp_viz.engine.engines import ENGINES, resolve
-from mtp_viz.views import charts, tokens
 from mtp_viz.prompts import Prompt, category_suite, code_suite, load_prompts
+from mtp_viz.views import charts, tokens
 
 from . import inspector, teach, vllm
 
@@ -177,7 +177,8 @@ def wire(demo: gr.Blocks, page: Page, h: Handlers, vh: ServerHandlers, tabs: tup
         ev.then(h.experts_switch, page.pair(), [page.experts, page.plots[charts.EXPERTS_PLOT]], queue=False,
                 show_progress="hidden", **HIDDEN)
     # a new run, a measurement, a race replay or a trace: the old token's inspector goes
-    gr.on([page.run_btn.click, page.measure_btn.click, page.measure_here.click, page.replay_btn.click, page.trace_upload.upload,
+    gr.on([page.run_btn.click, page.measure_btn.click, page.measure_here.click, page.replay_btn.click,
+           page.trace_upload.upload,
            page.trace_example.change], lambda: "", None, page.inspector_panel, queue=False, **HIDDEN)
     # input, not change: the range set after a run must not re-render the panes
     page.scrub.input(h.traces.scrub, [page.session, page.scrub], page.outputs(), trigger_mode="always_last",
@@ -233,7 +234,8 @@ def _wire_runs(page: Page, h: Handlers, vh: ServerHandlers) -> dict[str, Any]:
     compiling, holding nothing), then for its turn on the engine (``Handlers.engine``,
     shared with Measure and ``/generate``: ``MTP_VIZ_CONCURRENCY`` at once, in order of
     arrival, with its place shown); a run on a vLLM server waits for a slot of its own
-    (``MTP_VIZ_VLLM_CONCURRENCY``), so a slow or silent server never holds the local engine. The route bumps a counter of the picked source
+    (``MTP_VIZ_VLLM_CONCURRENCY``), so a slow or silent server never holds the local engine.
+    The route bumps a counter of the picked source
     on the page, and that counter's change starts the run (a hidden Number, not a State:
     a State's change does not fire on an unqueued event's output)."""
     form, outputs = page.form(), page.outputs()

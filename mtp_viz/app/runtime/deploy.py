@@ -7,8 +7,8 @@ import os
 from typing import Any
 
 from mtp_viz.errors import UserError
-from mtp_viz.sources.presets import PRESETS, canonical, display_name, resolve
 from mtp_viz.sources.precision import PRECISIONS, Precision, precision_name
+from mtp_viz.sources.presets import PRESETS, canonical, display_name, resolve
 
 from .pairs import pair_key
 
@@ -55,7 +55,8 @@ def env_dtype() -> str | None:
 
 
 def env_sessions() -> int:
-    """The most sessions Gradio keeps in memory (``MTP_VIZ_MAX_SESSIONS``); see :func:`mtp_viz.app.page.layout.launch`."""
+    """The most sessions Gradio keeps in memory (``MTP_VIZ_MAX_SESSIONS``); see
+    :func:`mtp_viz.app.page.layout.launch`."""
     return env_int("MTP_VIZ_MAX_SESSIONS", 200)
 
 

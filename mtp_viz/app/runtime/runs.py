@@ -16,12 +16,12 @@ import threading
 import time
 from typing import Any, Callable, Iterable, Iterator
 
-from mtp_viz.views import captions, charts, stats, theory, tokens
-from mtp_viz.views.frame import PANE, Frame
 from mtp_viz.engine.events import Error, Event
 from mtp_viz.engine.schedules import ScheduleCache
 from mtp_viz.sources.base import WARM_UP_TOKENS, Source
 from mtp_viz.sources.settings import RunSettings
+from mtp_viz.views import captions, charts, stats, theory, tokens
+from mtp_viz.views.frame import PANE, Frame
 
 from . import deploy, pairs, service, work
 from .deploy import FRAMES_PER_SECOND
@@ -249,7 +249,8 @@ def compare_frames(source: Source, s: RunSettings, sess: Session, *, frame_inter
         level="warn" if stopped else "info"))
 
 
-COMPILE_POLL = 1.0   # seconds between status lines while a run's graphs compile (each frame is Gradio work beside the compile)
+# seconds between status lines while a run's graphs compile (each frame is Gradio work beside the compile)
+COMPILE_POLL = 1.0
 COMPILE_TICK = 0.1   # seconds between looks for a graph that started (a line only when one did, or POLL passed)
 WARM_FRAMES = 0.05   # seconds between the warm-up's frames (see warm_up)
 # A first run as the page starts (#max-new 64, #draft-tokens 4, the constant schedule,
@@ -340,8 +341,8 @@ def load_and_warm(target: str, drafter: str | None, precision: Any = None, engin
 
 def warm(pair: Any) -> Any:
     """``pair``, warmed through the app's path (:func:`warm_up`) so its first run is timed warm."""
-    from mtp_viz.views import inspector
     from mtp_viz.sources.local import LocalSource
+    from mtp_viz.views import inspector
     warm_up(LocalSource(pair), top=inspector.TOP)
     return pair
 
@@ -368,4 +369,5 @@ def final_frame(sess: Session) -> Frame:
                  theory=theory.theory_panel_html(theory_check(sess.spec, sess.ar or None)), last=True)
 
 
-__all__ = ["Session", "StepGate", "Worker", "compare_frames", "compile_lines", "final_frame", "load_and_warm", "warm_up"]
+__all__ = ["Session", "StepGate", "Worker", "compare_frames", "compile_lines", "final_frame", "load_and_warm",
+           "warm_up"]

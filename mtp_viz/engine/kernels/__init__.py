@@ -84,7 +84,8 @@ def _load() -> tuple[bool, str]:
         torch.ops.load_library(str(_build(cxx)))
         _register_fake()
     except Exception as e:  # noqa: BLE001 - any failure to build is the fallback's sentence
-        return False, f"The engine's own CPU kernel could not be built ({type(e).__name__}); inductor's products run instead."
+        return False, (f"The engine's own CPU kernel could not be built ({type(e).__name__}); "
+                      "inductor's products run instead.")
     return True, ""
 
 

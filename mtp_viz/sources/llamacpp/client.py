@@ -20,8 +20,21 @@ from typing import Any, Iterator
 
 from mtp_viz.errors import UserError, clip
 
-from ..http import (CONNECT_TIMEOUT, MAX_LINE_BYTES, Deadlines, ServerError, Stopped, env_seconds, explain,
-                    lines, open_url, page, page_clock, read_page, sse_chunks)
+from ..http import (
+    CONNECT_TIMEOUT,
+    MAX_LINE_BYTES,
+    Deadlines,
+    ServerError,
+    Stopped,
+    env_seconds,
+    explain,
+    lines,
+    open_url,
+    page,
+    page_clock,
+    read_page,
+    sse_chunks,
+)
 from ..prometheus import Family, SpecDecodeCounters, parse, spec_decode
 
 SOFTWARE = "llama.cpp"

@@ -35,10 +35,8 @@ from mtp_viz.errors import UserError, clip
 
 from ..models import check_pair, drafter_spec, explain_load_error
 from ..pair import ASSISTANT_TYPES, GEMMA4_TYPES
-from ..presets import default_drafter, model_path
-from ..presets import is_local, resolve
-from . import tensors as tensors_
-from . import vocab
+from ..presets import default_drafter, is_local, model_path, resolve
+from . import tensors as tensors_, vocab
 
 # --outtype -> (general.file_type, the storage type of the weights that get quantized)
 OUTTYPES = {"f32": ("ALL_F32", "F32"), "f16": ("MOSTLY_F16", "F16"),

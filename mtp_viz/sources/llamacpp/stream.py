@@ -27,7 +27,8 @@ from mtp_viz.engine.events import Event, Ran, Step, Token
 from mtp_viz.errors import UserError
 
 from ..http import ServerError, public
-from ..served import MAX_DRAFT, MAX_TOKEN_ID, Mismatch, Received, count_ok, done_event, laid_out, start_event
+from ..served import MAX_TOKEN_ID, Mismatch, Received, count_ok, done_event, laid_out, start_event
+from ..trace import MAX_TRACE_DRAFT
 from . import client
 
 RAN = Ran("llamacpp", "llama.cpp server", rejected_ids=False, routing=False)  # what its start says ran
@@ -160,7 +161,7 @@ def rebuild(counts: list[tuple[int, int]]) -> tuple[list[int], list[int]]:
     while i < len(counts):
         d, a = counts[i]
         dd, da = d - prev[0], a - prev[1]
-        if dd < 0 or da < 0 or da > dd or dd > MAX_DRAFT:
+        if dd < 0 or da < 0 or da > dd or dd > MAX_TRACE_DRAFT:
             raise Mismatch("running counts that fall")
         take = min(da + 1, len(counts) - i) if dd else 1   # unchanged counts: a step without drafts
         if any(c != (d, a) for c in counts[i:i + take]):

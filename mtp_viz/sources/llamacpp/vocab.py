@@ -33,7 +33,8 @@ def kind(folder: Path, spec: str) -> str:
         raise UserError(f"{clip(spec)} has no tokenizer.json, so llama.cpp could not tokenize as it does.")
     tok = json.loads(path.read_text(encoding="utf-8"))
     model, pre = tok.get("model", {}), tok.get("pre_tokenizer") or {}
-    if model.get("type") == "BPE" and model.get("byte_fallback") and (tok.get("decoder") or {}).get("type") == "Sequence":
+    if (model.get("type") == "BPE" and model.get("byte_fallback")
+            and (tok.get("decoder") or {}).get("type") == "Sequence"):
         return "gemma4"
     if (model.get("type") == "BPE" and not model.get("byte_fallback") and tok.get("normalizer") is None
             and pre.get("type") == "ByteLevel" and pre.get("use_regex", True) and not pre.get("add_prefix_space")):

@@ -20,8 +20,21 @@ from typing import Any, Iterator
 
 from mtp_viz.errors import UserError
 
-from ..http import (CONNECT_TIMEOUT, MAX_LINE_BYTES, READ_TIMEOUT, Deadlines, ServerError, Stopped, base_url,
-                    env_seconds, explain, lines, open_url, page, sse_chunks)
+from ..http import (
+    CONNECT_TIMEOUT,
+    MAX_LINE_BYTES,
+    READ_TIMEOUT,
+    Deadlines,
+    ServerError,
+    Stopped,
+    base_url,
+    env_seconds,
+    explain,
+    lines,
+    open_url,
+    page,
+    sse_chunks,
+)
 from ..prometheus import SpecDecodeCounters, parse, spec_decode
 
 __all__ = ["base_url", "get_json", "post_stream", "sse_chunks", "served_models", "scrape", "ServerModel",

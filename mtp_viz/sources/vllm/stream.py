@@ -39,8 +39,8 @@ import math
 import time
 from typing import Any, Iterable, Iterator, Sequence
 
-from mtp_viz.engine.events import Error, Event, Ran, Step, Token
 from mtp_viz.engine.decoding import Sampling
+from mtp_viz.engine.events import Error, Event, Ran, Step, Token
 from mtp_viz.errors import UserError, clip
 
 from ..http import Stopped, public
