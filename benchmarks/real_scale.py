@@ -16,9 +16,10 @@ tokens ÷ wall seconds of the whole request (prompt included), medians of repeat
 own decode-only rate is kept beside it.
 
 The memory bandwidth each plain decoder reaches is the weights a plain step reads (every
-parameter but the per-layer embedding table, of which a step reads one row per layer, in the
-bytes each stores them in) ÷ seconds per token, beside this machine's own: a plain streaming
-read (a sum) of a buffer larger than the caches, at the same threads. Writes real_scale.json
+parameter but the lookup tables a step reads one row of: the per-layer embeddings, and the
+input embedding where the head is not tied to it, as in int8; in the bytes each stores them
+in) ÷ seconds per token, beside this machine's own: a plain streaming read (a sum) of a
+buffer larger than the caches, at the same threads. Writes real_scale.json
 and real_scale.md.
 """
 from __future__ import annotations
@@ -52,9 +53,19 @@ def stream_bandwidth(threads: int, gb: float = 2.0, repeats: int = 5) -> float:
     return x.numel() * 4 / statistics.median(times)
 
 
+def _lookup(model, name: str) -> bool:
+    """Whether a parameter is a lookup table a step reads one row of: the per-layer embeddings,
+    and the input embedding where the output head has a weight of its own (int8: the head is
+    quantized apart, the lookup keeps its float table); a tied head reads all of it."""
+    if "embed_tokens_per_layer" in name:
+        return True
+    head, lookup = model.get_output_embeddings(), model.get_input_embeddings()
+    return "embed_tokens" in name and head is not None and head.weight is not lookup.weight
+
+
 def step_params(model) -> int:
-    """The parameters a plain step reads: every one but the per-layer embedding table's rows."""
-    return sum(p.numel() for n, p in model.named_parameters() if "embed_tokens_per_layer" not in n)
+    """The parameters a plain step reads: every one but the lookup tables' rows."""
+    return sum(p.numel() for n, p in model.named_parameters() if not _lookup(model, n))
 
 
 def step_bytes(model) -> int:
@@ -63,7 +74,7 @@ def step_bytes(model) -> int:
         q = getattr(p, "qdata", None)
         return q.numel() * q.element_size() + p.scale.numel() * p.scale.element_size() if q is not None \
             else p.numel() * p.element_size()
-    return sum(size(p) for n, p in model.named_parameters() if "embed_tokens_per_layer" not in n)
+    return sum(size(p) for n, p in model.named_parameters() if not _lookup(model, n))
 
 
 def serve(server: str, gguf: Path, threads: int, port: int, log: Path, extra: list[str] = ()):
