@@ -241,6 +241,9 @@ def main() -> int:
     # which llama.cpp build ran (scripts/llamacpp.sh: MTP_VIZ_LLAMA_CPP_ISA) and ATen's cap, if set
     results["meta"]["llama_build"] = os.environ.get("MTP_VIZ_LLAMA_CPP_ISA", "native")
     results["meta"]["aten_cap"] = os.environ.get("ATEN_CPU_CAPABILITY", "")
+    # every other cap an AVX2-only machine is emulated with: the kernel's, oneDNN's and MKL's
+    results["meta"]["caps"] = {k: os.environ[k] for k in ("MTP_VIZ_KERNEL_ISA", "ONEDNN_MAX_CPU_ISA",
+                                                          "MKL_ENABLE_INSTRUCTIONS") if os.environ.get(k)}
     folders = {"bf16": Path(args.gguf_bf16), "q8_0": Path(args.gguf_q8)}
     for llama_type in args.blocks.split(","):
         precision = BLOCKS[llama_type]
@@ -266,6 +269,7 @@ def write_md(args, results: dict, out: Path) -> None:
              "are noise), so their rate is what that acceptance gives on this machine.", "",
              f"llama.cpp built {BUILDS.get(meta.get('llama_build', 'native'), meta.get('llama_build'))}"
              + (f"; ATen capped to {meta['aten_cap']} (ATEN_CPU_CAPABILITY)" if meta.get("aten_cap") else "")
+             + "".join(f"; {k}={v}" for k, v in meta.get("caps", {}).items())
              + ".", ""]
     for llama_type, b in meta.get("blocks", {}).items():
         lines.append(f"- {b['precision']} beside llama.cpp {llama_type}: a plain step reads "
