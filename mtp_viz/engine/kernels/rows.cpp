@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 namespace {
@@ -238,13 +239,14 @@ AMX void amx_span(const c10::BFloat16* xpack, int64_t R, int64_t K, const c10::B
   _tile_release();
 }
 
-// x's rows as AMX's B tiles (see above)
+// x's rows as AMX's B tiles (see above): a pair of bfloat16 moved as one 32-bit word
 std::vector<c10::BFloat16> pack_pairs(const c10::BFloat16* x, int64_t R, int64_t K) {
   std::vector<c10::BFloat16> p(R * K);
-  for (int64_t b = 0; b < K / 32; ++b)
-    for (int64_t q = 0; q < 16; ++q)
-      for (int64_t r = 0; r < R; ++r)
-        for (int i = 0; i < 2; ++i) p[((b * 16 + q) * R + r) * 2 + i] = x[r * K + b * 32 + 2 * q + i];
+  uint32_t* dst = reinterpret_cast<uint32_t*>(p.data());
+  for (int64_t r = 0; r < R; ++r) {
+    const uint32_t* src = reinterpret_cast<const uint32_t*>(x + r * K);
+    for (int64_t j = 0; j < K / 2; ++j) dst[j * R + r] = src[j];   // j = 16·(block of 32) + pair
+  }
   return p;
 }
 
@@ -307,9 +309,8 @@ template <int R> struct I8x256 { static constexpr Span f = span256<int8_t, R>; }
 // same few sets of L1 and evict each other). The rest of K, past whole chunks, is read from x.
 template <typename T>
 void pack_lanes(const T* x, int64_t M, int64_t K, int64_t L, T* xq) {
-  for (int64_t c = 0; c < K / L; ++c)
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t l = 0; l < L; ++l) xq[(c * M + m) * L + l] = x[m * K + c * L + l];
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t c = 0; c < K / L; ++c) std::memcpy(xq + (c * M + m) * L, x + m * K + c * L, L * sizeof(T));
 }
 
 Span kernel_for(int64_t isa, Kind kind, int64_t r) {
@@ -348,18 +349,19 @@ at::Tensor rows(const at::Tensor& x, const at::Tensor& w, const std::optional<at
   float* out = acc.data();
   const char* xp = static_cast<const char*>(xk.data_ptr());
   const int64_t xrow = K * xk.element_size();
-  const int64_t lanes = pairs ? 32 : isa >= 2 ? 16 : 8;   // x's values per step of K in the kernel
-  at::Tensor xpacked = at::empty({(K / lanes) * M * lanes + 64}, xk.options());   // room to align to 64 bytes
-  char* xq = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(xpacked.data_ptr()) + 63) & ~uintptr_t(63));
-  if (pairs)
-    pack_lanes(xk.data_ptr<c10::BFloat16>(), M, K, lanes, reinterpret_cast<c10::BFloat16*>(xq));
-  else
-    pack_lanes(xk.data_ptr<float>(), M, K, lanes, reinterpret_cast<float*>(xq));
   const void* wp = w.data_ptr();
   // AMX takes bfloat16 weights whose rows are whole tiles (K a multiple of 32), rows of W 16 at a time
   const bool amx = kind == BF16 && isa >= 4 && K % 32 == 0 && amx_permitted();
   const int64_t tiled = amx ? N - N % 16 : 0;
   std::vector<c10::BFloat16> xpack = amx ? pack_pairs(xk.data_ptr<c10::BFloat16>(), M, K) : std::vector<c10::BFloat16>();
+  // x packed by lanes for the vector kernels, only where they run (rows of W past AMX's tiles)
+  const int64_t lanes = pairs ? 32 : isa >= 2 ? 16 : 8;   // x's values per step of K in the kernel
+  at::Tensor xpacked = at::empty({tiled < N ? (K / lanes) * M * lanes + 64 : 0}, xk.options());   // +64: to align
+  char* xq = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(xpacked.data_ptr()) + 63) & ~uintptr_t(63));
+  if (tiled < N && pairs)
+    pack_lanes(xk.data_ptr<c10::BFloat16>(), M, K, lanes, reinterpret_cast<c10::BFloat16*>(xq));
+  else if (tiled < N)
+    pack_lanes(xk.data_ptr<float>(), M, K, lanes, reinterpret_cast<float*>(xq));
   at::Tensor scale_f = kind == I8 ? scale->to(at::kFloat).contiguous() : at::Tensor();
   at::Tensor bias_f = bias.has_value() ? bias->to(at::kFloat).contiguous() : at::Tensor();
 
