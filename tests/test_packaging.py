@@ -11,6 +11,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from package_imports import cycles, import_graph
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,6 +43,7 @@ def test_requirements_match_pyproject():
     assert sorted(reqs) == sorted(deps)
 
 
+@pytest.mark.slow   # a fresh process or a wheel build: seconds; CI's slow tier runs it
 def test_wheel_carries_the_bundled_pair_and_runs_it_from_any_folder(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
                     "-q", "-w", str(tmp_path / "dist"), str(ROOT)], check=True, timeout=600)

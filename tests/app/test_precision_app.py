@@ -108,6 +108,7 @@ print(h.loader.wait(PairSpec("tiny")).status.value)
 """
 
 
+@pytest.mark.slow   # a fresh process or a wheel build: seconds; CI's slow tier runs it
 def test_the_app_starts_without_torchao_and_says_what_int8_needs():
     done = subprocess.run([sys.executable, "-c", WITHOUT_TORCHAO], capture_output=True, text=True, cwd=ROOT,
                           timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"})
