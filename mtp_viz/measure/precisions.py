@@ -17,7 +17,9 @@ of which a step reads one row each; the output head, tied or not, is read whole.
 """
 from __future__ import annotations
 
+import ctypes
 import gc
+import sys
 from typing import Any, Callable, Iterable
 
 from mtp_viz.errors import UserError
@@ -91,8 +93,16 @@ def _one(precision: str, load: Callable[[str], Any], put_on: Callable[[Any], Any
 
 
 def _free(device: str) -> None:
-    """What the last pair held, returned (the CPU's allocator frees large blocks at once)."""
+    """What the last pair held, given back: collected, then on glibc the allocator's free pages
+    returned to the system (``malloc_trim``: a weight under malloc's mmap threshold is freed into
+    its heap, which the memory check of the next load, reading what the system has free, would
+    not count), and on CUDA torch's cached blocks."""
     gc.collect()
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):   # not glibc (musl): nothing to trim
+            pass
     if str(device).startswith("cuda"):
         import torch
         torch.cuda.empty_cache()
