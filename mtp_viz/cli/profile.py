@@ -14,8 +14,14 @@ pair loads in the precision fastest on the machine (:func:`mtp_viz.sources.preci
 bfloat16 where the CPU computes it natively, else int8 weight-only), the bundled tiny pair
 and real checkpoints in their usual default; the profile says which and why.
 
-Writes ``DIR/profile.json`` (every timing, the curves, the runs) and ``DIR/profile.md``
-(the table printed on stdout).
+``--precisions bfloat16,int8,float32``: then, the pair once more in each of those precisions
+in turn (one resident at a time), its plain step, its verification at γ + 1 and its prefill
+timed on the eager engine and on the one ``--engine`` names, side by side with the machine's
+fastest precision marked (:mod:`mtp_viz.measure.precisions`); one that cannot run here is a
+row saying why.
+
+Writes ``DIR/profile.json`` (every timing, the curves, the runs; ``precisions``: the rows of
+``--precisions``) and ``DIR/profile.md`` (the table printed on stdout).
 """
 from __future__ import annotations
 
@@ -26,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from mtp_viz.errors import UserError
+from mtp_viz.errors import UserError, clip
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -46,6 +52,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt-tokens", type=int, default=32, help="prompt length in tokens (default 32)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens per measured run (default 64)")
     p.add_argument("--repeats", type=int, default=3, help="timed repeats (default 3)")
+    p.add_argument("--precisions", default=None, metavar="LIST",
+                   help="after the profile, each of these precisions' plain step side by side, comma-separated "
+                        "(float32, bfloat16, float16, int8, int4; e.g. bfloat16,int8,float32): the pair loaded in "
+                        "each in turn, one resident at a time, on the eager engine and the one --engine names")
     p.add_argument("--out", default="profile-results", help="folder for profile.json and profile.md")
 
 
@@ -57,6 +67,25 @@ def _alphas(text: str) -> tuple[float, ...]:
     if any(not 0.0 <= a <= 1.0 for a in alphas):
         raise UserError("--alphas must be comma-separated numbers from 0 to 1, like 0.5,0.7,0.9.")
     return alphas
+
+
+def precision_list(text: str | None) -> tuple[str, ...]:
+    """``--precisions``' names, each by its full name (aliases such as bf16 allowed), in the
+    order given; none for no flag or an empty list; one sentence for an unknown name or one
+    named twice."""
+    from mtp_viz.sources.precision import ALIASES, CHOICES, PRECISIONS
+    names: list[str] = []
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        name = ALIASES.get(item.strip().lower(), item.strip().lower())
+        if name not in PRECISIONS:
+            raise UserError(f"--precisions must list precisions ({CHOICES}), like bfloat16,int8,float32, "
+                            f"not {clip(repr(item.strip()), 40)}.")
+        if name in names:
+            raise UserError(f"--precisions lists {name} twice.")
+        names.append(name)
+    return tuple(names)
 
 
 def _between(flag: str, value: int, low: int, high: int) -> None:
@@ -76,6 +105,7 @@ def check(args: argparse.Namespace) -> tuple[float, ...]:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UserError("--out must name a folder.")
+    precision_list(args.precisions)
     return _alphas(args.alphas)
 
 
@@ -93,17 +123,23 @@ def precision_choice(args: argparse.Namespace, device: str) -> tuple[str | None,
     return None, {"chosen_by": "default", **said}
 
 
-def run(args: argparse.Namespace) -> int:
-    import torch
+def _on_engine(pair, engine: str, args: argparse.Namespace):
+    """``pair`` on ``engine`` too (the same models), compiled now for a run of the profile's
+    shape where it compiles; its ``compile_note`` says why it could not go there."""
+    from mtp_viz.sources.settings import RunSettings
 
+    from .generate import compile_progress
+    plan = RunSettings("x" * args.prompt_tokens, max_new_tokens=args.max_new_tokens, chat=False,
+                       draft_tokens=args.draft_tokens)
+    return pair.on(engine, settings=[plan], progress=compile_progress("mtp-viz profile"))
+
+
+def _profile(args: argparse.Namespace, device: str, engine: str, alphas: tuple[float, ...]) -> dict:
+    """The main profile (:func:`mtp_viz.measure.profile.study`) of the pair in the precision
+    the flags or the machine choose; its pair is let go on return."""
+    from mtp_viz.engine.engines import default_engine
     from mtp_viz.measure.profile import describe, study
-    from mtp_viz.sources.models import load_pair, pick_device
-    from mtp_viz.views.profile import markdown
-
-    from .generate import engine_of
-    alphas, engine = check(args), engine_of(args)
-    torch.set_num_threads(args.threads)
-    device = pick_device(args.device)
+    from mtp_viz.sources.models import load_pair
     chosen, choice = precision_choice(args, device)
     if choice["chosen_by"] == "machine":
         print(f"mtp-viz profile: {chosen}, the fastest precision here: {choice['why']}", file=sys.stderr)
@@ -116,15 +152,9 @@ def run(args: argparse.Namespace) -> int:
           + (f" ({pair.weights_label})" if pair.weights_label else ""), file=sys.stderr)
     if not pair.has_mtp and alphas:
         print("mtp-viz profile: no MTP assistant: only the target's costs", file=sys.stderr)
-    from mtp_viz.engine.engines import default_engine
     pairs = {default_engine(): pair}
     if engine not in pairs:
-        from mtp_viz.sources.settings import RunSettings
-
-        from .generate import compile_progress
-        plan = RunSettings("x" * args.prompt_tokens, max_new_tokens=args.max_new_tokens, chat=False,
-                           draft_tokens=args.draft_tokens)
-        other = pair.on(engine, settings=[plan], progress=compile_progress("mtp-viz profile"))
+        other = _on_engine(pair, engine, args)
         if other.compile_note:
             print(f"mtp-viz profile: {other.compile_note}", file=sys.stderr)
         else:
@@ -134,6 +164,39 @@ def run(args: argparse.Namespace) -> int:
                    max_draft_tokens=args.max_draft_tokens, alphas=alphas, repeats=args.repeats)
     describe(result, pair, args.target)
     result["meta"]["precision_choice"] = choice
+    return result
+
+
+def _by_precision(args: argparse.Namespace, device: str, engine: str, names: tuple[str, ...]) -> dict:
+    """``--precisions``: each one's plain step (:func:`mtp_viz.measure.precisions.sweep`),
+    one pair loaded at a time, in the main profile's target, weights and device."""
+    from mtp_viz.engine.engines import default_engine
+    from mtp_viz.measure.precisions import sweep
+    from mtp_viz.sources.models import load_pair
+
+    def load(name: str):
+        print(f"mtp-viz profile: loading {args.target} in {name}", file=sys.stderr)
+        return load_pair(args.target, device=device, dtype=name, weights=args.weights)
+    put_on = None if engine == default_engine() else (lambda pair: _on_engine(pair, engine, args))
+    return sweep(names, load, device, engine=engine, put_on=put_on, prompt_tokens=args.prompt_tokens,
+                 draft_tokens=args.draft_tokens, repeats=args.repeats,
+                 say=lambda line: print(f"mtp-viz profile: {line}", file=sys.stderr))
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from mtp_viz.sources.models import pick_device
+    from mtp_viz.views.profile import markdown
+
+    from .generate import engine_of
+    alphas, engine = check(args), engine_of(args)
+    names = precision_list(args.precisions)
+    torch.set_num_threads(args.threads)
+    device = pick_device(args.device)
+    result = _profile(args, device, engine, alphas)
+    if names:   # after the main profile, whose pair is gone: one pair resident at a time
+        result["precisions"] = _by_precision(args, device, engine, names)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     table = markdown(result)

@@ -100,7 +100,46 @@ def blocks(result: dict[str, Any]) -> list[tuple[str, Any]]:
                          f"τ = {own['tau']:.2f} tokens per target forward, at γ = {own['draft_tokens']}."))
     elif meta.get("weights_label"):
         out.append(("p", "The pair's own acceptance is not measured: its weights are random, so its drafts are noise."))
-    return out
+    return out + by_precision(result.get("precisions"))
+
+
+def _bytes(n: float | None) -> str:
+    return "–" if n is None else f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
+
+
+def by_precision(sweep: dict[str, Any] | None) -> list[Block]:
+    """``--precisions``' table (:func:`mtp_viz.measure.precisions.sweep`'s result): each
+    precision's plain step on each engine, the fastest measured marked, beside the machine's
+    fastest precision and why; none without it."""
+    if not sweep:
+        return []
+    w, rows = sweep["draft_tokens"] + 1, []
+    for r in sweep["rows"]:
+        tps = "–" if r["tokens_per_second"] is None else f"{r['tokens_per_second']:.1f}"
+        gbs = "–" if r["weight_gb_per_second"] is None else f"{r['weight_gb_per_second']:.1f}"
+        note = r["refused"] or ("fastest measured" if r["fastest"] else "")
+        rows.append((r["precision"], r["engine"] or "–", _ms(r["plain_seconds"]), tps, _ms(r["verify_seconds"]),
+                     _ms(r["draft_seconds"]), _ms(r["prefill_per_token_seconds"]), _bytes(r["step_weight_bytes"]),
+                     gbs, note))
+    best, top = sweep["fastest"], sweep["fastest_measured"]
+    said = f"{best['why']} "
+    if top is None:
+        said += "No precision could be timed here."
+    else:
+        said += (f"Fastest measured: {top['precision']} on the {top['engine']} engine, {_ms(top['plain_seconds'])} "
+                 f"ms a plain step ({top['tokens_per_second']:.1f} tokens/s)"
+                 + (", as predicted." if top["precision"] == best["precision"] else
+                    f"; the machine's predicted fastest is {best['precision']}."))
+    return [("h2", "Plain step by precision"),
+            ("table", Table(("precision", "engine", "plain step (ms)", "tokens/s", f"verify {w} (ms)",
+                             "one draft (ms)", "prefill / token (ms)", "weights a step reads", "GB/s", "note"),
+                            tuple(rows))),
+            ("p", f"Each precision is the whole pair loaded in it, alone (one pair resident at a time), timed as "
+                  f"above: medians of {sweep['repeats']} repeats on the {sweep['clock']} clock, a prompt of "
+                  f"{sweep['prompt_tokens']} tokens; tokens/s is 1 ÷ the plain step; verify {w}: the target over "
+                  f"{w} tokens (γ = {w - 1}); weights a step reads: the target's parameters as stored but its "
+                  f"embedding tables, of which a step reads one row; GB/s: those bytes ÷ the plain step."),
+            ("p", said)]
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -145,4 +184,4 @@ def figure(result: dict[str, Any] | None):
     return go.Figure(data=data, layout=layout, _validate=False)
 
 
-__all__ = ["blocks", "chosen", "figure", "html", "markdown"]
+__all__ = ["blocks", "by_precision", "chosen", "figure", "html", "markdown"]

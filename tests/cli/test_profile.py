@@ -1,8 +1,11 @@
 """`mtp-viz profile` on a random pair of the bundled shape: it writes profile.json and
 profile.md, every figure it reports is recomputed here from the timings it reports, the
-runs at set acceptance are lossless, and a bad flag is one sentence with exit status 2."""
+runs at set acceptance are lossless, and a bad flag is one sentence with exit status 2.
+``--precisions``: each precision's plain step side by side, one pair resident at a time, a
+precision this CPU cannot run a row saying why."""
 import json
 import statistics
+import weakref
 
 import pytest
 
@@ -78,8 +81,76 @@ def test_a_real_pair_reports_its_own_acceptance(tmp_path):
     (["--alphas", "0.5,2"], "--alphas must be"), (["--threads", "99"], "--threads must be"),
     (["--draft-tokens", "9", "--max-draft-tokens", "8"], "--draft-tokens must be"),
     (["--weights", "random", "--dtype", "int4"], "int4 has no kernel on this CPU"),   # torchao 0.18: CUDA only
+    (["--precisions", "float32,int3"], "--precisions must list precisions"),
+    (["--precisions", "bf16,bfloat16"], "--precisions lists bfloat16 twice"),
 ])
 def test_a_bad_flag_is_one_sentence(flags, says, tmp_path, capsys):
     assert main(["profile", "--out", str(tmp_path / "x"), *flags]) == 2
     err = capsys.readouterr().err.strip()
     assert says in err and len(err.splitlines()) == 1
+
+
+@pytest.fixture(scope="module")
+def by_precision(tmp_path_factory):
+    out = tmp_path_factory.mktemp("precisions")
+    code = main(["profile", "--target", "tiny", "--device", "cpu", "--precisions", "float32,bf16,int8,int4",
+                 "--repeats", "1", "--max-draft-tokens", "2", "--draft-tokens", "2", "--max-new-tokens", "4",
+                 "--prompt-tokens", "8", "--alphas", "", "--out", str(out)])
+    assert code == 0
+    return json.loads((out / "profile.json").read_text()), (out / "profile.md").read_text()
+
+
+def test_each_precision_has_its_plain_step_beside_the_others(by_precision):
+    r, md = by_precision
+    s = r["precisions"]
+    rows = {row["precision"]: row for row in s["rows"]}
+    assert list(rows) == ["float32", "bfloat16", "int8", "int4"]
+    assert [x["engine"] for x in s["rows"]] == ["eager", "eager", "eager", None]   # int4 never loaded
+    for name in ("float32", "bfloat16", "int8"):
+        row = rows[name]
+        assert row["refused"] is None and row["plain_seconds"] > 0 and row["verify_width"] == 3
+        assert row["plain_seconds"] == statistics.median(row["samples"]["plain"])
+        assert row["tokens_per_second"] == pytest.approx(1 / row["plain_seconds"])
+        assert row["verify_seconds"] > 0 and row["prefill_per_token_seconds"] > 0 and row["draft_seconds"] > 0
+        assert row["weight_gb_per_second"] == pytest.approx(row["step_weight_bytes"] / row["plain_seconds"] / 1e9)
+        assert f"| {name} | eager | {row['plain_seconds'] * 1e3:.2f} |" in md
+    # bfloat16 stores every weight in half float32's bytes; int8 a byte a linear weight
+    assert rows["float32"]["step_weight_bytes"] == 2 * rows["bfloat16"]["step_weight_bytes"]
+    assert rows["int8"]["step_weight_bytes"] < rows["float32"]["step_weight_bytes"]
+    timed = [x for x in s["rows"] if x["plain_seconds"] is not None]
+    top = min(timed, key=lambda x: x["plain_seconds"])
+    assert [x["precision"] for x in timed if x["fastest"]] == [top["precision"]]
+    assert s["fastest_measured"]["precision"] == top["precision"] and "fastest measured" in md
+    assert "## Plain step by precision" in md and s["fastest"]["why"] in md
+
+
+def test_a_precision_this_cpu_cannot_run_is_a_row_saying_why(by_precision):
+    r, md = by_precision
+    int4 = next(x for x in r["precisions"]["rows"] if x["precision"] == "int4")   # torchao 0.18: CUDA only
+    assert int4["plain_seconds"] is None and not int4["fastest"] and int4["engine"] is None
+    assert "int4 has no kernel on this CPU" in int4["refused"] and "\n" not in int4["refused"]
+    assert int4["refused"] in md
+
+
+def test_a_bad_precisions_list_is_refused_before_anything_loads(tmp_path, capsys):
+    # the target does not exist: had it been looked at first, that would be the sentence
+    assert main(["profile", "--target", str(tmp_path / "missing"), "--precisions", "float32,int3",
+                 "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--precisions must list precisions" in err
+    assert len(err.splitlines()) == 1 and not (tmp_path / "x").exists()
+
+
+def test_one_pair_is_resident_at_a_time():
+    from mtp_viz.measure.precisions import sweep
+    from mtp_viz.sources.models import load_pair
+    held = []
+
+    def load(name):
+        assert all(ref() is None for ref in held), "the last precision's target was still held"
+        pair = load_pair("tiny", device="cpu", dtype=name)
+        held.append(weakref.ref(pair.target))
+        return pair
+    s = sweep(["float32", "bfloat16"], load, "cpu", prompt_tokens=8, draft_tokens=1, repeats=1)
+    assert [x["precision"] for x in s["rows"]] == ["float32", "bfloat16"]
+    assert len(held) == 2 and all(ref() is None for ref in held)
