@@ -153,13 +153,16 @@ def test_load_and_warm_compiles_the_pages_first_run_and_warms_within_it(monkeypa
     assert runs.preloaded(mine)("tiny", None, None, "compiled") == ("loaded", ("tiny", None, None, "compiled", None))
 
 
-def _fake_pair(note="", graphs=(0.5, 0.5, 0.5), step_graphs=(0.25, 0.25)):
-    shapes = lambda s: SimpleNamespace(graph=SimpleNamespace(shapes=SimpleNamespace(seconds=dict(enumerate(s)))))  # noqa: E731
-    compiled = not note
+def _fake_pair(note=""):
+    """A loaded pair as the status line reads it: on the compiled engine (a real ``Mounted`` over parts that
+    say what they compiled: three target graphs and two drafter steps), or fallen back (``note``)."""
+    from mtp_viz.engine.decoder import Mounted
+    from mtp_viz.engine.graphs import Graph
+    part = lambda *graphs: SimpleNamespace(graphs=lambda: dict.fromkeys(graphs, 0.5))  # noqa: E731
+    target, step = part(*(Graph("verify", 256, w) for w in (1, 2, 3))), part(Graph("draft", 256), Graph("draft", 512))
+    mounted = None if note else Mounted(target, step, seconds=74.24)
     return SimpleNamespace(precision={"target": "float32", "drafter": None}, compile_note=note,
-                           compile_seconds=74.24 if compiled else 0.0, chat_template=None,
-                           fast=shapes(graphs) if compiled else None,
-                           draft_step=shapes(step_graphs) if compiled else None)
+                           compile_seconds=mounted.seconds if mounted else 0.0, chat_template=None, mounted=mounted)
 
 
 @pytest.fixture
@@ -220,7 +223,7 @@ def test_a_compile_that_fell_back_is_a_visible_warning():
     note = "The compiled engine needs a Gemma 4 target; decoding stays eager."
     line, level = gate.compiled_line(_fake_pair(note=note))
     assert note in line and level == "warn" and "/" not in line.replace("s/", "")
-    assert gate.compiled_line(SimpleNamespace(fast=None, compile_note="")) == ("", "info")
+    assert gate.compiled_line(SimpleNamespace(mounted=None, compile_note="")) == ("", "info")
 
 
 def test_a_link_carries_the_compiled_engine():

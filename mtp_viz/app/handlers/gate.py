@@ -41,11 +41,10 @@ def compiled_line(pair: Any) -> tuple[str, str]:
     note = getattr(pair, "compile_note", "") or ""
     if note:
         return f" Compiling fell back to eager decoding: {note}", "warn"
-    fast = getattr(pair, "fast", None)
-    if fast is None:
+    mounted = getattr(pair, "mounted", None)   # what its engine compiled (engine.decoder.Mounted)
+    if mounted is None or not mounted.compiles:
         return "", "info"
-    step = getattr(pair, "draft_step", None)
-    graphs = len(fast.graph.shapes.seconds) + (len(step.graph.shapes.seconds) if step is not None else 0)
+    graphs = len(mounted.graphs())
     return (f" Compiled in {getattr(pair, 'compile_seconds', 0.0):.1f} s ({graphs} graph{'s' if graphs != 1 else ''}), "
             "kept out of every run's timing."), "info"
 
