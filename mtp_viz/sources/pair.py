@@ -67,14 +67,6 @@ class ModelPair:
         from .compiling import engine_copy
         return engine_copy(self, engine, mode, settings, progress)
 
-    def compile(self, mode: str | None = None, settings=(), progress=None) -> str:  # the API's alias
-        from mtp_viz.engine.engines import COMPILE_ALIAS
-        return self.use(COMPILE_ALIAS, mode, settings, progress)
-
-    def compiled(self, mode: str | None = None, settings=(), progress=None) -> "ModelPair":  # the API's alias
-        from mtp_viz.engine.engines import COMPILE_ALIAS
-        return self.on(COMPILE_ALIAS, mode, settings, progress)
-
     # The four fields :attr:`mounted` replaced, read through it for the callers that name
     # them: the target's graphs (engine.compiled.FastTarget) on an engine that compiles,
     # else None; the MTP drafter's step (None: its eager one); compile seconds; why it fell back.

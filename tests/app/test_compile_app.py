@@ -112,12 +112,11 @@ def test_the_engine_is_part_of_the_pair_cache_key():
     eager = loader.wait(PairSpec("tiny"), timeout=5)
     compiled = loader.wait(PairSpec("tiny", engine="compiled"), timeout=5)
     assert eager.pair is not compiled.pair
-    assert loader.wait(PairSpec.of("tiny", None, compile=True), timeout=5).pair is compiled.pair   # the old switch
+    assert loader.wait(PairSpec.of("tiny", None, engine="compiled"), timeout=5).pair is compiled.pair
     both = loader.wait(PairSpec("tiny", precision=Precision("int8"), engine="compiled"), timeout=5)
     assert calls == [{}, {"engine": "compiled"}, {"precision": Precision("int8"), "engine": "compiled"}]  # each once
     assert both.pair is not compiled.pair
-    assert PairSpec.of("tiny", None, compile=True).key != PairSpec("tiny").key
-    assert PairSpec.of("tiny", None, compile=True) == PairSpec.of("tiny", None, engine="compiled")
+    assert PairSpec.of("tiny", None, engine="compiled").key != PairSpec("tiny").key
     assert PairSpec("tiny").on("compiled") == PairSpec("tiny", engine="compiled")
     with pytest.raises(UserError, match="Unknown engine 'warp'"):
         PairSpec("tiny", engine="warp")
@@ -136,7 +135,7 @@ def test_load_and_warm_compiles_the_pages_first_run_and_warms_within_it(monkeypa
         use=lambda engine, **how: compiled.append((engine, how))))
     monkeypatch.setattr(runs, "warm", lambda pair: pair)
     report = print
-    runs.load_and_warm("tiny", None, compile=True, progress=report)
+    runs.load_and_warm("tiny", None, engine="compiled", progress=report)
     runs.load_and_warm("tiny", None)
     assert compiled == [("compiled", {"settings": [runs.FIRST_RUN], "progress": report})]   # eager: nothing
     first, warm = runs.FIRST_RUN, dataclasses.replace(runs.FIRST_RUN, max_new_tokens=8)
@@ -265,7 +264,7 @@ def test_a_run_that_needs_new_graphs_compiles_them_first_with_progress_in_both_s
     from mtp_viz.sources.models import from_models
     from mtp_viz.sources.settings import RunSettings
     pair = from_models(gemma_target(layers=2), gemma_assistant(k=2), word_tokenizer())
-    pair.compile(settings=[RunSettings("w10 w11 w12", max_new_tokens=8, draft_tokens=2, chat=False)])
+    pair.use("compiled", settings=[RunSettings("w10 w11 w12", max_new_tokens=8, draft_tokens=2, chat=False)])
     loader = service.PairLoader(lambda target, drafter, **asked: pair)
     h = local.Handlers(loader, deploy.presets(loader.allow), ("tiny", None), cap=16, prompt_cap=64)
     asked = RunSettings("w10 w11 w12", max_new_tokens=16, draft_tokens=8, chat=False, schedule="confidence")

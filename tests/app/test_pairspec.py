@@ -28,9 +28,9 @@ def test_a_spec_is_a_frozen_value_with_the_loaders_key(tmp_path):
 
 def test_of_reads_the_loose_values_the_loader_took():
     assert PairSpec.of("tiny") == PairSpec("tiny", None, Precision(), "eager")
-    assert PairSpec.of("tiny", None, compile=True) == PairSpec("tiny", engine="compiled")   # the old switch
-    with pytest.raises(UserError, match="The compile switch names the compiled engine"):
-        PairSpec.of("tiny", engine="eager", compile=True)
+    assert PairSpec.of("tiny", engine="compiled") == PairSpec("tiny", engine="compiled")
+    with pytest.raises(UserError, match="Unknown engine 'warp'"):
+        PairSpec.of("tiny", engine="warp")
 
 
 def test_what_a_spec_asks_besides_the_defaults():
