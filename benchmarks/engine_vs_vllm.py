@@ -80,7 +80,7 @@ def main():
              "engine autoregressive": lambda p: pair.generate(p, mode="autoregressive", max_new_tokens=n, chat=False)}
     compile_seconds = None
     if args.compile:
-        fast = pair.compiled()   # the same models
+        fast = pair.on("compiled")   # the same models
         note = fast.compile_note
         assert not note, note
         compile_seconds = fast.compile_seconds

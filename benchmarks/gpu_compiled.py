@@ -55,7 +55,7 @@ def speed(device: str, mode: str, repeats: int) -> dict:
     from mtp_viz.paths import assets_dir
     from mtp_viz.sources.models import load_pair
     pair = load_pair("tiny", device=device, dtype="float32")
-    fast = pair.compiled(mode=mode)
+    fast = pair.on("compiled", mode=mode)
     note, compile_seconds = fast.compile_note, fast.compile_seconds
     if note:
         raise SystemExit(f"gpu_compiled: {note}")

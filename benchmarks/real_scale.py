@@ -123,7 +123,7 @@ def study(args, pair, precision: str, llama_type: str, folder: Path, server: str
     t = time.perf_counter()
     plan = RunSettings("x" * len(ids), modes=("speculative", "autoregressive"), max_new_tokens=n, chat=False,
                        drafter="mtp", draft_tokens=gamma)
-    compiled_pair = pair.compiled(settings=[plan])   # its graphs now, before any timing
+    compiled_pair = pair.on("compiled", settings=[plan])   # its graphs now, before any timing
     compile_s = time.perf_counter() - t
     print(f"{precision}: compiled in {compile_s:.0f} s ({compiled_pair.compile_note or compiled_pair.engine})",
           file=sys.stderr)

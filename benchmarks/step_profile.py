@@ -104,7 +104,7 @@ def main() -> None:
         StreamedLinear.forward = torch.nn.Linear.forward
     eager = load_pair("tiny")
     t = time.perf_counter()
-    compiled = eager.compiled(settings=())
+    compiled = eager.on("compiled", settings=())
     compile_s = time.perf_counter() - t
     result = {"machine": machine.line(machine.machine()), "new_tokens": args.new_tokens, "products": args.products,
               "compile_seconds_at_load": compile_s, "engines": {}}

@@ -146,7 +146,7 @@ def check(args: argparse.Namespace) -> Plan:
         local = [flag for flag, on in (
             ("--draft-tokens", args.draft_tokens), ("--drafter", args.drafter), ("--dtype", args.dtype),
             ("--target-precision", args.target_precision), ("--drafter-precision", args.drafter_precision),
-            ("--precisions", args.precisions), ("--engine", args.engine), ("--compile", args.compile),
+            ("--precisions", args.precisions), (args.engine_flag, args.engine is not None),
             ("--stale-kv", args.stale_kv),
             ("--schedules", args.schedules != DEFAULT_SCHEDULES),
             ("--max-draft-tokens", args.max_draft_tokens != MAX_DRAFT_TOKENS), ("--threads", args.threads is not None),
@@ -190,7 +190,6 @@ def check(args: argparse.Namespace) -> Plan:
         RunSettings(prompts[0].text, max_new_tokens=n, draft_tokens=s.draft_tokens, schedule=s.schedule,
                     sampling=sampling, chat=not args.no_chat).validate(MAX_NEW_TOKENS)
     precisions = [] if server else bench_precision.parse(args)  # every name checked before a model loads
-    engine_of(args)                                              # and the engine's
     if sampling.greedy:
         sampling = Sampling()  # the seed is for sampling only
     peers = [u.strip() for u in (args.peer or "").split(",") if u.strip()]

@@ -83,21 +83,40 @@ def add_weights_argument(p: argparse.ArgumentParser) -> None:
                         "downloaded but a config; timings only: its text and acceptance are noise (default: real)")
 
 
+class EngineFlag(argparse.Action):
+    """``--engine NAME`` and its alias ``--compile`` (``--engine compiled``), read here, once, into
+    ``args.engine`` (a name of :data:`mtp_viz.engine.engines.ENGINES`; None: not given) and
+    ``args.engine_flag`` (the flag that named it, ``--compile`` once given, for a sentence): past
+    the parser no command knows the alias. The two naming two engines, in either order: one sentence."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from mtp_viz.engine.engines import resolve
+        alias = option_string == "--compile"
+        try:   # the alias given before or after --engine NAME: resolve checks the two agree
+            namespace.engine = resolve(namespace.engine if alias else values,
+                                       alias or namespace.engine_flag == "--compile")
+        except UserError as e:
+            parser.error(str(e))
+        namespace.engine_flag = "--compile" if alias else namespace.engine_flag or option_string
+
+
 def add_engine_argument(p: argparse.ArgumentParser, what: str) -> None:
     """``--engine`` (a name of :data:`mtp_viz.engine.engines.ENGINES`, read when the
     parser is built) and ``--compile``, kept as its alias for the compiled engine
-    (generate, bench, profile: one flag, one meaning; ``what``: what the engine does here)."""
+    (generate, bench, profile: one flag, one meaning; ``what``: what the engine does here),
+    both read by :class:`EngineFlag`."""
     from mtp_viz.engine.engines import COMPILE_ALIAS, ENGINES, default_engine
     listed = "; ".join(f"{name}: {e.help}" for name, e in ENGINES.items())
-    p.add_argument("--engine", choices=list(ENGINES), default=None,
+    p.add_argument("--engine", choices=list(ENGINES), default=None, action=EngineFlag,
                    help=f"{what} (default: {default_engine()}). {listed}")
-    p.add_argument("--compile", action="store_true", help=f"an alias of --engine {COMPILE_ALIAS}")
+    p.add_argument("--compile", dest="engine", nargs=0, action=EngineFlag, help=f"an alias of --engine {COMPILE_ALIAS}")
+    p.set_defaults(engine_flag=None)
 
 
 def engine_of(args: argparse.Namespace) -> str:
-    """The engine ``--engine`` or its alias ``--compile`` names (default: the table's first)."""
-    from mtp_viz.engine.engines import resolve
-    return resolve(args.engine, args.compile)
+    """The engine ``--engine`` (or its alias) names (default: the table's first)."""
+    from mtp_viz.engine.engines import default_engine
+    return args.engine or default_engine()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -144,7 +163,7 @@ def open_source(args: argparse.Namespace, s: RunSettings | None = None):
                                        ("--schedule", args.schedule != "constant"),
                                        ("--device", args.device), ("--dtype", args.dtype),
                                        ("--target-precision", args.target_precision),
-                                       ("--engine", args.engine), ("--compile", args.compile),
+                                       (args.engine_flag, args.engine is not None),
                                        ("--threads", args.threads is not None),
                                        ("--drafter-precision", args.drafter_precision),
                                        ("--weights", args.weights != "real")) if on]

@@ -1,4 +1,4 @@
-"""The compiled engine (``--compile``): the same decoding, without Python's overhead.
+"""The compiled engine (``--engine compiled``): the same decoding, without Python's overhead.
 
 At the widths of the bundled pair a forward pass costs mostly per-layer overhead: the
 Python of 24 decoder layers, the cache's bookkeeping, the masks built each step. The
@@ -73,6 +73,21 @@ CAPACITIES = (256, 512, 1024, 2048, 4096, 8192)
 GRAPH_LIMIT = 128                     # graphs per compiled method (dynamo's default, 8, is per thread)
 GEMMA4_CLASSES = ("Gemma4ForCausalLM", "Gemma4ForConditionalGeneration",               # E2B ... 31B, 26B-A4B
                   "Gemma4UnifiedForCausalLM", "Gemma4UnifiedForConditionalGeneration")  # the 12B family
+
+
+@dataclass(frozen=True, order=True)
+class Graph:
+    """One compiled graph: ``verify`` (the target with the state an MTP drafter reads), ``step`` (the target
+    without it) or ``draft`` (the MTP drafter's step), at a cache capacity and a width (:mod:`.graphs`)."""
+    kind: str
+    capacity: int
+    width: int = 1
+
+    def describe(self) -> str:
+        tokens = f"{self.width} token{'s' if self.width != 1 else ''}"
+        return {"verify": f"the target over {tokens}, with the drafter's state",
+                "step": f"the target over {tokens}",
+                "draft": "the MTP drafter's step"}[self.kind] + f" ({self.capacity}-position cache)"
 
 
 def width_for(n: int) -> int:
@@ -245,6 +260,10 @@ class FastTarget:
         a wider one already compiled: :meth:`width`), through the call a run makes."""
         self._run(kv, [self.pad] * width, want_state, width, graph=True)
 
+    def graphs(self) -> dict[Graph, float]:
+        """The graphs compiled so far and what compiling each took (wall seconds)."""
+        return {Graph("verify" if s else "step", c, w): t for (c, w, s), t in self.graph.shapes.seconds.items()}
+
     def has_graph(self, shape: tuple) -> bool:
         """Whether the graph of ``shape`` (capacity, width, with the state) is compiled."""
         return shape in self.graph.shapes.seconds
@@ -330,6 +349,10 @@ class FastDraftStep:
         return (tuple(full), tuple(sliding), (j_full < fk.shape[2])[None, None, None],
                 (j_slide < m)[None, None, None])
 
+    def graphs(self) -> dict[Graph, float]:
+        """The graphs compiled so far (one per capacity) and what compiling each took (wall seconds)."""
+        return {Graph("draft", shape[2]): t for shape, t in self.graph.shapes.seconds.items()}
+
     def __call__(self, x, position, inputs) -> tuple[torch.Tensor, torch.Tensor, float]:
         """(logits [V], the next state [1, 1, H], compile seconds) for one draft."""
         shape = tuple(inputs[0][0].shape)
@@ -372,5 +395,5 @@ def mount(target, assistant=None, mode: str | None = None):
     return Mounted(fast, FastDraftStep(assistant, fast.window, mode=mode) if assistant is not None else None)
 
 
-__all__ = ["CAPACITIES", "Compiled", "FastDraftStep", "FastTarget", "WIDTHS", "capacity_for", "compile_support",
-           "fallback_sentence", "mount", "own_graph", "width_for"]
+__all__ = ["CAPACITIES", "Compiled", "FastDraftStep", "FastTarget", "Graph", "WIDTHS", "capacity_for",
+           "compile_support", "fallback_sentence", "mount", "own_graph", "width_for"]

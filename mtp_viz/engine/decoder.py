@@ -153,6 +153,33 @@ class Mounted:
     note: str = ""                # why it decodes eagerly instead (one sentence), or ""
     seconds: float = 0.0          # compiling its graphs so far, wall seconds, off every run's clock
 
+    # What a run on it needs compiled is read here, never from the compiled engine's parts: a part that
+    # compiles has ``graphs()`` (what it compiled, each graph's seconds) and a ``graph.note`` (why it fell back).
+    @property
+    def compiles(self) -> bool:
+        """Whether its target runs compiled graphs: a run may need some compiled before its first token."""
+        return hasattr(self.decoder, "graphs")
+
+    def graphs(self) -> dict:
+        """The graphs compiled so far (:class:`mtp_viz.engine.compiled.Graph`: its target's and its MTP drafter
+        step's) and what compiling each took, wall seconds; none on an engine that compiles nothing."""
+        return {g: t for part in (self.decoder, self.draft_step) if hasattr(part, "graphs")
+                for g, t in part.graphs().items()}
+
+    def fallback(self) -> tuple[str, ...]:
+        """(target, drafter step): why each, compiled, decodes eagerly instead ("" while it does not)."""
+        return tuple(getattr(getattr(part, "graph", None), "note", "") for part in (self.decoder, self.draft_step))
+
+    def settled(self) -> "Mounted":
+        """After a compile: itself; where its target could not compile, the eager engine; where only its drafter
+        step could not, itself with the drafter's eager step: each with the sentence why (``note``)."""
+        target, drafter = self.fallback()
+        if target:
+            return Mounted(EagerDecoder(self.decoder.model), note=target, seconds=self.seconds)
+        if drafter:
+            return Mounted(self.decoder, None, drafter, self.seconds)
+        return self
+
 
 def mount(target, assistant=None, mode: str | None = None) -> Mounted:
     """The eager engine: ``target`` as loaded, the MTP drafter's own eager step; nothing

@@ -6,7 +6,8 @@ function of this package that puts a loaded target (and its MTP assistant, or No
 the engine and returns a :class:`mtp_viz.engine.decoder.Mounted`: the decoder, the MTP
 drafter's step, what compiling took, and the sentence saying why it fell back to eager
 decoding, if it did.
-The CLI's ``--engine``, the page's engine control, its links and the bench read the table;
+The CLI's ``--engine``, the page's engine control and Measure's engine beside the pair, its links
+and the bench read the table;
 a new engine is a module with a ``mount`` function and one line here.
 
 Readable without importing torch: the CLI builds its parser from it.
@@ -54,14 +55,15 @@ def check_engine(name: Any) -> str:
     return name
 
 
-# What the switch this table replaced (``compile=True``, ``--compile``, the page's
-# ``#compile`` and the ``compile=1`` link) names: kept as an alias of this engine.
+# What the switch this table replaced names: kept as an alias of this engine where a user writes it
+# (the CLI's ``--compile``, a ``compile=1`` link, ``load_pair(compile=True)``), read once where each is
+# read (cli.generate.add_engine_argument, app.handlers.links, sources.models.load_pair); past them, an engine's name.
 COMPILE_ALIAS = "compiled"
 
 
 def resolve(engine: Any = None, compile: Any = False) -> str:
-    """The engine a call names: ``engine`` (checked), else the compiled one where the old
-    ``compile`` switch is on, else the default. Both, naming two engines: one sentence."""
+    """The engine a user's input names: ``engine`` (checked), else the compiled one where the
+    ``compile`` alias is on, else the default. Both, naming two engines: one sentence."""
     if engine is not None and compile and engine != COMPILE_ALIAS:
         raise UserError(f"The compile switch names the {COMPILE_ALIAS} engine, not {clip(engine)!r}: give one of them.")
     return check_engine(engine) if engine is not None else COMPILE_ALIAS if compile else default_engine()

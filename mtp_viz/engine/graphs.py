@@ -29,7 +29,7 @@ whose longest draft is L, as :mod:`.loop` runs them):
   capacity holding S (eager past the largest).
 
 :func:`compile_graphs` compiles a list of them one at a time, each through the engine's
-own call (so its compile seconds land where a run's would: ``shapes.seconds``), and
+own call (so its compile seconds land where a run's would: :meth:`~.decoder.Mounted.graphs`), and
 reports each one before it starts (:class:`Progress`: "graph 3 of 7", with an estimate
 of the time left from the seconds per graph measured so far).
 """
@@ -41,24 +41,10 @@ from typing import Callable, Iterable
 
 import torch
 
-from .compiled import CAPACITIES, capacity_for, width_for
+from .compiled import CAPACITIES, Graph, capacity_for, width_for
 from .loop import autoregressive_need, speculative_need
 
 KINDS = ("verify", "step", "draft")
-
-
-@dataclass(frozen=True, order=True)
-class Graph:
-    """One compiled graph (see the module's docstring for the kinds)."""
-    kind: str
-    capacity: int
-    width: int = 1
-
-    def describe(self) -> str:
-        tokens = f"{self.width} token{'s' if self.width != 1 else ''}"
-        return {"verify": f"the target over {tokens}, with the drafter's state",
-                "step": f"the target over {tokens}",
-                "draft": "the MTP drafter's step"}[self.kind] + f" ({self.capacity}-position cache)"
 
 
 def speculative_graphs(prompt: int, new: int, longest: int, *, state: bool = True, draft: bool = True,
@@ -89,20 +75,6 @@ def autoregressive_graphs(prompt: int, new: int) -> set[Graph]:
     if capacity is None:
         return set()
     return {Graph("step", capacity)} if new >= 2 else set()
-
-
-def compiled_graphs(fast, step=None) -> set[Graph]:
-    """The graphs ``fast`` (a :class:`~.compiled.FastTarget`) and ``step`` (its
-    :class:`~.compiled.FastDraftStep`, or None) have compiled so far."""
-    out = {Graph("verify" if state else "step", capacity, width)
-           for capacity, width, state in fast.graph.shapes.seconds}
-    return out | {Graph("draft", shape[2]) for shape in (step.graph.shapes.seconds if step is not None else ())}
-
-
-def seconds_of(fast, step=None) -> dict[Graph, float]:
-    """What compiling each graph of :func:`compiled_graphs` took (wall seconds)."""
-    out = {Graph("verify" if s else "step", c, w): t for (c, w, s), t in fast.graph.shapes.seconds.items()}
-    return out | {Graph("draft", shape[2]): t for shape, t in (step.graph.shapes.seconds.items() if step else ())}
 
 
 @dataclass(frozen=True)
@@ -142,20 +114,20 @@ def estimate(left: Iterable[Graph], timed: dict[Graph, float]) -> float | None:
     return sum(side[g.kind == "draft"] for g in left)
 
 
-def compile_graphs(fast, step, graphs: list[Graph], embed: torch.nn.Module,
+def compile_graphs(mounted, graphs: list[Graph], embed: torch.nn.Module,
                    progress: Callable[[Progress], None] | None = None) -> float:
-    """Compile ``graphs`` in order, one at a time (those compiled already are skipped);
-    ``progress`` hears of each before it starts. ``embed``: the target's input
-    embeddings (a draft step's input starts with them). Stops at the first graph that
-    falls back to eager (``fast.graph.note`` / ``step.graph.note``). Returns the seconds taken."""
-    todo = [g for g in graphs if g not in compiled_graphs(fast, step)]
+    """Compile ``graphs`` in order on ``mounted`` (a :class:`~.decoder.Mounted` on the compiled engine), one at a
+    time (those compiled already are skipped); ``progress`` hears of each before it starts. ``embed``: the
+    target's input embeddings (a draft step's input starts with them). Stops at the first graph that falls
+    back to eager (:meth:`~.decoder.Mounted.fallback`). Returns the seconds taken."""
+    fast, step = mounted.decoder, mounted.draft_step
+    todo = [g for g in graphs if g not in mounted.graphs()]
     t0 = time.perf_counter()
     for i, g in enumerate(todo):
-        if fast.graph.note or (step is not None and step.graph.note):
+        if any(mounted.fallback()):
             break
         if progress is not None:
-            progress(Progress(i + 1, len(todo), g, time.perf_counter() - t0,
-                              estimate(todo[i:], seconds_of(fast, step))))
+            progress(Progress(i + 1, len(todo), g, time.perf_counter() - t0, estimate(todo[i:], mounted.graphs())))
         _build(fast, step, g, embed)
     return time.perf_counter() - t0
 
@@ -188,5 +160,5 @@ def _draft(fast, step, g: Graph, embed: torch.nn.Module, first) -> None:
     step(x, torch.zeros(1, 1, dtype=torch.long, device=fast.device), step.inputs(kv_in, dtype))
 
 
-__all__ = ["Graph", "KINDS", "Progress", "autoregressive_graphs", "compile_graphs", "compiled_graphs", "duration",
-           "estimate", "seconds_of", "speculative_graphs"]
+__all__ = ["Graph", "KINDS", "Progress", "autoregressive_graphs", "compile_graphs", "duration", "estimate",
+           "speculative_graphs"]

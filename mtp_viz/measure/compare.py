@@ -3,8 +3,8 @@ runner and reduction, so the app's considered figure (and a notebook's) is the b
 figure.
 
 Beside the pair's own two modes, Measure can time other decoders of the same model in the
-same rotation, as ``mtp-viz bench --compile --peer`` does: the compiled engine's plain
-decoding (:class:`PlainArm`, on a pair compiled before any timed run) and peer servers
+same rotation, as ``mtp-viz bench --engine compiled --peer`` does: another engine's plain
+decoding (:class:`PlainArm`, the compiled engine's on a pair compiled before any timed run) and peer servers
 (:class:`mtp_viz.measure.peers.PeerArm`). Every speedup is then also read against the
 fastest plain decoder measured (:func:`mtp_viz.measure.reduce.fastest`). Under greedy
 decoding a peer whose untimed warm-up writes other tokens than this pair's plain decoding
@@ -89,8 +89,8 @@ class Measurement:
 
 
 class PlainArm:
-    """Another engine's plain decoding of the same models beside a Measure: the compiled
-    engine, on a pair compiled before the first timed run (its graphs off the clock).
+    """Another engine's plain decoding of the same models beside a Measure (one that compiles
+    on a pair compiled before the first timed run: its graphs off the clock).
     What Measure reads of an arm beside the pair (as of :class:`~.peers.PeerArm`): its
     ``name`` and ``setting`` for its row, its ``mode``, ``run``, ``close``, and whether a
     failed warm-up leaves it out (``optional``) and greedy decoding must give this pair's
@@ -132,12 +132,12 @@ class Alone:
 
 
 def measure(pair: Any, s: RunSettings, repeats: int, stop: threading.Event | None = None,
-            compiled: Any = None, peers: Sequence[PeerArm] = (), told: Callable[[UserError], str] = str,
+            beside: Any = None, peers: Sequence[PeerArm] = (), told: Callable[[UserError], str] = str,
             turn: Any = None) -> Measurement:
     """Both modes of ``s`` on ``pair``, ``repeats`` times, rotating which goes first,
     off-screen: the bench's own runner, clock and reduction, after the untimed warm-up
-    every surface makes. Beside them, in the same rotation: ``compiled``'s plain decoding
-    (the same models on the compiled engine, every graph of these runs compiled already)
+    every surface makes. Beside them, in the same rotation: ``beside``'s plain decoding
+    (the same models on another engine, every graph of these runs compiled already where it compiles)
     and each of ``peers`` (:func:`peer_base` gives them these runs' settings). A peer is a
     guest: its runs hold no ``turn`` on this machine's engine (:class:`Alone`), one that
     fails (warm-up or later) is a note, its failure told by ``told``, and the rest stands;
@@ -147,10 +147,9 @@ def measure(pair: Any, s: RunSettings, repeats: int, stop: threading.Event | Non
     base = dataclasses.replace(s, top=0, experts=False, stale_kv=False)  # timed as the bench times: no extras
     runner = Runner(pair, base)
     setting = Setting(s.schedule, s.draft_tokens or runner.drafter.default_draft_tokens)
-    compiled_pair = PlainArm(compiled, base) if compiled is not None else None
-    beside = ([compiled_pair] if compiled_pair else []) + list(peers)
+    other = PlainArm(beside, base) if beside is not None else None
     todo = [Task(SPECULATIVE, runner, setting), Task(AUTOREGRESSIVE, runner)]
-    todo += [Task(arm.mode, arm) for arm in beside]   # a peer runs its one mode, on itself
+    todo += [Task(arm.mode, arm) for arm in ([other] if other else []) + list(peers)]   # each its one mode
     rounds = _Rounds(s.prompt, stop, told, turn or Alone())
     try:
         plain_ids = rounds.warm_up(todo)
@@ -164,8 +163,8 @@ def measure(pair: Any, s: RunSettings, repeats: int, stop: threading.Event | Non
         records = rounds.timed(todo, repeats)
     finally:
         runner.close()
-        if compiled_pair is not None:
-            compiled_pair.close()
+        if other is not None:
+            other.close()
     own = records[todo[0]] + records[todo[1]]
     tps = {m: statistics.median(x.new_tokens / x.seconds for x in own if x.mode == m)
            for m in (SPECULATIVE, AUTOREGRESSIVE)}

@@ -12,14 +12,13 @@ def open_source(target: str | None = "tiny", drafter: str | None = None, *, serv
                 baseline_server: str | None = None, model: str | None = None,
                 baseline_model: str | None = None, drafter_kind: str = "auto",
                 device: str | None = None, dtype: str | None = None, target_precision: str | None = None,
-                drafter_precision: str | None = None, compile: bool = False, weights: str = "real",
+                drafter_precision: str | None = None, weights: str = "real",
                 engine: str | None = None):
     """A server's source when ``server`` is given (:func:`open_server`) (its baseline, for the
     autoregressive run, is ``baseline_server`` or the same server), else the local
     engine on the pair :func:`mtp_viz.sources.models.load_pair` loads (each model in its
     precision: ``dtype`` for both, ``target_precision`` / ``drafter_precision`` for one;
-    ``engine``: a name of :data:`mtp_viz.engine.engines.ENGINES`, :meth:`mtp_viz.sources.pair.ModelPair.use`
-    (``compile=True``: its alias for the compiled engine);
+    ``engine``: a name of :data:`mtp_viz.engine.engines.ENGINES`, :meth:`mtp_viz.sources.pair.ModelPair.use`;
     ``weights="random"``: the target's real shape with random weights, :mod:`.shapes`)."""
     if server:
         from .servers import Servers
@@ -28,7 +27,7 @@ def open_source(target: str | None = "tiny", drafter: str | None = None, *, serv
     from .models import load_pair
     return LocalSource(load_pair(target, drafter, drafter_kind=drafter_kind, device=device, dtype=dtype,
                                  target_precision=target_precision, drafter_precision=drafter_precision,
-                                 compile=compile, weights=weights, engine=engine))
+                                 weights=weights, engine=engine))
 
 
 def open_server(servers, sentence=None):

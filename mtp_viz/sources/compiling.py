@@ -9,9 +9,9 @@ compile, ``pair.mounted.note`` holds the one sentence saying why it decodes eage
 :func:`prepare` compiles what a run's settings need and the pair has not compiled yet
 (:mod:`mtp_viz.engine.graphs` works it out), one graph at a time, telling ``progress`` of
 each: every run on a compiled pair goes through it before it starts
-(:func:`mtp_viz.sources.local.run_mode`), so no graph is compiled mid-run.
-:meth:`ModelPair.use` and :meth:`ModelPair.on` (``compile`` and ``compiled``: their aliases)
-and ``load_pair(engine=...)`` come here;
+(:func:`mtp_viz.sources.local.run_mode`), so no graph is compiled mid-run. What the pair has
+compiled, and why a part fell back, it reads from its engine (:class:`mtp_viz.engine.decoder.Mounted`).
+:meth:`ModelPair.use`, :meth:`ModelPair.on` and ``load_pair(engine=...)`` come here;
 the pair only holds what it produced.
 """
 from __future__ import annotations
@@ -63,7 +63,7 @@ def needed(pair: Any, s: RunSettings, schedule: Any = None) -> list:
     drafter's steps, the other target graphs (by kind, capacity, width); [] for a pair on
     the eager engine. ``schedule``: the speculative run's own (else the
     one its settings name)."""
-    if getattr(pair, "fast", None) is None:  # eager (or a stand-in pair without an engine)
+    if not compiles(pair):
         return []
     from mtp_viz.engine import graphs
     from mtp_viz.engine.schedules import make_schedule
@@ -79,7 +79,7 @@ def needed(pair: Any, s: RunSettings, schedule: Any = None) -> list:
         # an MTP drafter drafts every token asked: under a constant schedule each step is as wide
         out |= graphs.speculative_graphs(prompt, new, schedule.longest, state=d.needs_target_state, draft=drafts,
                                          fixed=schedule.fixed and d.needs_target_state)
-    todo = sorted(out - graphs.compiled_graphs(pair.fast, pair.draft_step), key=lambda g: (g.kind == "draft", g))
+    todo = sorted(out - set(pair.mounted.graphs()), key=lambda g: (g.kind == "draft", g))
     # the drafter's step (much smaller) second: once one graph of each side is timed, the estimate holds
     drafts = [g for g in todo if g.kind == "draft"]
     return todo[:1] + drafts + todo[1:len(todo) - len(drafts)] if drafts and len(todo) > len(drafts) else todo
@@ -90,7 +90,7 @@ def prepare(pair: Any, settings: Iterable[RunSettings], progress: Callable[[Any]
     """Compile, one at a time, every graph the runs of ``settings`` can meet on
     ``pair`` that it has not compiled yet (none on the eager engine); ``progress`` hears
     of each before it compiles. Returns the seconds it took (0.0 when nothing was missing)."""
-    if getattr(pair, "fast", None) is None:  # eager (or a stand-in pair without an engine)
+    if not compiles(pair):
         return 0.0
     from mtp_viz.engine.build import building
     todo = _todo(pair, settings, schedule)
@@ -114,15 +114,16 @@ def _todo(pair: Any, settings: Iterable[RunSettings], schedule: Any = None) -> l
 def _compile(pair: Any, settings: list[RunSettings], progress, schedule: Any = None) -> None:
     """Compile what ``settings`` need; then keep the pair on its engine, or drop to eager
     with the sentence saying why (``pair.mounted.note``)."""
-    from mtp_viz.engine import engines, graphs
-    todo, m = _todo(pair, settings, schedule), pair.mounted
-    graphs.compile_graphs(m.decoder, m.draft_step, todo, pair.target.get_input_embeddings(), progress)
-    m.note = m.decoder.graph.note or (m.draft_step.graph.note if m.draft_step is not None else "")
-    if m.decoder.graph.note:
-        pair.mounted = dataclasses.replace(engines.mount(engines.default_engine(), pair.target),
-                                           note=m.note, seconds=m.seconds)
-    elif m.draft_step is not None and m.draft_step.graph.note:
-        m.draft_step = None
+    from mtp_viz.engine import graphs
+    graphs.compile_graphs(pair.mounted, _todo(pair, settings, schedule), pair.target.get_input_embeddings(), progress)
+    pair.mounted = pair.mounted.settled()
 
 
-__all__ = ["DEFAULT_RUN", "engine_copy", "needed", "prepare", "use_engine"]
+def compiles(pair: Any) -> bool:
+    """Whether ``pair`` runs compiled graphs (:attr:`mtp_viz.engine.decoder.Mounted.compiles`): False on the eager
+    engine, for a pair on no engine yet, and for a stand-in pair without one."""
+    mounted = getattr(pair, "mounted", None)
+    return mounted is not None and mounted.compiles
+
+
+__all__ = ["DEFAULT_RUN", "compiles", "engine_copy", "needed", "prepare", "use_engine"]

@@ -67,23 +67,8 @@ class ModelPair:
         from .compiling import engine_copy
         return engine_copy(self, engine, mode, settings, progress)
 
-    def compile(self, mode: str | None = None, settings=(), progress=None) -> str:  # the API's alias
-        from mtp_viz.engine.engines import COMPILE_ALIAS
-        return self.use(COMPILE_ALIAS, mode, settings, progress)
-
-    def compiled(self, mode: str | None = None, settings=(), progress=None) -> "ModelPair":  # the API's alias
-        from mtp_viz.engine.engines import COMPILE_ALIAS
-        return self.on(COMPILE_ALIAS, mode, settings, progress)
-
-    # The four fields :attr:`mounted` replaced, read through it for the callers that name
-    # them: the target's graphs (engine.compiled.FastTarget) on an engine that compiles,
-    # else None; the MTP drafter's step (None: its eager one); compile seconds; why it fell back.
-    @property
-    def fast(self):
-        from mtp_viz.engine.engines import ENGINES
-        entry = ENGINES.get(self.engine)
-        return self.mounted.decoder if entry is not None and entry.compiles else None
-
+    # What :attr:`mounted` holds, read through it for the callers that name them: the MTP drafter's
+    # step (None: its eager one), what compiling took (wall seconds) and why it fell back ("" where it did not).
     draft_step = property(lambda self: getattr(self.mounted, "draft_step", None))
     compile_seconds = property(lambda self: getattr(self.mounted, "seconds", 0.0))
     compile_note = property(lambda self: getattr(self.mounted, "note", ""))

@@ -538,7 +538,7 @@ def test_measure_puts_its_result_on_the_measure_tab_too():
     read) as well as the badge on Decode: the same sentence, median and range."""
     from mtp_viz.sources.models import load_pair
     h = _handlers(lambda t, d: load_pair(t, d))
-    frames = list(h.measuring.measure(_values(max_new_tokens=8), 2, None, False, ""))
+    frames = list(h.measuring.measure(_values(max_new_tokens=8), 2, None, "none", ""))
     measured, compare = (frames[-1][local.OUTPUTS.index(k)] for k in ("measured", "compare"))
     assert isinstance(measured, str) and 'id="' not in measured   # ids stay unique: #compare is Decode's
     assert "median of 2 repeats" in measured and "speculative ran at" in measured

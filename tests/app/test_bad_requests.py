@@ -154,7 +154,7 @@ def test_a_bad_replay_speed_is_one_sentence(speed):
 @pytest.mark.parametrize("field,value,name", [("experts", "yes", "Count experts"), ("experts", 1, "Count experts"),
                                               ("chat", "no", "Chat"), ("baseline", 0, "Baseline")])
 def test_a_forged_switch_on_the_page_is_true_or_false_only(field, value, name):
-    """The page's switches take true or false, as /generate's chat and #measure-compiled do: "yes"
+    """The page's switches take true or false, as /generate's chat does: "yes"
     and 1 were read as on (bool("no") is true)."""
     from mtp_viz.app.handlers import form
     values = dict(prompt="def f():", decoding="greedy", seed=0, temperature=0.8, top_k=0, top_p=0.95, baseline=True,

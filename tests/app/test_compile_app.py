@@ -1,5 +1,6 @@
 """The compiled engine in the app: part of which pair is loaded (the pair cache's key,
-like a precision), asked with ``#compile`` under More settings, carried by links; the
+like a precision), asked with ``#engine`` under More settings (the page's one engine
+control), carried by links (``compile=1``: the alias, read once there); the
 model status says what compiling took, or why it fell back; ``#compare`` names the
 engine (``data-engine``) from the runs' start events, and so do traces and the exported
 page. Pure views and a fake loader here; the browser test compiles the real tiny pair."""
@@ -8,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import html
 import json
+import re
 import threading
 from types import SimpleNamespace
 from urllib.parse import parse_qsl, urlsplit
@@ -112,12 +114,11 @@ def test_the_engine_is_part_of_the_pair_cache_key():
     eager = loader.wait(PairSpec("tiny"), timeout=5)
     compiled = loader.wait(PairSpec("tiny", engine="compiled"), timeout=5)
     assert eager.pair is not compiled.pair
-    assert loader.wait(PairSpec.of("tiny", None, compile=True), timeout=5).pair is compiled.pair   # the old switch
+    assert loader.wait(PairSpec.of("tiny", None, engine="compiled"), timeout=5).pair is compiled.pair
     both = loader.wait(PairSpec("tiny", precision=Precision("int8"), engine="compiled"), timeout=5)
     assert calls == [{}, {"engine": "compiled"}, {"precision": Precision("int8"), "engine": "compiled"}]  # each once
     assert both.pair is not compiled.pair
-    assert PairSpec.of("tiny", None, compile=True).key != PairSpec("tiny").key
-    assert PairSpec.of("tiny", None, compile=True) == PairSpec.of("tiny", None, engine="compiled")
+    assert PairSpec.of("tiny", None, engine="compiled").key != PairSpec("tiny").key
     assert PairSpec("tiny").on("compiled") == PairSpec("tiny", engine="compiled")
     with pytest.raises(UserError, match="Unknown engine 'warp'"):
         PairSpec("tiny", engine="warp")
@@ -136,7 +137,7 @@ def test_load_and_warm_compiles_the_pages_first_run_and_warms_within_it(monkeypa
         use=lambda engine, **how: compiled.append((engine, how))))
     monkeypatch.setattr(runs, "warm", lambda pair: pair)
     report = print
-    runs.load_and_warm("tiny", None, compile=True, progress=report)
+    runs.load_and_warm("tiny", None, engine="compiled", progress=report)
     runs.load_and_warm("tiny", None)
     assert compiled == [("compiled", {"settings": [runs.FIRST_RUN], "progress": report})]   # eager: nothing
     first, warm = runs.FIRST_RUN, dataclasses.replace(runs.FIRST_RUN, max_new_tokens=8)
@@ -153,13 +154,16 @@ def test_load_and_warm_compiles_the_pages_first_run_and_warms_within_it(monkeypa
     assert runs.preloaded(mine)("tiny", None, None, "compiled") == ("loaded", ("tiny", None, None, "compiled", None))
 
 
-def _fake_pair(note="", graphs=(0.5, 0.5, 0.5), step_graphs=(0.25, 0.25)):
-    shapes = lambda s: SimpleNamespace(graph=SimpleNamespace(shapes=SimpleNamespace(seconds=dict(enumerate(s)))))  # noqa: E731
-    compiled = not note
+def _fake_pair(note=""):
+    """A loaded pair as the status line reads it: on the compiled engine (a real ``Mounted`` over parts that
+    say what they compiled: three target graphs and two drafter steps), or fallen back (``note``)."""
+    from mtp_viz.engine.decoder import Mounted
+    from mtp_viz.engine.graphs import Graph
+    part = lambda *graphs: SimpleNamespace(graphs=lambda: dict.fromkeys(graphs, 0.5))  # noqa: E731
+    target, step = part(*(Graph("verify", 256, w) for w in (1, 2, 3))), part(Graph("draft", 256), Graph("draft", 512))
+    mounted = None if note else Mounted(target, step, seconds=74.24)
     return SimpleNamespace(precision={"target": "float32", "drafter": None}, compile_note=note,
-                           compile_seconds=74.24 if compiled else 0.0, chat_template=None,
-                           fast=shapes(graphs) if compiled else None,
-                           draft_step=shapes(step_graphs) if compiled else None)
+                           compile_seconds=mounted.seconds if mounted else 0.0, chat_template=None, mounted=mounted)
 
 
 @pytest.fixture
@@ -176,19 +180,20 @@ def handlers():
 
 
 def test_the_status_says_what_compiling_took(handlers):
-    line, *_ = handlers.gate.load("tiny", "", "", "default", "default", True)
+    line, *_ = handlers.gate.load("tiny", "", "", "default", "default", "compiled")
     assert ", compiled (then compiling its graphs once, before its first run: a minute or more)" in line
     assert "Loading" in line
     handlers.go.set()
     handlers.loader.wait(PairSpec("tiny", engine="compiled"), timeout=5)
-    ready = handlers.gate.status_line("tiny", "", "", "default", "default", True)
+    ready = handlers.gate.status_line("tiny", "", "", "default", "default", "compiled")
     assert "Compiled in 74.2 s (5 graphs), kept out of every run&#x27;s timing." in ready
     assert "mv-msg-info" in ready
     assert "Compiled in" not in handlers.gate.model_line(PairSpec("tiny"))  # the eager pair: another, not loaded
     with pytest.raises(UserError, match="Unknown engine 'yes'; choose one of: eager, compiled"):
         form.engine_of("yes")
-    assert form.engine_of(True) == form.engine_of("compiled") == "compiled"   # the old switch
-    assert form.engine_of(None) == form.engine_of(False) == "eager"
+    assert form.engine_of("compiled") == "compiled" and form.engine_of(None) == "eager"
+    with pytest.raises(UserError, match="^The engine must be a text, not True.$"):   # the switch it replaced: gone
+        form.engine_of(True)
 
 
 def test_the_status_says_which_graph_compiles_and_how_long_is_left():
@@ -220,7 +225,7 @@ def test_a_compile_that_fell_back_is_a_visible_warning():
     note = "The compiled engine needs a Gemma 4 target; decoding stays eager."
     line, level = gate.compiled_line(_fake_pair(note=note))
     assert note in line and level == "warn" and "/" not in line.replace("s/", "")
-    assert gate.compiled_line(SimpleNamespace(fast=None, compile_note="")) == ("", "info")
+    assert gate.compiled_line(SimpleNamespace(mounted=None, compile_note="")) == ("", "info")
 
 
 def test_a_link_carries_the_compiled_engine():
@@ -262,7 +267,7 @@ def test_a_run_that_needs_new_graphs_compiles_them_first_with_progress_in_both_s
     from mtp_viz.sources.models import from_models
     from mtp_viz.sources.settings import RunSettings
     pair = from_models(gemma_target(layers=2), gemma_assistant(k=2), word_tokenizer())
-    pair.compile(settings=[RunSettings("w10 w11 w12", max_new_tokens=8, draft_tokens=2, chat=False)])
+    pair.use("compiled", settings=[RunSettings("w10 w11 w12", max_new_tokens=8, draft_tokens=2, chat=False)])
     loader = service.PairLoader(lambda target, drafter, **asked: pair)
     h = local.Handlers(loader, deploy.presets(loader.allow), ("tiny", None), cap=16, prompt_cap=64)
     asked = RunSettings("w10 w11 w12", max_new_tokens=16, draft_tokens=8, chat=False, schedule="confidence")
@@ -270,7 +275,7 @@ def test_a_run_that_needs_new_graphs_compiles_them_first_with_progress_in_both_s
     assert [g.width for g in missing] == [1, 2, 5, 9]   # drafts of any length up to 8; 3 compiled above
     values = dict(prompt="w10 w11 w12", model="tiny", custom_target="", custom_drafter="", max_new_tokens=16,
                   draft_tokens=8, schedule="confidence", drafter_kind="mtp", decoding="greedy", temperature=0.8,
-                  top_p=0.95, top_k=0, seed=0, chat=False, baseline=True, compile=True)
+                  top_p=0.95, top_k=0, seed=0, chat=False, baseline=True, engine="compiled")
     frames = list(h.run(values, None))
     status, model = _slot(frames, "status"), _slot(frames, "model_status")
     for lines in (status, model):
@@ -282,23 +287,48 @@ def test_a_run_that_needs_new_graphs_compiles_them_first_with_progress_in_both_s
     assert compiling.needed(pair, asked) == []
 
 
-def test_an_engine_registered_at_run_time_is_offered_by_the_page_links_and_loader(monkeypatch):
-    """Adding an engine is one line of the table: the page's control, links and the loader
-    take it with no other edit (its CLI and bench: tests/engine/test_engines.py)."""
-    from mtp_viz.app.page import layout
+def test_an_engine_registered_at_run_time_is_offered_everywhere_with_no_other_edit(monkeypatch):
+    """Adding an engine is one line of the table: a stub third engine (the eager engine's ``mount`` under
+    another name) is a choice of the page's ``#engine``, of links (``engine=``), of the CLI's ``--engine``
+    and of Measure's ``#measure-beside``, and the loader loads it and Measure times it beside the pair, with
+    no other edit (its CLI runs and bench: tests/engine/test_engines.py)."""
+    from mtp_viz.app.page import layout, wiring
+    from mtp_viz.cli.main import build_parser
     from mtp_viz.engine.engines import ENGINES, Engine
+    from mtp_viz.sources.models import load_pair
     monkeypatch.setitem(ENGINES, "spare", Engine("spare engine", "mtp_viz.engine.decoder:mount", False,
                                                  "eager decoding under another name"))
     limits = links.Limits(models=("tiny",), max_new_tokens=64, prompt_chars=100)
     assert links.parse({"engine": "spare"}, limits).values == {"engine": "spare"}
+    for command in ("generate", "bench", "profile"):
+        sub = next(a for a in build_parser(command)._actions if a.dest == "command").choices[command]
+        assert "spare" in next(a for a in sub._actions if a.option_strings == ["--engine"]).choices
     demo = layout.build_demo(loader=service.PairLoader(lambda *a, **kw: None), target="tiny")
-    radio = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "engine")
-    assert ("spare engine", "spare") in radio.choices
+    by_id = {getattr(b, "elem_id", None): b for b in demo.blocks.values()}
+    assert ("spare engine", "spare") in by_id["engine"].choices and "compile" not in by_id   # one engine control
+    assert by_id["measure-beside"].choices == [("none", "none"), ("compiled engine", "compiled"),
+                                               ("spare engine", "spare")]   # all but the run's own (eager)
+    assert by_id["measure-beside"].value == "none"
+    on_spare = wiring.beside_follows(deploy.AllowList().engines, "spare", "spare")   # the run's engine now: none
+    assert on_spare["choices"] == [("none", "none"), ("eager engine", "eager"), ("compiled engine", "compiled")]
+    assert on_spare["value"] == "none"
+    assert wiring.beside_follows(deploy.AllowList().engines, "compiled", "spare")["value"] == "spare"   # kept
     calls = []
     loader = service.PairLoader(lambda target, drafter, **asked: calls.append(asked) or object())
     assert loader.wait(PairSpec("tiny", engine="spare"), timeout=5).status == "ready"
     assert calls == [{"engine": "spare"}]   # no compile: no progress, no place in the compiler's line
     assert trace.loads(trace.dumps(_with(spec_run(), "spare")))[0].settings["engine"] == "spare"  # its traces read
+    loader = service.PairLoader(lambda target, drafter, engine=None, **kw: load_pair(target, drafter, engine=engine))
+    h = local.Handlers(loader, deploy.presets(loader.allow), ("tiny", None), cap=16, prompt_cap=64)
+    values = dict(prompt="def f():", model="tiny", custom_target="", custom_drafter="", max_new_tokens=8,
+                  draft_tokens=3, schedule="constant", drafter_kind="mtp", decoding="greedy", temperature=0.8,
+                  top_p=0.95, top_k=0, seed=0, chat=False, baseline=True)
+    frames = list(h.measuring.measure(values, 2, None, "spare", ""))
+    page = _slot(frames, "compare")[-1]
+    assert "Measured 2 repeats of each mode" in html.unescape(_slot(frames, "status")[-1])
+    assert re.findall(r'<tr data-decoder="([^"]*)" data-engine="[^"]*" data-setting="([^"]*)"', page)[2:] == [
+        ("the eager engine", "plain")]   # the spare engine's plain decoding beside the pair (its decoder: eager's)
+    assert loader.state(PairSpec("tiny", engine="spare")).status == "ready"   # loaded beside, a pair of its own
 
 
 def test_a_deployment_without_compiles_lists_the_compiled_engine_as_not_offered(monkeypatch, handlers):
@@ -308,6 +338,8 @@ def test_a_deployment_without_compiles_lists_the_compiled_engine_as_not_offered(
     radio = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "engine")
     assert "not offered on this deployment: compiled engine" in html.unescape(radio.info)
     assert radio.interactive == (len(deploy.AllowList().engines) > 1)   # eager alone: nothing to choose
-    for asked in ("compiled", True):   # the page's choice, or the switch it replaced
-        with pytest.raises(UserError, match="^This deployment does not offer the compiled engine.$"):
-            handlers.gate.asked("tiny", "", "", "default", "default", asked)
+    with pytest.raises(UserError, match="^This deployment does not offer the compiled engine.$"):
+        handlers.gate.asked("tiny", "", "", "default", "default", "compiled")
+    beside = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "measure-beside")
+    assert beside.choices == [("none", "none")] and not beside.interactive   # no other engine to measure
+    assert "not offered on this deployment" in beside.info

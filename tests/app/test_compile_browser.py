@@ -1,9 +1,9 @@
-"""In headless Chromium: Compiled engine ticked under More settings (``#compile``, the
-alias of ``#engine``'s compiled engine) loads the bundled
+"""In headless Chromium: the compiled engine picked under More settings (``#engine``, the
+page's one engine control) loads the bundled
 tiny pair compiled (a pair of its own), the model status says which graph compiles and
 then what compiling took, and the run's speedup badge says the compiled engine ran
 (``#compare[data-engine]``); while it compiles, a plain ``/generate`` from another
-visitor finishes with transformers' tokens; unticked, the eager pair runs again.
+visitor finishes with transformers' tokens; back on the eager engine, the eager pair runs again.
 Compiling the tiny pair takes minutes of CPU on a cold inductor cache (the test starts
 the app with one of its own), so one compile serves every check."""
 from __future__ import annotations
@@ -53,7 +53,7 @@ def _numbers(text: str, unit: str) -> list[float]:
 
 
 def test_a_first_compiled_run_on_a_cold_cache_shows_progress_then_positive_times_and_a_speedup(tmp_path, browser):
-    """Issue 33: on a cold inductor cache, Compiled engine ticked and Run pressed used to
+    """Issue 33: on a cold inductor cache, the compiled engine picked and Run pressed used to
     show "loads on first run" for minutes, stall mid-run while later graphs compiled, and
     end with negative seconds and no speedup. Now ``#model-status`` (and ``#status``) say
     which graph of how many compiles, with the time left once one was timed; every graph
@@ -71,10 +71,9 @@ def test_a_first_compiled_run_on_a_cold_cache_shows_progress_then_positive_times
         page.goto(url)
         page.wait_for_selector("#model-status:has-text('Ready')", timeout=180_000)
         open_settings(page)
-        # #compile, the switch #engine replaced, is its alias: ticking it picks the compiled engine
-        page.locator("#compile input[type=checkbox]").check()
+        assert page.locator("#compile").count() == 0   # one engine control: the checkbox beside it is gone
+        page.locator("#engine").get_by_label("compiled engine").check()
         page.wait_for_selector("#model-status:has-text('compiled loads on first run')", timeout=30_000)
-        assert page.locator("#engine").get_by_label("compiled engine").is_checked()
         page.fill("#prompt textarea", PROMPT)
         page.click("#run")
         page.wait_for_selector("#model-status:has-text('graph 1 of')", timeout=120_000)
@@ -102,7 +101,6 @@ def test_a_first_compiled_run_on_a_cold_cache_shows_progress_then_positive_times
         assert "token-identical" in page.inner_text("#compare")
         page.locator("#engine").get_by_label("eager engine").check()
         page.wait_for_selector("#model-status:has-text('Ready')", timeout=30_000)
-        assert not page.locator("#compile input[type=checkbox]").is_checked()   # the alias follows
         assert "Compiled in" not in page.inner_text("#model-status")
         page.click("#run")
         page.wait_for_selector("#compare[data-engine='eager']", timeout=120_000)

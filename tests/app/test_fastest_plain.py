@@ -146,16 +146,17 @@ def _handlers(allow=OPEN, peers="") -> local.Handlers:
                           peers=beside.Peers(ServerPolicy(allow, ""), peers))
 
 
-@pytest.mark.parametrize("peers, compiled, sentence", [
+@pytest.mark.parametrize("peers, beside, sentence", [
     ("not a url", None, "That is not a server address"),
     ("ftp://127.0.0.1:21", None, "Only http:// and https:// server URLs are allowed."),
     ("http://user:pw@127.0.0.1:8080", None, "may not carry a user name or password"),
     (", ".join(f"http://127.0.0.1:{8080 + i}" for i in range(5)), None, "at most 4 peer servers"),
     (["http://127.0.0.1:8080"], None, "The peer servers must be a text"),
-    ("", "yes", "Measure beside the compiled engine must be true or false"),
+    ("", "warp", "Unknown engine 'warp'; choose one of: eager, compiled"),
+    ("", True, "The engine measured beside must be a text, not True."),   # the checkbox it replaced
 ])
-def test_bad_peers_are_one_sentence_before_anything_loads(peers, compiled, sentence):
-    status = statuses(_handlers().measuring.measure(values(), 3, None, compiled, peers))
+def test_bad_peers_are_one_sentence_before_anything_loads(peers, beside, sentence):
+    status = statuses(_handlers().measuring.measure(values(), 3, None, beside, peers))
     assert len(status) == 1 and "mv-msg-error" in status[0] and sentence in html.unescape(status[0])
 
 
@@ -166,7 +167,7 @@ def test_a_locked_deployment_times_only_the_servers_it_lists():
     assert "only connects to the vLLM servers it lists" in refused and "10.0.0.5" not in refused
     assert h.peers.default == "http://127.0.0.1:8081"
     assert h.peers.check("http://127.0.0.1:8081/v1/") == ["http://127.0.0.1:8081"]   # its own peers pass
-    [no_compile] = statuses(h.measuring.measure(values(), 3, None, True, ""))
+    [no_compile] = statuses(h.measuring.measure(values(), 3, None, "compiled", ""))
     assert "does not offer the compiled engine" in no_compile
 
 

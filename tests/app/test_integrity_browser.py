@@ -123,12 +123,13 @@ def test_locked_down_the_compiled_engine_and_other_precisions_are_refused(locked
     demo, _ = locked
     h = demo.mtp_app.handlers
     with pytest.raises(UserError, match="does not offer the int8 precision"):
-        h.gate.asked("tiny", "", "", "int8", "default", False)
+        h.gate.asked("tiny", "", "", "int8", "default", "eager")
     with pytest.raises(UserError, match="does not offer the compiled engine"):
-        h.gate.asked("tiny", "", "", "default", "default", True)
+        h.gate.asked("tiny", "", "", "default", "default", "compiled")
     with pytest.raises(UserError, match="does not offer the compiled engine"):
         demo.mtp_app.loader.start(_spec(engine="compiled"))
-    assert h.gate.asked("tiny", "", "", "bfloat16", "float16", False) == _spec(_precision_pair("bfloat16", "float16"))
+    assert h.gate.asked("tiny", "", "", "bfloat16", "float16", "eager") == _spec(_precision_pair("bfloat16", "float16"))
+    assert h.gate.asked("tiny", "", "", "bfloat16", "float16") == _spec(_precision_pair("bfloat16", "float16"))
 
 
 def test_a_forged_choice_is_named_not_echoed():

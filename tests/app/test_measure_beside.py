@@ -95,7 +95,7 @@ def test_measure_times_the_compiled_engine_and_a_llamacpp_peer_and_run_names_the
     plain, stranger = servers
     h, sess = _handlers(), runs.Session()
     dead = _dead()
-    frames = list(h.measuring.measure(_values(), 3, sess, True, f"{plain}, {stranger}, {dead}"))
+    frames = list(h.measuring.measure(_values(), 3, sess, "compiled", f"{plain}, {stranger}, {dead}"))
     status = _last(frames, "status")
     assert any("Compiling" in s for s in status)   # the compiled engine compiled before the timing, said so
     done = _text(status[-1])
@@ -139,5 +139,5 @@ def test_measure_times_the_compiled_engine_and_a_llamacpp_peer_and_run_names_the
     else:
         assert _attrs(named.group(0))["data-fastest-plain"] == max(others, key=others.get)
     # Measure keeps serving after all that: a plain Measure of the pair works on
-    again = _last(list(h.measuring.measure(_values(), 2, sess, False, "")), "status")
+    again = _last(list(h.measuring.measure(_values(), 2, sess, "none", "")), "status")
     assert _text(again[-1]).startswith("Measured 2 repeats of each mode")

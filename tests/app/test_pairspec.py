@@ -28,9 +28,9 @@ def test_a_spec_is_a_frozen_value_with_the_loaders_key(tmp_path):
 
 def test_of_reads_the_loose_values_the_loader_took():
     assert PairSpec.of("tiny") == PairSpec("tiny", None, Precision(), "eager")
-    assert PairSpec.of("tiny", None, compile=True) == PairSpec("tiny", engine="compiled")   # the old switch
-    with pytest.raises(UserError, match="The compile switch names the compiled engine"):
-        PairSpec.of("tiny", engine="eager", compile=True)
+    assert PairSpec.of("tiny", engine="compiled") == PairSpec("tiny", engine="compiled")
+    with pytest.raises(UserError, match="Unknown engine 'warp'"):
+        PairSpec.of("tiny", engine="warp")
 
 
 def test_what_a_spec_asks_besides_the_defaults():
@@ -47,8 +47,10 @@ def test_the_gate_makes_the_spec_the_loader_and_the_status_line_take():
     h = local.Handlers(loader, deploy.presets(loader.allow), ("tiny", None), cap=16, prompt_cap=64, empty_figures={})
     spec = h.gate.asked("tiny", "", "", "int8", "default", "compiled")
     assert spec == PairSpec(*h.gate.pick("tiny"), Precision("int8"), "compiled")
+    assert h.gate.asked_by({"model": "tiny", "custom_target": "", "custom_drafter": "", "engine": "compiled"}) == \
+        PairSpec(*h.gate.pick("tiny"), engine="compiled")
     assert h.gate.asked_by({"model": "tiny", "custom_target": "", "custom_drafter": "", "compile": True}) == \
-        PairSpec(*h.gate.pick("tiny"), engine="compiled")   # the switch the engine replaced, still read
+        PairSpec(*h.gate.pick("tiny"))   # the switch the engine replaced names nothing past the links and the CLI
     assert loader.state(spec).status == service.Load.IDLE
     assert "in int8/default, compiled loads on first run" in h.gate.model_line(spec)
     assert loader.wait(spec, timeout=5).status == service.Load.READY

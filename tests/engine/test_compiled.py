@@ -184,7 +184,7 @@ def test_no_compiler_is_one_sentence_and_eager_decoding():
     target, assistant = gemma_target(384, window=16, seed=5, layers=3), gemma_assistant(384, 16, seed=6)
     pair = from_models(target, assistant, word_tokenizer(384))
     with inductor.patch({"cpp.cxx": ("/nonexistent/c++",), "fx_graph_cache": False, "autotune_local_cache": False}):
-        note = pair.compile()
+        note = pair.use("compiled")
     assert note == "Compiling the target failed: no working C++ compiler was found, so it decodes eagerly."
     assert pair.engine == "eager" and pair.compile_note == note and note.count(".") == 1
     start, d = done_of(pair.generate("w5 w6 w7", max_new_tokens=12, chat=False))
@@ -197,7 +197,7 @@ def test_no_compiler_is_one_sentence_and_eager_decoding():
 def test_a_model_the_compiled_engine_does_not_take_is_one_sentence():
     target = llama()
     pair = from_models(target, None, word_tokenizer())
-    assert pair.compile() == "The compiled engine takes Gemma 4 targets; LlamaForCausalLM decodes eagerly."
+    assert pair.use("compiled") == "The compiled engine takes Gemma 4 targets; LlamaForCausalLM decodes eagerly."
     assert pair.engine == "eager" and pair.decoder.ran.engine == "eager" and pair.decoder.model is target
 
 

@@ -1,6 +1,6 @@
 """The table of engines: what the CLI offers is what the table holds, ``--compile`` is an
-alias of the compiled engine, and an engine registered at run time (one line) is offered
-and runs with no other edit."""
+alias of the compiled engine read once by the parser, and an engine registered at run time
+(one line) is offered and runs with no other edit."""
 import json
 
 import pytest
@@ -47,8 +47,21 @@ def test_compile_is_an_alias_of_the_compiled_engine():
         check_engine("warp")
 
 
-def test_the_alias_and_the_flag_clash_in_one_sentence(capsys):
-    assert main(["generate", "--target", "tiny", "--prompt", "x", "--engine", "eager", "--compile"]) != 0
+@pytest.mark.parametrize("command", COMMANDS)
+def test_the_parser_reads_the_alias_once_into_the_engine(command):
+    """``--compile`` is ``--engine compiled`` by the time a command reads its arguments: it never sees the word."""
+    parse, needed = build_parser(command).parse_known_args, ["--prompt", "x"] if command == "generate" else []
+    for flags, engine, flag in (([], None, None), (["--compile"], "compiled", "--compile"),
+                                (["--engine", "compiled"], "compiled", "--engine"),
+                                (["--engine", "compiled", "--compile"], "compiled", "--compile"),
+                                (["--compile", "--engine", "compiled"], "compiled", "--compile")):
+        args, _ = parse([command, "--target", "tiny", *needed, *flags])
+        assert (args.engine, args.engine_flag) == (engine, flag) and not hasattr(args, "compile"), flags
+
+
+@pytest.mark.parametrize("flags", [["--engine", "eager", "--compile"], ["--compile", "--engine", "eager"]])
+def test_the_alias_and_the_flag_clash_in_one_sentence(capsys, flags):
+    assert main(["generate", "--target", "tiny", "--prompt", "x", *flags]) == 2
     assert "give one of them" in capsys.readouterr().err
 
 
@@ -66,5 +79,5 @@ def test_the_bench_puts_each_pair_on_a_registered_engine(spare, capsys):
     [pair] = load_pairs("tiny")
     [other] = bench_precision.on_engine([pair], spare)
     assert other is not pair and other.target is pair.target and other.mounted is not None
-    assert pair.mounted is None and not other.compile_note and other.fast is None
+    assert pair.mounted is None and not other.compile_note and not other.mounted.compiles
     assert "compiled" not in capsys.readouterr().err   # nothing compiled, nothing said

@@ -90,7 +90,8 @@ def test_the_eager_engine_gives_transformers_greedy_tokens(pair, prompt, referen
 
 
 def test_the_compiled_engine_gives_transformers_greedy_tokens(pair, prompt, reference, full_logits):
-    compiled_pair = pair.compiled(settings=[RunSettings("x" * PROMPT, max_new_tokens=N, chat=False, draft_tokens=4)])
+    plan = RunSettings("x" * PROMPT, max_new_tokens=N, chat=False, draft_tokens=4)
+    compiled_pair = pair.on("compiled", settings=[plan])
     assert not compiled_pair.compile_note and compiled_pair.engine == "compiled"
     plain, spec = ours(compiled_pair, prompt)
     assert plain == reference and spec == reference

@@ -36,12 +36,12 @@ def pair():
 def test_after_compiling_for_a_run_the_run_compiles_nothing(pair):
     s = RunSettings(PROMPT, max_new_tokens=40, chat=False, draft_tokens=3)
     told = []
-    assert pair.compile(settings=[s], progress=told.append) == ""
+    assert pair.use("compiled", settings=[s], progress=told.append) == ""
     prompt = len(pair.encode(PROMPT, chat=False))
     planned = graphs.speculative_graphs(prompt, 40, 3, fixed=True) | graphs.autoregressive_graphs(prompt, 40)
     # every graph once, in order, each "k of n"
     assert [(p.index, p.total) for p in told] == [(k, len(planned)) for k in range(1, len(planned) + 1)]
-    assert {p.graph for p in told} == planned == graphs.compiled_graphs(pair.fast, pair.draft_step)
+    assert {p.graph for p in told} == planned == set(pair.mounted.graphs())
     assert told[0].left is None and all(p.left is not None and p.left >= 0 for p in told[1:])
     assert compiling.needed(pair, s) == []
 
@@ -60,7 +60,7 @@ def test_a_new_prompt_length_compiles_nothing(pair):
     its prefill graph compiled (12 s on the bundled pair). The prompt plans no graph: it
     goes through one that exists, else eagerly, and the tokens are the eager engine's."""
     s = RunSettings(PROMPT, max_new_tokens=40, chat=False, draft_tokens=3)
-    pair.compile(settings=[s])
+    pair.use("compiled", settings=[s])
     short = RunSettings("w7 w8 w9 w10 w11 w12 w13", max_new_tokens=40, chat=False, draft_tokens=3)
     assert 5 < len(pair.encode(short.prompt, chat=False)) <= 9   # its width, 9, no verification's
     assert compiling.needed(pair, short) == []

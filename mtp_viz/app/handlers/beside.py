@@ -1,7 +1,7 @@
-"""What Measure times beside the picked pair's two modes: the compiled engine's plain
-decoding (``#measure-compiled``) and peer servers of the same model (``#measure-peers``,
-prefilled from ``MTP_VIZ_PEERS``), as ``mtp-viz bench --engine compiled --peer`` does
-(:mod:`mtp_viz.measure.compare`). No torch here.
+"""What Measure times beside the picked pair's two modes: another engine's plain decoding of
+the same models (``#measure-beside``: any engine of :data:`mtp_viz.engine.engines.ENGINES`) and
+peer servers of the same model (``#measure-peers``, prefilled from ``MTP_VIZ_PEERS``), as
+``mtp-viz bench --engine compiled --peer`` does (:mod:`mtp_viz.measure.compare`). No torch here.
 
 Every peer URL goes through the server guard (:class:`mtp_viz.app.runtime.guard.ServerPolicy`);
 the operator's own ``MTP_VIZ_PEERS`` are allowed as listed (more than :data:`MAX_PEERS` of
@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 from mtp_viz.app.runtime import runs, work
 from mtp_viz.app.runtime.guard import ServerPolicy, canonical
 from mtp_viz.app.runtime.turns import Held
-from mtp_viz.engine.engines import COMPILE_ALIAS
+from mtp_viz.engine.engines import ENGINES
 from mtp_viz.errors import UserError
 from mtp_viz.measure import compare
 from mtp_viz.measure.peers import STOPPED, PeerArm, numbered
@@ -77,6 +77,12 @@ class Peers:
         return out
 
 
+def engine_choices(offered: Sequence[str], engine: str) -> list[tuple[str, str]]:
+    """``#measure-beside``'s choices while the run's engine is ``engine``: none, then each engine of
+    ``offered`` (the deployment's, in the table's order) but that one, as the table labels it."""
+    return [(form.NO_ENGINE, form.NO_ENGINE), *((ENGINES[e].label, e) for e in offered if e != engine)]
+
+
 def name(urls: Sequence[str], url: str) -> str:
     """A peer as a visitor's sentence names it: by its place in the field."""
     return f"peer {urls.index(url) + 1}" if url in urls else "a peer"
@@ -118,12 +124,12 @@ class Measuring:
     def __init__(self, gate: Any, peers: Peers, settings: Callable[[dict[str, Any]], Any]):
         self.gate, self.peers, self.settings = gate, peers, settings
 
-    def measure(self, values: dict[str, Any], repeats: Any, sess: runs.Session | None, compiled: Any = None,
+    def measure(self, values: dict[str, Any], repeats: Any, sess: runs.Session | None, beside: Any = None,
                 peers: Any = None):
         """N interleaved repeats of both modes, off-screen; the median and its spread.
-        Beside them, in the same rotation, the compiled engine's plain decoding
-        (``compiled``: ``#measure-compiled``) and the peer servers (``peers``:
-        ``#measure-peers``), each against the fastest plain decoder measured (:mod:`.beside`)."""
+        Beside them, in the same rotation, another engine's plain decoding of the same models
+        (``beside``: ``#measure-beside``, an engine's name or ``"none"``) and the peer servers
+        (``peers``: ``#measure-peers``), each against the fastest plain decoder measured (:mod:`.beside`)."""
         sess = sess or runs.Session()
         sess.stop.clear()
         try:
@@ -132,40 +138,40 @@ class Measuring:
             n = form.whole(repeats, "Repeats")
             if not 2 <= n <= 15:
                 raise UserError("Measure takes between 2 and 15 repeats.")
-            with_compiled = form.flag(compiled, "Measure beside the compiled engine") if compiled is not None else False
-            # a compiled pair is its own compiled engine
-            with_compiled = with_compiled and spec.engine != COMPILE_ALIAS
-            if with_compiled:
-                self.gate.loader.allow.check_build(spec.precision, COMPILE_ALIAS)
+            other = form.beside_of(beside)
+            other = None if other == spec.engine else other   # the pair's own engine is measured already
+            if other is not None:
+                self.gate.loader.allow.check_build(spec.precision, other)
             urls = self.peers.check(peers)
-            for item in self.gate.enter(spec, sess, s.only("speculative", "autoregressive"), with_compiled):
+            for item in self.gate.enter(spec, sess, s.only("speculative", "autoregressive"), other):
                 if isinstance(item, Frame):
                     yield outputs(item, sess)
                 else:
                     pair, ticket = item
-            pair, compiled_pair = pair if with_compiled else (pair, None)
+            pair, other_pair = pair if other is not None else (pair, None)
         except UserError as e:
             yield outputs(message(str(e), level="error"), sess)
             return
         turn = Held(self.gate.engine, ticket, sess.stop, STOPPED)   # held for the local runs only
-        notes = [f"Measure left out the compiled engine: {_lower(compiled_pair.compile_note)}"] \
-            if compiled_pair is not None and getattr(compiled_pair, "fast", None) is None else []
-        compiled_pair = None if notes else compiled_pair
+        # the same models on the other engine, unless they fell back to eager decoding (its sentence says why)
+        notes = [f"Measure left out the {ENGINES[other].label}: {_lower(other_pair.compile_note)}"] \
+            if other_pair is not None and other_pair.compile_note and other_pair.engine != other else []
+        other_pair = None if notes else other_pair
         arms: list = []
         try:
-            for line in runs.compile_lines(compiled_pair, s.only("autoregressive"), sess.stop) if compiled_pair else ():
+            for line in runs.compile_lines(other_pair, s.only("autoregressive"), sess.stop) if other_pair else ():
                 yield outputs(Frame(status=line), sess)
             if urls:
                 turn.give()   # asking servers needs no engine
                 yield outputs(message("Asking the peer servers what they are…"), sess)
                 arms, left = open_peers(urls, compare.peer_base(pair, s), sess.stop)
                 notes += left
-            more = len(arms) + (compiled_pair is not None)
+            more = len(arms) + (other_pair is not None)
             yield outputs(message(f"Measuring: {n} repeats of both modes" + (
                 f" and of {more} decoder{'s' if more > 1 else ''} beside them" if more else "")
                 + ", in turns, nothing rendered meanwhile…"), sess)
             with work.working(sess.stop):  # the app's close stops it first
-                m = compare.measure(pair, s, n, sess.stop, compiled=compiled_pair, peers=arms, turn=turn,
+                m = compare.measure(pair, s, n, sess.stop, beside=other_pair, peers=arms, turn=turn,
                                     told=lambda e: failure(urls, e) if isinstance(e, ServerError) else str(e))
         except ServerError as e:   # a peer that failed mid-way: named by its place, never its address
             yield outputs(message(failure(urls, e), level="error"), sess)
@@ -187,4 +193,4 @@ def _lower(sentence: str) -> str:
     return sentence[:1].lower() + sentence[1:]
 
 
-__all__ = ["MAX_PEERS", "Measuring", "Peers", "failure", "name", "open_peers"]
+__all__ = ["MAX_PEERS", "Measuring", "Peers", "engine_choices", "failure", "name", "open_peers"]

@@ -68,11 +68,21 @@ def precision_of(target: Any = None, drafter: Any = None) -> Precision:
 def engine_of(value: Any = None) -> str:
     """The page's ``#engine`` choice, a name of :data:`mtp_viz.engine.engines.ENGINES`
     (None, not given: the default), checked: one sentence for anything else (the API
-    takes any JSON value). True or false: the ``#compile`` switch it replaced (the
-    compiled engine, or the default)."""
-    if value is None or isinstance(value, bool):
-        return engines.resolve(None, bool(value))
+    takes any JSON value)."""
+    if value is None:
+        return engines.default_engine()
     return engines.check_engine(text(value, "The engine"))
+
+
+NO_ENGINE = "none"   # Measure's #measure-beside: no other engine beside the pair
+
+
+def beside_of(value: Any = None) -> str | None:
+    """Measure's ``#measure-beside`` choice: the engine whose plain decoding it times beside the pair (a name
+    of :data:`mtp_viz.engine.engines.ENGINES`), or None for :data:`NO_ENGINE` (or not given), checked."""
+    if value is None or value == NO_ENGINE:
+        return None
+    return engines.check_engine(text(value, "The engine measured beside"))
 
 
 def check_prompt(prompt: Any, cap_tokens: int) -> str:
@@ -116,5 +126,5 @@ def api_settings(prompt: Any, mode: Any, drafter: Any, max_new_tokens: Any, draf
         chat=flag(chat, "Chat"), max_prompt_tokens=prompt_cap).validate(cap)
 
 
-__all__ = ["api_settings", "check_prompt", "engine_of", "flag", "form_settings", "number", "precision_of", "text",
-           "whole"]
+__all__ = ["NO_ENGINE", "api_settings", "beside_of", "check_prompt", "engine_of", "flag", "form_settings", "number",
+           "precision_of", "text", "whole"]

@@ -41,11 +41,10 @@ def compiled_line(pair: Any) -> tuple[str, str]:
     note = getattr(pair, "compile_note", "") or ""
     if note:
         return f" Compiling fell back to eager decoding: {note}", "warn"
-    fast = getattr(pair, "fast", None)
-    if fast is None:
+    mounted = getattr(pair, "mounted", None)   # what its engine compiled (engine.decoder.Mounted)
+    if mounted is None or not mounted.compiles:
         return "", "info"
-    step = getattr(pair, "draft_step", None)
-    graphs = len(fast.graph.shapes.seconds) + (len(step.graph.shapes.seconds) if step is not None else 0)
+    graphs = len(mounted.graphs())
     return (f" Compiled in {getattr(pair, 'compile_seconds', 0.0):.1f} s ({graphs} graph{'s' if graphs != 1 else ''}), "
             "kept out of every run's timing."), "info"
 
@@ -125,11 +124,9 @@ class Gate:
         return spec
 
     def asked_by(self, values: dict[str, Any]) -> PairSpec:
-        """:meth:`asked` of a run's form values (by form name; ``compile``, the switch
-        ``engine`` replaced, still read)."""
+        """:meth:`asked` of a run's form values (by form name)."""
         return self.asked(values["model"], values["custom_target"], values["custom_drafter"],
-                          values.get("target_precision"), values.get("drafter_precision"),
-                          values.get("engine", values.get("compile")))
+                          values.get("target_precision"), values.get("drafter_precision"), values.get("engine"))
 
     def load(self, key: str, custom_target: str, custom_drafter: str, target_precision: Any = None,
              drafter_precision: Any = None, engine: Any = None):
@@ -190,19 +187,19 @@ class Gate:
         return st.pair
 
     def enter(self, spec: PairSpec, sess: runs.Session, s: RunSettings | None = None,
-              with_compiled: bool = False) -> Iterator[Any]:
+              beside: str | None = None) -> Iterator[Any]:
         """The one way into a run (Run, Measure, the profile, ``/generate``): wait for the pair
-        (a load or compile holds no turn on the engine), with ``with_compiled`` for the same
-        models compiled too, then for the engine's turn, then compile the graphs ``s`` needs
+        (a load or compile holds no turn on the engine), with ``beside`` (an engine's name) for the
+        same models on that engine too, then for the engine's turn, then compile the graphs ``s`` needs
         (none for ``s`` None), yielding frames. The last item is (pair, held ticket), or
-        ((pair, compiled pair), ticket). A failure once the turn is taken leaves it first."""
+        ((pair, the pair on ``beside``), ticket). A failure once the turn is taken leaves it first."""
         pair = yield from self.ready_pair(spec, sess)
-        if with_compiled:
-            pair = (pair, (yield from self.ready_pair(spec.on(engines.COMPILE_ALIAS), sess, mine=False)))
+        if beside is not None:
+            pair = (pair, (yield from self.ready_pair(spec.on(beside), sess, mine=False)))
         ticket = yield from self.turn(sess)
         try:
             if s is not None:
-                yield from self.compile_frames(pair[0] if with_compiled else pair, s, sess, spec)
+                yield from self.compile_frames(pair[0] if beside is not None else pair, s, sess, spec)
         except BaseException:
             ticket.leave()
             raise

@@ -103,10 +103,10 @@ class Handlers:
         self.traces = Traces(self.empty_figures, self.downloads)   # replay, traces, scrubber, downloads
 
     def experts_switch(self, key: str, custom_target: str, custom_drafter: str, target_precision: Any = None,
-                       drafter_precision: Any = None, compiled: Any = None):
+                       drafter_precision: Any = None, engine: Any = None):
         """``#experts`` and the experts chart for the picked pair (:func:`experts_updates`)."""
         try:
-            spec = self.gate.asked(key, custom_target, custom_drafter, target_precision, drafter_precision, compiled)
+            spec = self.gate.asked(key, custom_target, custom_drafter, target_precision, drafter_precision, engine)
         except UserError:
             return gr.skip(), gr.skip()
         return experts_updates(self.loader.state(spec))

@@ -19,7 +19,8 @@ from typing import Any
 
 import gradio as gr
 
-from mtp_viz.app.handlers.beside import Peers
+from mtp_viz.app.handlers.beside import Peers, engine_choices
+from mtp_viz.app.handlers.form import NO_ENGINE
 from mtp_viz.app.handlers.local import CUSTOM, EXPERTS_WAITING, Handlers
 from mtp_viz.app.handlers.recorded import Traces
 from mtp_viz.app.handlers.traffic import TrafficHandlers
@@ -224,19 +225,17 @@ def _settings(first: FirstPair, allow: deploy.AllowList, peers: str = "") -> dic
                 # this deployment leaves out is a choice the run refuses in one sentence
                 engine=gr.Radio([(e.label, n) for n, e in ENGINES.items()], value=default_engine(),
                                 label="Engine", elem_id="engine", interactive=len(allow.engines) > 1,
-                                info=_engines_info(allow)),
-                # the switch #engine replaced, kept as its alias (scripts and tests tick it): on is
-                # the compiled engine, off the default; it follows #engine (wiring.wire_engine_alias)
-                compile=gr.Checkbox(False, label="Compiled engine", elem_id="compile", interactive=allow.compile,
-                                    info="the same as Engine: compiled engine"))
+                                info=_engines_info(allow)))
         with gr.Row():
             c.update(
                 repeats=gr.Slider(2, 15, value=5, step=1, label="Measure: repeats of each mode", elem_id="repeats"),
-                # what Measure times beside the pair, each against the fastest plain decoder (handlers.beside)
-                measure_compiled=gr.Checkbox(False, label="Measure beside: the compiled engine",
-                                             elem_id="measure-compiled", interactive=allow.compile,
-                                             info="its plain decoding of the same models, compiled before any timing"
-                                             if allow.compile else "not offered on this deployment"),
+                # what Measure times beside the pair, each against the fastest plain decoder (handlers.beside):
+                # another engine of the table offered here, none by default (it follows #engine: wiring)
+                measure_beside=gr.Radio(engine_choices(allow.engines, default_engine()), value=NO_ENGINE,
+                                        label="Measure beside: another engine", elem_id="measure-beside",
+                                        interactive=len(allow.engines) > 1, info="its plain decoding of the same "
+                                        "models (one that compiles: compiled before any timing)"
+                                        if len(allow.engines) > 1 else "not offered on this deployment"),
                 measure_peers=gr.Textbox(peers, label="Measure beside: servers of this model",
                                          placeholder="http://127.0.0.1:8080, http://127.0.0.1:8081",
                                          elem_id="measure-peers",

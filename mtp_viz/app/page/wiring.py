@@ -13,11 +13,10 @@ from typing import Any
 
 import gradio as gr
 
-from mtp_viz.app.handlers import links
+from mtp_viz.app.handlers import beside, links
 from mtp_viz.app.handlers.local import CUSTOM, OUTPUTS, Handlers
 from mtp_viz.app.handlers.vllm import HINT, ServerHandlers, capabilities
 from mtp_viz.app.runtime import deploy
-from mtp_viz.engine.engines import ENGINES, resolve
 from mtp_viz.prompts import Prompt, category_suite, code_suite, load_prompts
 from mtp_viz.views import charts, tokens
 
@@ -75,10 +74,9 @@ class Page:
     seed: gr.Number
     target_precision: gr.Dropdown   # with the picker, which pair is loaded
     drafter_precision: gr.Dropdown
-    engine: gr.Radio                # the engine (engine.engines.ENGINES): another pair too
-    compile: gr.Checkbox            # #engine's alias: the switch it replaced
+    engine: gr.Radio                # the engine (engine.engines.ENGINES): another pair too, the page's one control
     repeats: gr.Slider
-    measure_compiled: gr.Checkbox   # what Measure times beside the pair
+    measure_beside: gr.Radio        # another engine Measure times beside the pair (or none)
     measure_peers: gr.Textbox
     speed: gr.Dropdown
     # what a run shows
@@ -148,14 +146,17 @@ def hint_html(presets: dict, key: str, note: str = "") -> str:
 
 # ---------------------------------------------------------------- events
 
-def wire_engine_alias(page: Page) -> None:
-    """``#compile``, the switch ``#engine`` replaced, kept as its alias: ticking it picks the
-    compiled engine (unticking, the default), and it follows whichever engine is picked
-    (ticked for one that compiles). Its own ``input`` (a visitor's tick, not this update)
-    moves the radio, so the two never echo each other."""
-    page.compile.input(lambda on: resolve(None, on), page.compile, page.engine, queue=False, **HIDDEN)
-    page.engine.change(lambda name: name in ENGINES and ENGINES[name].compiles, page.engine, page.compile,
-                       queue=False, **HIDDEN)
+def beside_follows(offered: tuple[str, ...], engine: str, picked: str) -> dict:
+    """``#measure-beside`` once ``#engine`` is ``engine``: the engines of ``offered`` (the deployment's)
+    but the run's own, and ``picked`` kept unless it is the run's engine now (then none)."""
+    choices = beside.engine_choices(offered, engine)
+    return gr.update(choices=choices, value=picked if picked in {v for _, v in choices} else choices[0][1])
+
+
+def wire_beside(page: Page, offered: tuple[str, ...]) -> None:
+    """``#measure-beside`` follows ``#engine`` (:func:`beside_follows`)."""
+    page.engine.change(lambda engine, picked: beside_follows(offered, engine, picked),
+                       [page.engine, page.measure_beside], page.measure_beside, queue=False, **HIDDEN)
 
 
 def wire(demo: gr.Blocks, page: Page, h: Handlers, vh: ServerHandlers, tabs: tuple[str, ...] = ()) -> None:
@@ -215,7 +216,7 @@ def _wire_model(demo: gr.Blocks, page: Page, h: Handlers, vh: ServerHandlers, ta
     gr.on([page.target_precision.change, page.drafter_precision.change, page.engine.change], h.gate.tick, pair,
           shown, queue=False,
           show_progress="hidden", **HIDDEN)
-    wire_engine_alias(page)
+    wire_beside(page, h.loader.allow.engines)
     limits = links.Limits(tuple(h.presets), h.cap, 16 * h.prompt_cap, tabs=tabs)
     restored = teach.wire(demo, page.form(), page.status, limits)  # deep link, Copy link, tour, presenter mode
     # Three triggers, but not one gr.on: the link's status line must follow its restore (a
@@ -256,8 +257,8 @@ def _wire_runs(page: Page, h: Handlers, vh: ServerHandlers) -> dict[str, Any]:
     def measure(data: dict):
         v = values(data)
         if capabilities(v["model"]).repeatable:
-            yield from h.measuring.measure(v, data[page.repeats], data[page.session], data[page.measure_compiled],
-                                 data[page.measure_peers])
+            yield from h.measuring.measure(v, data[page.repeats], data[page.session], data[page.measure_beside],
+                                           data[page.measure_peers])
         else:  # says how to measure a server
             yield from vh.measure(v, data[page.repeats], data[page.session])
 
@@ -268,7 +269,7 @@ def _wire_runs(page: Page, h: Handlers, vh: ServerHandlers) -> dict[str, Any]:
     remote_ev = remote_go.change(run_remote, set(form) | {page.session}, outputs, concurrency_id="vllm",
                                  concurrency_limit=deploy.env_int("MTP_VIZ_VLLM_CONCURRENCY", 4), **shown)
     gr.on([page.measure_btn.click, page.measure_here.click], measure,
-          set(form) | {page.session, page.repeats, page.measure_compiled, page.measure_peers}, outputs, **model_slot)
+          set(form) | {page.session, page.repeats, page.measure_beside, page.measure_peers}, outputs, **model_slot)
 
     def profile(data: dict):
         v = values(data)
@@ -287,4 +288,4 @@ def _wire_runs(page: Page, h: Handlers, vh: ServerHandlers) -> dict[str, Any]:
     return {"run": run_ev, "remote": remote_ev, "upload": upload_ev, "example": example_ev, "replay": replay_ev}
 
 
-__all__ = ["FORM", "HIDDEN", "Page", "examples_for", "hint_html", "prompt_choices", "wire"]
+__all__ = ["FORM", "HIDDEN", "Page", "beside_follows", "examples_for", "hint_html", "prompt_choices", "wire"]

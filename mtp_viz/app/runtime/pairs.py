@@ -41,11 +41,10 @@ class PairSpec:
 
     @classmethod
     def of(cls, target: str, drafter: str | None = None, precision: Precision | None = None,
-           engine: str | None = None, compile: bool = False) -> "PairSpec":
+           engine: str | None = None) -> "PairSpec":
         """From loose values, as the loader's methods took them: ``precision`` None for
-        the default, ``engine`` None for the table's first, ``compile=True`` the alias of
-        the compiled engine (:func:`mtp_viz.engine.engines.resolve`)."""
-        return cls(target, drafter, precision or Precision(), engines.resolve(engine, compile))
+        the default, ``engine`` None for the table's first."""
+        return cls(target, drafter, precision or Precision(), engine or engines.default_engine())
 
     @property
     def key(self) -> tuple:

@@ -270,7 +270,7 @@ def compile_lines(pair: Any, s: RunSettings, stop: threading.Event) -> Iterator[
     sentence (UserError)."""
     from mtp_viz.errors import UserError
     from mtp_viz.sources import compiling
-    if getattr(pair, "fast", None) is None or not compiling.needed(pair, s):
+    if not compiling.needed(pair, s):   # an eager pair needs none
         return
     heard: list[Any] = []   # each graph's progress, as the compile reaches it (list.append is atomic)
     failed: list[BaseException] = []
@@ -319,22 +319,21 @@ def warm_up(source: Source, new_tokens: int = WARM_UP_TOKENS, top: int = 0) -> N
 
 
 def load_and_warm(target: str, drafter: str | None, precision: Any = None, engine: str | None = None,
-                  progress: Callable[[Any], None] | None = None, compile: bool = False) -> Any:
+                  progress: Callable[[Any], None] | None = None) -> Any:
     """The app's :class:`.service.PairLoader` work: set torch's threads on purpose, load
     the pair (each model in the precision the page asked, else ``MTP_VIZ_DTYPE`` if set,
     else the device's default; ``engine``: put on that engine of
     :data:`mtp_viz.engine.engines.ENGINES`, one that compiles with the graphs of
     :data:`FIRST_RUN` compiled now, ``progress`` told of each, ``pair.compile_seconds``, or
-    eager with ``pair.compile_note`` saying why; ``compile=True``: its alias for the
-    compiled one), and warm it through the app's path (:func:`warm_up`)."""
-    from mtp_viz.engine.engines import default_engine, resolve
+    eager with ``pair.compile_note`` saying why; None: the default), and warm it through
+    the app's path (:func:`warm_up`)."""
+    from mtp_viz.engine.engines import default_engine
     from mtp_viz.sources import models  # imports torch: only here, on first use
-    engine = resolve(engine, compile)
     models.set_threads(service.threads())
     pair = models.load_pair(target, drafter, dtype=deploy.env_dtype(),
                             target_precision=precision.target if precision else None,
                             drafter_precision=precision.drafter if precision else None)
-    if engine != default_engine():   # a pair loads on the default engine
+    if engine not in (None, default_engine()):   # a pair loads on the default engine
         pair.use(engine, settings=[FIRST_RUN], progress=progress)
     return warm(pair)
 
