@@ -53,30 +53,6 @@ def stream_bandwidth(threads: int, gb: float = 2.0, repeats: int = 5) -> float:
     return x.numel() * 4 / statistics.median(times)
 
 
-def _lookup(model, name: str) -> bool:
-    """Whether a parameter is a lookup table a step reads one row of: the per-layer embeddings,
-    and the input embedding where the output head has a weight of its own (int8: the head is
-    quantized apart, the lookup keeps its float table); a tied head reads all of it."""
-    if "embed_tokens_per_layer" in name:
-        return True
-    head, lookup = model.get_output_embeddings(), model.get_input_embeddings()
-    return "embed_tokens" in name and head is not None and head.weight is not lookup.weight
-
-
-def step_params(model) -> int:
-    """The parameters a plain step reads: every one but the lookup tables' rows."""
-    return sum(p.numel() for n, p in model.named_parameters() if not _lookup(model, n))
-
-
-def step_bytes(model) -> int:
-    """Their bytes as stored (torchao's int8: one byte a weight and a float32 scale a row)."""
-    def size(p):
-        q = getattr(p, "qdata", None)
-        return q.numel() * q.element_size() + p.scale.numel() * p.scale.element_size() if q is not None \
-            else p.numel() * p.element_size()
-    return sum(size(p) for n, p in model.named_parameters() if not _lookup(model, n))
-
-
 def serve(server: str, gguf: Path, threads: int, port: int, log: Path, extra: list[str] = ()):
     cmd = [server, "-m", str(gguf / "target.gguf"), "-t", str(threads), "-tb", str(threads), "-c", "1024",
            "-np", "1", "--host", "127.0.0.1", "--port", str(port), *extra]
@@ -115,6 +91,7 @@ def study(args, pair, precision: str, llama_type: str, folder: Path, server: str
     from mtp_viz.engine.config import text_config
     from mtp_viz.engine.drafters.scripted import ScriptedDrafter
     from mtp_viz.measure import machine
+    from mtp_viz.measure.precisions import step_bytes, step_params
     from mtp_viz.sources.settings import RunSettings
     n, repeats, gamma = args.new_tokens, args.repeats, args.draft_tokens
     g = torch.Generator().manual_seed(7)

@@ -25,20 +25,32 @@ from typing import Any, Callable, Iterable
 from mtp_viz.errors import UserError
 
 
-def step_bytes(model) -> int:
-    """Bytes of ``model``'s weights a plain step reads, as stored (see the module's docstring)."""
+def _read(model) -> list:
+    """The parameters a plain step reads whole: all but the embedding tables it reads one row
+    of (the output head's weight, tied to a table or not, is read whole)."""
     import torch
     head = model.get_output_embeddings()
     head_weight = getattr(head, "weight", None)
     lookups = {id(m.weight) for m in model.modules()
                if isinstance(m, torch.nn.Embedding) and m.weight is not head_weight}
+    return [p for p in model.parameters() if id(p) not in lookups]
+
+
+def step_params(model) -> int:
+    """How many weights a plain step reads (see the module's docstring)."""
+    return sum(p.numel() for p in _read(model))
+
+
+def step_bytes(model) -> int:
+    """Bytes of ``model``'s weights a plain step reads, as stored (see the module's docstring)."""
+    import torch
 
     def stored(t) -> int:
         if hasattr(t, "__tensor_flatten__"):   # a torchao tensor: its inner tensors
             inner = [getattr(t, name, None) for name in t.__tensor_flatten__()[0]]
             return sum(stored(i) for i in inner if isinstance(i, torch.Tensor))
         return t.numel() * t.element_size()
-    return sum(stored(p) for p in model.parameters() if id(p) not in lookups)
+    return sum(stored(p) for p in _read(model))
 
 
 def _row(precision: str, engine: str | None, c: Any = None, width: int = 1, read: int | None = None,
