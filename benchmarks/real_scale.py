@@ -53,6 +53,19 @@ def stream_bandwidth(threads: int, gb: float = 2.0, repeats: int = 5) -> float:
     return x.numel() * 4 / statistics.median(times)
 
 
+def prompt_ids(args, config) -> list[int]:
+    """The prompt every decoder is given: ``args.prompt_tokens`` ids drawn with a fixed seed
+    from the vocabulary (``config``: the target's; None: the shape's, read without a build)."""
+    import torch
+
+    from mtp_viz.engine.config import text_config
+    if config is None:
+        from mtp_viz.sources.shapes import shape
+        config = shape(args.target).target
+    g = torch.Generator().manual_seed(7)
+    return torch.randint(3, text_config(config).vocab_size, (args.prompt_tokens,), generator=g).tolist()
+
+
 def serve(server: str, gguf: Path, threads: int, port: int, log: Path, extra: list[str] = ()):
     cmd = [server, "-m", str(gguf / "target.gguf"), "-t", str(threads), "-tb", str(threads), "-c", "1024",
            "-np", "1", "--host", "127.0.0.1", "--port", str(port), *extra]
@@ -80,11 +93,16 @@ def llamacpp(url: str, ids: list[int], n: int) -> dict:
             "decode_tps": out.get("timings", {}).get("predicted_per_second")}
 
 
-BLOCKS = {"bf16": "bfloat16", "q8_0": "int8"}   # llama.cpp's type -> ours that reads the same kind of weights
+BLOCKS = {"bf16": "bfloat16", "q8_0": "int8", "f32": "float32"}   # llama.cpp's type -> ours, weights alike
+BYTES = {"bf16": 2, "q8_0": 34 / 32, "f32": 4}   # llama.cpp's bytes a weight (q8_0: 34 for a block of 32)
+APART = {"f32"}   # blocks whose pair and server do not fit in 24 GB together: :func:`apart`
 
 
-def study(args, pair, precision: str, llama_type: str, folder: Path, server: str, out: Path, results: dict) -> None:
-    """One block: ``pair`` in ``precision`` beside llama.cpp's ``llama_type``, at each thread count."""
+def study(args, pair, precision: str, llama_type: str, folder: Path | None, server: str, out: Path,
+          results: dict, turn: int = 0) -> None:
+    """One block: ``pair`` in ``precision`` beside llama.cpp's ``llama_type``, at each thread count.
+    ``folder`` None: ours alone (a child of :func:`apart`), its repeats rotated from ``turn``;
+    the runs and the compiled plain run's tokens go in ``results["runs"]`` for the parent."""
     import torch
 
     from mtp_viz.engine import loop
@@ -93,10 +111,9 @@ def study(args, pair, precision: str, llama_type: str, folder: Path, server: str
     from mtp_viz.measure import machine
     from mtp_viz.measure.precisions import step_bytes, step_params
     from mtp_viz.sources.settings import RunSettings
-    n, repeats, gamma = args.new_tokens, args.repeats, args.draft_tokens
-    g = torch.Generator().manual_seed(7)
+    n, repeats, gamma = args.new_tokens, 1 if args.child else args.repeats, args.draft_tokens
     vocab = text_config(pair.target.config).vocab_size
-    ids = torch.randint(3, vocab, (args.prompt_tokens,), generator=g).tolist()
+    ids = prompt_ids(args, pair.target.config)
     t = time.perf_counter()
     plan = RunSettings("x" * len(ids), modes=("speculative", "autoregressive"), max_new_tokens=n, chat=False,
                        drafter="mtp", draft_tokens=gamma)
@@ -107,8 +124,8 @@ def study(args, pair, precision: str, llama_type: str, folder: Path, server: str
     meta = results["meta"].setdefault("blocks", {})
     meta[llama_type] = {"precision": precision, "step_bytes": step_bytes(pair.target), "compile_seconds": compile_s,
                         "compile_note": compiled_pair.compile_note, "kernel": kernel_line(),
-                        # llama.cpp's: bf16 two bytes a weight, q8_0 34 bytes for 32 (norms, a sliver, aside)
-                        "llama_step_bytes": step_params(pair.target) * 2 * (34 / 64 if llama_type == "q8_0" else 1)}
+                        # llama.cpp's (its norms, a sliver, aside)
+                        "llama_step_bytes": step_params(pair.target) * BYTES[llama_type]}
 
     def timed(fn):
         t = time.perf_counter()
@@ -142,37 +159,104 @@ def study(args, pair, precision: str, llama_type: str, folder: Path, server: str
                                                             "stream_GBps": stream_bandwidth(threads) / 1e9,
                                                             "decoders": {}})
         torch.set_num_threads(threads)
-        proc, url = serve(server, folder, threads, 8391, log, args.llama_args.split())
+        proc, url = serve(server, folder, threads, 8391, log, args.llama_args.split()) if folder else (None, "")
         try:
             arms = {} if args.no_eager else {f"mtp-viz eager {precision}": plain(pair)}
             arms[f"mtp-viz compiled {precision}"] = plain(compiled_pair)
             arms.update({f"mtp-viz compiled {precision} MTP γ={gamma} α={a:g}": mtp(a) for a in args.alphas})
             if precision == "bfloat16" and args.transformers:
                 arms["transformers generate bfloat16"] = transformers_generate
-            arms[f"llama.cpp {llama_type}"] = lambda: llamacpp(url, ids, n)
-            for fn in arms.values():
-                fn()   # untimed warm-up
-            block: dict[str, list] = {}
-            keys = list(arms)
-            for r in range(repeats):
-                for k in keys[r % len(keys):] + keys[:r % len(keys)]:
-                    block.setdefault(k, []).append(arms[k]())
-                    print(f"threads {threads} {k}: {block[k][-1]['seconds']:.1f} s", file=sys.stderr)
+            if folder:
+                arms[f"llama.cpp {llama_type}"] = lambda: llamacpp(url, ids, n)
+            block = rotate(arms, repeats, turn, f"threads {threads}")
         finally:
-            os.killpg(proc.pid, 15)
-            proc.wait()
-        for k, rs in block.items():
-            tps = [r["tokens"] / r["seconds"] for r in rs]
-            med = statistics.median(tps)
-            step = meta[llama_type]["step_bytes" if k.startswith("mtp-viz") else "llama_step_bytes"]
-            entry["decoders"][k] = {
-                "tokens_per_second": med, "repeats": tps, "ms_per_token": 1e3 / med,
-                "decode_tokens_per_second": statistics.median([r["decode_tps"] for r in rs])
-                if rs[0].get("decode_tps") else None, "ids": rs[0]["ids"][:16],
-                "bandwidth_GBps": None if " MTP " in k or k.startswith("transformers") else step * med / 1e9,
-                "same_tokens_as_compiled_plain": all(r["ids"] == script for r in rs),
-                "over_llamacpp": med / statistics.median(
-                    r["tokens"] / r["seconds"] for r in block[f"llama.cpp {llama_type}"])}
+            if proc:
+                os.killpg(proc.pid, 15)
+                proc.wait()
+        if not folder:
+            results.setdefault("runs", {})[str(threads)] = block
+            results["script"] = script
+            continue
+        summarize(entry, block, meta[llama_type], llama_type, script)
+
+
+def rotate(arms: dict, repeats: int, turn: int, label: str) -> dict[str, list]:
+    """Each arm once untimed, then ``repeats`` timed turns, each turn's order rotated by one
+    (the first from ``turn``): no arm always runs first or after the same neighbour."""
+    for fn in arms.values():
+        fn()   # untimed warm-up
+    block: dict[str, list] = {}
+    keys = list(arms)
+    for r in range(turn, turn + repeats):
+        for k in keys[r % len(keys):] + keys[:r % len(keys)]:
+            block.setdefault(k, []).append(arms[k]())
+            print(f"{label} {k}: {block[k][-1]['seconds']:.1f} s", file=sys.stderr)
+    return block
+
+
+def summarize(entry: dict, block: dict[str, list], meta: dict, llama_type: str, script: list[int]) -> None:
+    """Medians of each decoder's runs, each over llama.cpp's in the same block."""
+    for k, rs in block.items():
+        tps = [r["tokens"] / r["seconds"] for r in rs]
+        med = statistics.median(tps)
+        step = meta["step_bytes" if k.startswith("mtp-viz") else "llama_step_bytes"]
+        entry["decoders"][k] = {
+            "tokens_per_second": med, "repeats": tps, "ms_per_token": 1e3 / med,
+            "decode_tokens_per_second": statistics.median([r["decode_tps"] for r in rs])
+            if rs[0].get("decode_tps") else None, "ids": rs[0]["ids"][:16],
+            "bandwidth_GBps": None if " MTP " in k or k.startswith("transformers") else step * med / 1e9,
+            "same_tokens_as_compiled_plain": all(r["ids"] == script for r in rs),
+            "over_llamacpp": med / statistics.median(
+                r["tokens"] / r["seconds"] for r in block[f"llama.cpp {llama_type}"])}
+
+
+def apart(args, precision: str, llama_type: str, folder: Path, server: str, out: Path, results: dict) -> None:
+    """A block whose pair and server do not fit in memory together (float32: 18.5 GB each in
+    24 GB), still in one interleaved run: each repeat times ours in a child process (load,
+    compile from inductor's disk cache, each arm once at each thread count, exit) and then
+    the server alone at each thread count, ours first in even repeats and the server first in
+    odd ones; each child's arms turn from the repeat's number. The tokens of the ids compared
+    are the first child's compiled plain run's."""
+    import tempfile
+
+    import torch
+
+    from mtp_viz.measure import machine
+    threads_list = [int(x) for x in args.threads.split(",")]
+    runs: dict[str, dict[str, list]] = {str(t): {} for t in threads_list}
+    log, meta, script = out / "llama-server.log", None, None
+    ids = prompt_ids(args, None)
+    for r in range(args.repeats):
+        for phase in (("ours", "llama") if r % 2 == 0 else ("llama", "ours")):
+            if phase == "ours":
+                with tempfile.TemporaryDirectory() as tmp:
+                    child = Path(tmp) / "child.json"
+                    subprocess.run([sys.executable, __file__, "--child", str(child), "--turn", str(r),
+                                    *sys.argv[1:]], check=True)
+                    got = json.loads(child.read_text(encoding="utf-8"))
+                meta = meta or got["meta"]["blocks"][llama_type]
+                script = script or got["script"]
+                for t, block in got["runs"].items():
+                    for k, rs in block.items():
+                        runs[t].setdefault(k, []).extend(rs)
+                continue
+            for t in threads_list:
+                proc, url = serve(server, folder, t, 8391, log, args.llama_args.split())
+                try:
+                    llamacpp(url, ids, 4)   # untimed warm-up (its weights paged in)
+                    runs[str(t)].setdefault(f"llama.cpp {llama_type}", []).append(llamacpp(url, ids, args.new_tokens))
+                    print(f"repeat {r} threads {t} llama.cpp {llama_type}: "
+                          f"{runs[str(t)][f'llama.cpp {llama_type}'][-1]['seconds']:.1f} s", file=sys.stderr)
+                finally:
+                    os.killpg(proc.pid, 15)
+                    proc.wait()
+    results["meta"].setdefault("blocks", {})[llama_type] = {**meta, "apart": True}
+    for t in threads_list:
+        torch.set_num_threads(t)
+        m = machine.machine()
+        entry = results["threads"].setdefault(str(t), {"machine": m, "machine_line": machine.line(m),
+                                                      "stream_GBps": stream_bandwidth(t) / 1e9, "decoders": {}})
+        summarize(entry, runs[str(t)], meta, llama_type, script)
 
 
 BUILDS = {"native": "for this CPU (GGML_NATIVE)",
@@ -187,8 +271,10 @@ def kernel_line() -> str:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--target", default="e2b")
-    ap.add_argument("--gguf-bf16", required=True)
-    ap.add_argument("--gguf-q8", required=True)
+    ap.add_argument("--gguf-bf16", default="")
+    ap.add_argument("--gguf-q8", default="")
+    ap.add_argument("--gguf-f32", default="", help="the f32 export, for the f32 block (ours float32 beside it, "
+                    "never resident together: each repeat loads ours in a child process, then the server)")
     ap.add_argument("--blocks", default="bf16,q8_0", help="llama.cpp types, each beside ours that matches it")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--repeats", type=int, default=3)
@@ -202,6 +288,8 @@ def main() -> int:
     ap.add_argument("--llama-args", default="", help="more llama-server flags, e.g. --no-repack (its AMX q8_0 "
                     "kernels stopped on an invalid opcode on a Sapphire Rapids VM, 2026-12-06)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/real-scale"))
+    ap.add_argument("--child", default="", help=argparse.SUPPRESS)   # apart(): time ours alone, write here
+    ap.add_argument("--turn", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.alphas = [float(a) for a in args.alphas.split(",") if a.strip()]
     import gc
@@ -221,15 +309,27 @@ def main() -> int:
     # every other cap an AVX2-only machine is emulated with: the kernel's, oneDNN's and MKL's
     results["meta"]["caps"] = {k: os.environ[k] for k in ("MTP_VIZ_KERNEL_ISA", "ONEDNN_MAX_CPU_ISA",
                                                           "MKL_ENABLE_INSTRUCTIONS") if os.environ.get(k)}
-    folders = {"bf16": Path(args.gguf_bf16), "q8_0": Path(args.gguf_q8)}
-    for llama_type in args.blocks.split(","):
+    folders = {"bf16": args.gguf_bf16, "q8_0": args.gguf_q8, "f32": args.gguf_f32}
+    blocks = args.blocks.split(",")
+    if args.child:   # one repeat of ours alone, for apart()
+        blocks = [b for b in blocks if b in APART]
+    for llama_type in blocks:
         precision = BLOCKS[llama_type]
-        t = time.perf_counter()
-        pair = load_pair(args.target, weights="random", dtype=precision)   # only one block's pair resident
-        results["meta"].setdefault("build_seconds", {})[precision] = time.perf_counter() - t
-        study(args, pair, precision, llama_type, folders[llama_type], server, out, results)
-        del pair
-        gc.collect()
+        if not folders[llama_type]:
+            raise SystemExit(f"the {llama_type} block needs --gguf-{llama_type.split('_')[0]}")
+        if llama_type in APART and not args.child:
+            apart(args, precision, llama_type, Path(folders[llama_type]), server, out, results)
+        else:
+            t = time.perf_counter()
+            pair = load_pair(args.target, weights="random", dtype=precision)   # only one block's pair resident
+            results["meta"].setdefault("build_seconds", {})[precision] = time.perf_counter() - t
+            study(args, pair, precision, llama_type, None if args.child else Path(folders[llama_type]), server,
+                  out, results, turn=args.turn)
+            del pair
+            gc.collect()
+        if args.child:
+            Path(args.child).write_text(json.dumps(results), encoding="utf-8")
+            return 0
         (out / "real_scale.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     write_md(args, results, out)
     return 0

@@ -341,35 +341,52 @@ at::Tensor rows(const at::Tensor& x, const at::Tensor& w, const std::optional<at
   }
   TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16, "mtp_viz::rows: x is float32 or bfloat16");
 
-  // x as the kernel reads it: its bfloat16 pairs (vdpbf16ps), else float32 (bfloat16 widens exactly)
+  // x as the kernel reads it: its bfloat16 pairs (vdpbf16ps), else float32 (bfloat16 widens exactly).
+  // A decode step calls this ~170 times on a small model, so nothing here allocates or converts
+  // what is already as the kernel reads it (a small model's step is these calls' overhead).
   const bool pairs = kind == BF16 && isa >= 3;
-  at::Tensor xk = (pairs ? x.to(at::kBFloat16) : x.to(at::kFloat)).reshape({M, K}).contiguous();
-  thread_local std::vector<float> acc;   // the sums before the epilogue, kept between calls: a 16 MB
-  if (acc.size() < size_t(M * N)) acc.resize(M * N);   // vector for the vocabulary is not allocated per step
-  float* out = acc.data();
+  const auto want = pairs ? at::kBFloat16 : at::kFloat;
+  const at::Tensor xk = x.scalar_type() == want && x.is_contiguous() ? x : x.to(want).contiguous();
   const char* xp = static_cast<const char*>(xk.data_ptr());
-  const int64_t xrow = K * xk.element_size();
+  const int64_t esize = xk.element_size(), xrow = K * esize;
   const void* wp = w.data_ptr();
   // AMX takes bfloat16 weights whose rows are whole tiles (K a multiple of 32), rows of W 16 at a time
   const bool amx = kind == BF16 && isa >= 4 && K % 32 == 0 && amx_permitted();
   const int64_t tiled = amx ? N - N % 16 : 0;
   std::vector<c10::BFloat16> xpack = amx ? pack_pairs(xk.data_ptr<c10::BFloat16>(), M, K) : std::vector<c10::BFloat16>();
-  // x packed by lanes for the vector kernels, only where they run (rows of W past AMX's tiles)
+  // x packed by lanes for the vector kernels, only where they run (rows of W past AMX's tiles); one
+  // row is its own packing, read in place where it is aligned to the kernel's loads
   const int64_t lanes = pairs ? 32 : isa >= 2 ? 16 : 8;   // x's values per step of K in the kernel
-  at::Tensor xpacked = at::empty({tiled < N ? (K / lanes) * M * lanes + 64 : 0}, xk.options());   // +64: to align
-  char* xq = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(xpacked.data_ptr()) + 63) & ~uintptr_t(63));
-  if (tiled < N && pairs)
-    pack_lanes(xk.data_ptr<c10::BFloat16>(), M, K, lanes, reinterpret_cast<c10::BFloat16*>(xq));
-  else if (tiled < N)
-    pack_lanes(xk.data_ptr<float>(), M, K, lanes, reinterpret_cast<float*>(xq));
-  at::Tensor scale_f = kind == I8 ? scale->to(at::kFloat).contiguous() : at::Tensor();
-  at::Tensor bias_f = bias.has_value() ? bias->to(at::kFloat).contiguous() : at::Tensor();
+  const char* xq = xp;
+  if (tiled < N && (M > 1 || reinterpret_cast<uintptr_t>(xp) % 64)) {
+    thread_local std::vector<char> xbuf;   // kept between calls, like `acc`
+    const size_t need = size_t((K / lanes) * M * lanes * esize + 64);   // +64: to align
+    if (xbuf.size() < need) xbuf.resize(need);
+    char* q = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(xbuf.data()) + 63) & ~uintptr_t(63));
+    if (pairs)
+      pack_lanes(xk.data_ptr<c10::BFloat16>(), M, K, lanes, reinterpret_cast<c10::BFloat16*>(q));
+    else
+      pack_lanes(xk.data_ptr<float>(), M, K, lanes, reinterpret_cast<float*>(q));
+    xq = q;
+  }
+  const auto as_float = [](const std::optional<at::Tensor>& t) {
+    return t->scalar_type() == at::kFloat && t->is_contiguous() ? *t : t->to(at::kFloat).contiguous();
+  };
+  const at::Tensor scale_f = kind == I8 ? as_float(scale) : at::Tensor();
+  const at::Tensor bias_f = bias.has_value() ? as_float(bias) : at::Tensor();
 
-  at::Tensor y = at::empty({M, N}, x.options());
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+  shape.back() = N;
+  at::Tensor y = at::empty(shape, x.options());
   const float* s = kind == I8 ? scale_f.data_ptr<float>() : nullptr;
   const float* bp = bias.has_value() ? bias_f.data_ptr<float>() : nullptr;
   float* yf = y.scalar_type() == at::kFloat ? y.data_ptr<float>() : nullptr;
   c10::BFloat16* yb = yf ? nullptr : y.data_ptr<c10::BFloat16>();
+  // the sums go straight into a float32 y with nothing after them, else into `acc` first
+  thread_local std::vector<float> acc;   // kept between calls: a 16 MB vector for the vocabulary
+  const bool direct = yf && !s && !bp;    // is not allocated per step
+  if (!direct && acc.size() < size_t(M * N)) acc.resize(M * N);
+  float* out = direct ? yf : acc.data();
 
   at::parallel_for(0, (N + BLOCK - 1) / BLOCK, 1, [&](int64_t b0, int64_t b1) {
     const int64_t n0 = b0 * BLOCK, n1 = std::min(N, b1 * BLOCK);
@@ -380,9 +397,9 @@ at::Tensor rows(const at::Tensor& x, const at::Tensor& w, const std::optional<at
     }
     for (int64_t r0 = 0; r0 < M && from < n1; r0 += PASS) {
       const int64_t r = std::min<int64_t>(PASS, M - r0);
-      kernel_for(isa, kind, r)(xq + r0 * lanes * xk.element_size(), M * lanes, xp + r0 * xrow, K, wp, from, n1,
-                               out + r0 * N, N);
+      kernel_for(isa, kind, r)(xq + r0 * lanes * esize, M * lanes, xp + r0 * xrow, K, wp, from, n1, out + r0 * N, N);
     }
+    if (direct) return;
     for (int64_t m = 0; m < M; ++m)   // the scale and the bias after the sum, rounded once to y's type
       for (int64_t n = n0; n < n1; ++n) {
         float v = out[m * N + n];
@@ -392,9 +409,7 @@ at::Tensor rows(const at::Tensor& x, const at::Tensor& w, const std::optional<at
         else yb[m * N + n] = c10::BFloat16(v);
       }
   });
-  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
-  shape.back() = N;
-  return y.reshape(shape);
+  return y;
 }
 
 int64_t best_isa() {
