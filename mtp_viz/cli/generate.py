@@ -90,8 +90,11 @@ class EngineFlag(argparse.Action):
     the parser no command knows the alias. The two naming two engines, in either order: one sentence."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        from mtp_viz.engine.engines import resolve
+        from mtp_viz.engine.engines import ENGINES, resolve
         alias = option_string == "--compile"
+        if not alias and values not in ENGINES:   # a peer engine the command takes (profile: llama.cpp)
+            namespace.engine, namespace.engine_flag = values, option_string
+            return
         try:   # the alias given before or after --engine NAME: resolve checks the two agree
             namespace.engine = resolve(namespace.engine if alias else values,
                                        alias or namespace.engine_flag == "--compile")
@@ -100,14 +103,15 @@ class EngineFlag(argparse.Action):
         namespace.engine_flag = "--compile" if alias else namespace.engine_flag or option_string
 
 
-def add_engine_argument(p: argparse.ArgumentParser, what: str) -> None:
+def add_engine_argument(p: argparse.ArgumentParser, what: str, peers: dict[str, str] | None = None) -> None:
     """``--engine`` (a name of :data:`mtp_viz.engine.engines.ENGINES`, read when the
-    parser is built) and ``--compile``, kept as its alias for the compiled engine
-    (generate, bench, profile: one flag, one meaning; ``what``: what the engine does here),
-    both read by :class:`EngineFlag`."""
+    parser is built, or of ``peers``: another engine the command measures, name -> help)
+    and ``--compile``, kept as its alias for the compiled engine (generate, bench, profile:
+    one flag, one meaning; ``what``: what the engine does here), both read by :class:`EngineFlag`."""
     from mtp_viz.engine.engines import COMPILE_ALIAS, ENGINES, default_engine
-    listed = "; ".join(f"{name}: {e.help}" for name, e in ENGINES.items())
-    p.add_argument("--engine", choices=list(ENGINES), default=None, action=EngineFlag,
+    listed = "; ".join([*(f"{name}: {e.help}" for name, e in ENGINES.items()),
+                        *(f"{name}: {h}" for name, h in (peers or {}).items())])
+    p.add_argument("--engine", choices=[*ENGINES, *(peers or {})], default=None, action=EngineFlag,
                    help=f"{what} (default: {default_engine()}). {listed}")
     p.add_argument("--compile", dest="engine", nargs=0, action=EngineFlag, help=f"an alias of --engine {COMPILE_ALIAS}")
     p.set_defaults(engine_flag=None)

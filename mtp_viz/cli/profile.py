@@ -14,6 +14,15 @@ pair loads in the precision fastest on the machine (:func:`mtp_viz.sources.preci
 bfloat16 where the CPU computes it natively, else int8 weight-only), the bundled tiny pair
 and real checkpoints in their usual default; the profile says which and why.
 
+``--engine llama.cpp --gguf DIR``: the same study on llama.cpp instead
+(:mod:`mtp_viz.measure.llamacpp_profile`), of the pair ``mtp-viz gguf`` exported to DIR (for
+``--weights random``, the same random weights): its plain step, verifications of 1 to
+``--max-draft-tokens`` + 1 tokens and drafter from its own timings, each ``llama-server``
+(``--llama-server``, ``MTP_VIZ_LLAMA_SERVER`` or scripts/llamacpp.sh's build) started and
+stopped here, one at a time, at ``--threads``; the predicted speedup over llama.cpp's own
+plain decoding, and MTP runs it measures at α ≈ 0 (the random drafter) and at each
+``--alphas`` (its synthetic acceptance) beside their predictions.
+
 ``--precisions bfloat16,int8,float32``: then, the pair once more in each of those precisions
 in turn (one resident at a time), its plain step, its verification at γ + 1 and its prefill
 timed on the eager engine and on the one ``--engine`` names, side by side with the machine's
@@ -34,6 +43,8 @@ from pathlib import Path
 
 from mtp_viz.errors import UserError, clip
 
+PEERS = {"llama.cpp": "the same study on a llama-server serving the pair --gguf names, instead of ours"}
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from .generate import add_engine_argument, add_precision_arguments, add_weights_argument
@@ -43,7 +54,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_precision_arguments(p)
     p.add_argument("--device", default=None, help="cpu, cuda, mps (default: best available)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
-    add_engine_argument(p, "the engine profiled beside the eager one")
+    add_engine_argument(p, "the engine profiled beside the eager one", peers=PEERS)
+    p.add_argument("--gguf", default=None, metavar="DIR",
+                   help="--engine llama.cpp: the folder `mtp-viz gguf` wrote (target.gguf, drafter.gguf)")
+    p.add_argument("--llama-server", default=None, metavar="PATH",
+                   help="--engine llama.cpp: the llama-server to start (default: MTP_VIZ_LLAMA_SERVER, or the "
+                        "build scripts/llamacpp.sh keeps)")
     p.add_argument("--draft-tokens", type=int, default=4, help="γ of the measured runs (default 4)")
     p.add_argument("--max-draft-tokens", type=int, default=8,
                    help="verification widths up to this many drafts + 1 (default 8)")
@@ -106,6 +122,15 @@ def check(args: argparse.Namespace) -> tuple[float, ...]:
     if out.exists() and not out.is_dir():
         raise UserError("--out must name a folder.")
     precision_list(args.precisions)
+    if getattr(args, "engine", None) in PEERS:
+        folder = Path(args.gguf) if args.gguf else None
+        if folder is None or not (folder / "target.gguf").is_file() or not (folder / "drafter.gguf").is_file():
+            raise UserError("--engine llama.cpp needs --gguf DIR, a folder with target.gguf and drafter.gguf: "
+                            "write one with `mtp-viz gguf --target TARGET --weights random --out DIR`.")
+        if args.precisions:
+            raise UserError("--precisions profiles mtp-viz's engines; llama.cpp's precision is its GGUF's.")
+    elif args.gguf or args.llama_server:
+        raise UserError("--gguf and --llama-server go with --engine llama.cpp.")
     return _alphas(args.alphas)
 
 
@@ -183,23 +208,55 @@ def _by_precision(args: argparse.Namespace, device: str, engine: str, names: tup
                  say=lambda line: print(f"mtp-viz profile: {line}", file=sys.stderr))
 
 
+def _peer(args: argparse.Namespace, alphas: tuple[float, ...]) -> dict:
+    """``--engine llama.cpp``: :func:`mtp_viz.measure.llamacpp_profile.study` of the exported
+    pair, on a prompt of ``--prompt-tokens`` ids drawn (fixed seed) from the target's vocabulary
+    (a forward's cost does not depend on which ids), with the machine line and the export's types."""
+    import random
+
+    from mtp_viz.engine.config import text_config
+    from mtp_viz.measure import llamacpp_profile, machine
+    from mtp_viz.sources.shapes import shape
+    server = llamacpp_profile.server_path(args.llama_server)
+    vocab = text_config(shape(args.target).target).vocab_size
+    rng = random.Random(7)
+    ids = [rng.randrange(3, vocab) for _ in range(args.prompt_tokens)]
+    folder = Path(args.gguf)
+    kind = llamacpp_profile.file_type(folder / "target.gguf")
+    result = llamacpp_profile.study(
+        folder, ids, vocab, server=server, threads=args.threads, label=f"llama.cpp {kind}",
+        new_tokens=args.max_new_tokens, draft_tokens=args.draft_tokens, max_draft_tokens=args.max_draft_tokens,
+        alphas=alphas, repeats=args.repeats, random_weights=args.weights == "random",
+        log=lambda line: print(f"mtp-viz profile: {line}", file=sys.stderr))
+    m = machine.machine()
+    result["meta"] = {"target": args.target, "weights": args.weights, "gguf_type": kind, "prompt_tokens": len(ids),
+                      "new_tokens": args.max_new_tokens, "draft_tokens": args.draft_tokens,
+                      "max_draft_tokens": args.max_draft_tokens, "alphas": list(alphas), "repeats": args.repeats,
+                      "clock": "the server's own (its timings)", "host": m, "machine_line": machine.line(m),
+                      "server_build": llamacpp_profile.build_line(server)}
+    return result
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
 
     from mtp_viz.sources.models import pick_device
-    from mtp_viz.views.profile import markdown
+    from mtp_viz.views.profile import markdown, peer_markdown
 
     from .generate import engine_of
     alphas, engine = check(args), engine_of(args)
     names = precision_list(args.precisions)
     torch.set_num_threads(args.threads)
-    device = pick_device(args.device)
-    result = _profile(args, device, engine, alphas)
-    if names:   # after the main profile, whose pair is gone: one pair resident at a time
-        result["precisions"] = _by_precision(args, device, engine, names)
+    if engine in PEERS:
+        result, view = _peer(args, alphas), peer_markdown
+    else:
+        device = pick_device(args.device)
+        result, view = _profile(args, device, engine, alphas), markdown
+        if names:   # after the main profile, whose pair is gone: one pair resident at a time
+            result["precisions"] = _by_precision(args, device, engine, names)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    table = markdown(result)
+    table = view(result)
     (out / "profile.json").write_text(json.dumps(result, indent=1, default=str), encoding="utf-8")
     (out / "profile.md").write_text(table + "\n", encoding="utf-8")
     print(table)

@@ -68,17 +68,7 @@ def blocks(result: dict[str, Any]) -> list[tuple[str, Any]]:
     for name, e in engines.items():
         if "prediction" not in e:
             continue
-        pred = e["prediction"]
-        show = [a for a in (0.3, 0.5, 0.6, 0.7, 0.8, 0.9) if a in pred["alphas"]]
-        rows = []
-        for g, row in pred["speedup"].items():
-            by_alpha = dict(zip(pred["alphas"], row))
-            rows.append((str(g), _alpha(pred["break_even"][g]), *(f"×{by_alpha[a]:.2f}" for a in show)))
-        at = {float(a): gs for a, gs in pred["best"].items()}   # float keys, or their JSON strings
-        best = [f"α {a:g}: γ* = {at[a][0]} (×{at[a][1]:.2f})" for a in show]
-        out += [("h2", f"Predicted speedup over the fastest plain decoder: {name} engine"),
-                ("table", Table(("γ", "break-even α", *(f"α = {a:g}" for a in show)), tuple(rows))),
-                ("p", "Best draft length: " + "; ".join(best) + ".")]
+        out += prediction(f"Predicted speedup over the fastest plain decoder: {name} engine", e["prediction"])
         if e.get("runs"):
             rows = [("plain", f"{e['plain_run']['tokens_per_second']:.2f}", *("–",) * 8)]
             for r in e["runs"]:
@@ -101,6 +91,60 @@ def blocks(result: dict[str, Any]) -> list[tuple[str, Any]]:
     elif meta.get("weights_label"):
         out.append(("p", "The pair's own acceptance is not measured: its weights are random, so its drafts are noise."))
     return out + by_precision(result.get("precisions"))
+
+
+def prediction(title: str, pred: dict[str, Any]) -> list[Block]:
+    """:func:`mtp_viz.analysis.payoff.curves`' result as a table: the predicted speedup for
+    each γ at a few α, its break-even α, and the best γ at each."""
+    show = [a for a in (0.3, 0.5, 0.6, 0.7, 0.8, 0.9) if a in pred["alphas"]]
+    rows = []
+    for g, row in pred["speedup"].items():
+        by_alpha = dict(zip(pred["alphas"], row))
+        rows.append((str(g), _alpha(pred["break_even"][g]), *(f"×{by_alpha[a]:.2f}" for a in show)))
+    at = {float(a): gs for a, gs in pred["best"].items()}   # float keys, or their JSON strings
+    best = [f"α {a:g}: γ* = {at[a][0]} (×{at[a][1]:.2f})" for a in show]
+    return [("h2", title), ("table", Table(("γ", "break-even α", *(f"α = {a:g}" for a in show)), tuple(rows))),
+            ("p", "Best draft length: " + "; ".join(best) + ".")]
+
+
+def peer_blocks(result: dict[str, Any]) -> list[Block]:
+    """A peer engine's profile (:func:`mtp_viz.measure.llamacpp_profile.study`'s result, with
+    its ``meta``) as blocks: its costs, its prediction over its own plain decoding, and the MTP
+    runs it measured beside their predictions."""
+    meta, c, name = result["meta"], result["costs"], result["engine"]
+    widths = sorted(int(w) for w in c["verify"])
+    out: list[Block] = [
+        ("h1", f"Cost profile on {name}: {meta.get('target', '?')}"),
+        ("p", f"Machine: {meta.get('machine_line', '?')}; {result['threads']} thread(s); llama-server "
+              f"{meta.get('server_build') or '(version not given)'}."),
+        ("p", f"Weights: the {meta.get('gguf_type', '?')} GGUF `mtp-viz gguf` exported"
+              + (" (random weights: timings only)" if meta.get("weights") == "random" else "")
+              + f"; prompt {meta['prompt_tokens']} token ids; {meta['new_tokens']} new tokens per run; medians of "
+              f"{meta['repeats']} repeats on {meta['clock']} clock."),
+        ("h2", "What each forward costs (ms)"),
+        ("table", Table(("engine", "plain step", *(f"verify {w}" for w in widths), "one draft"),
+                        ((name, _ms(c["plain"]), *(_ms(c["verify"][str(w)]) for w in widths), _ms(c["draft"])),))),
+        ("p", f"Verify w: w new tokens after a cached prefix (the server's prompt processing); one draft: by "
+              f"difference, from MTP runs drafting {c['calibrate_drafts']} a step (a step's cost less the "
+              f"verification of {c['calibrate_drafts'] + 1}, over {c['calibrate_drafts']})."),
+        *prediction(f"Predicted speedup over {name}'s own plain decoding", result["prediction"])]
+    rows = [(k["label"], str(k["draft_tokens"]), f"{k['decode_tokens_per_second']:.2f}", f"×{k['measured']:.2f}",
+             f"{k['realized_alpha']:.3f}", f"{k['tau']:.2f}", f"×{k['predicted']:.2f}",
+             f"{k['measured_over_predicted']:.2f}") for k in result["checks"]]
+    out += [("h2", f"Measured on {name}: MTP beside its plain decoding ({result['plain_decode_tokens_per_second']:.2f} "
+                   "tokens/s)"),
+            ("table", Table(("run", "γ", "decode tokens/s", "speedup over plain", "α the run gave", "τ",
+                             "predicted at it", "measured ÷ predicted"), tuple(rows))),
+            ("p", "Decode rates are the server's own (prompt left out, as the prediction leaves it out). Set "
+                  "acceptance: llama.cpp's synthetic acceptance (--spec-synth-rates α, α², …): every forward "
+                  "real, each draft kept with probability α, its text not the model's. Its own drafter: the "
+                  "exported pair's (with random weights its drafts are rejected: the cost side alone).")]
+    return out
+
+
+def peer_markdown(result: dict[str, Any]) -> str:
+    """A peer engine's profile as markdown (``mtp-viz profile --engine llama.cpp``'s profile.md)."""
+    return document.markdown(peer_blocks(result))
 
 
 def _bytes(n: float | None) -> str:
