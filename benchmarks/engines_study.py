@@ -1,0 +1,110 @@
+"""Does MTP pay off for E2B here, on each engine people run? One page from the profiles.
+
+    python benchmarks/engines_study.py --ours DIR [--llama DIR ...] --out DIR
+
+Reads ``profile.json`` of ``mtp-viz profile --engine compiled`` (ours: eager and compiled) and
+of ``mtp-viz profile --engine llama.cpp --gguf …`` (one folder per GGUF type), all at the same
+shape, machine and threads, and writes ``engines.md`` and ``engines.json``: one sentence per
+engine (the predicted speedup of MTP over that engine's own plain decoding at γ = 4 at the
+acceptance published for chat, its break-even α), the costs side by side, and llama.cpp's
+measured MTP runs beside its predictions. The published acceptance is the table shipped with
+the package where it is there (``mtp_viz.analysis.published``), else vLLM's E4B figure
+below, converted to α as the project converts τ (:func:`mtp_viz.engine.theory.alpha_from_tau`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+GAMMA = 4
+# vLLM's acceptance test for Gemma 4 E4B with its assistant, 2 drafts: τ on MT-Bench (chat)
+CHAT = {"label": "the acceptance vLLM's test publishes for E4B on MT-Bench (τ 2.28 at 2 drafts)", "tau": 2.28,
+        "draft_tokens": 2,
+        "source": "vllm-project/vllm tests/v1/e2e/spec_decode/acceptance_rates/mtp_other/test_mtp.py"}
+
+
+def chat_alpha() -> tuple[float, str]:
+    from mtp_viz.engine import theory
+    return theory.alpha_from_tau(CHAT["tau"], CHAT["draft_tokens"]), CHAT["label"]
+
+
+def engines(ours: Path, llamas: list[Path]) -> dict[str, dict]:
+    """engine label -> (plain, verify, draft) seconds and where they came from."""
+    out = {}
+    d = json.loads((ours / "profile.json").read_text(encoding="utf-8"))
+    for name, e in d["engines"].items():
+        c = e["costs"]
+        out[f"mtp-viz {name} ({d['meta']['precision'].split(',')[0].replace('target ', '')})"] = {
+            "plain": c["plain"], "verify": {int(w): s for w, s in c["verify"].items()}, "draft": c["draft"],
+            "machine_line": d["meta"]["machine_line"], "checks": e.get("runs", [])}
+    for folder in llamas:
+        d = json.loads((folder / "profile.json").read_text(encoding="utf-8"))
+        c = d["costs"]
+        out[d["engine"]] = {"plain": c["plain"], "verify": {int(w): s for w, s in c["verify"].items()},
+                            "draft": c["draft"], "machine_line": d["meta"]["machine_line"], "checks": d["checks"],
+                            "server_build": d["meta"].get("server_build", "")}
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ours", required=True, help="a folder of `mtp-viz profile --engine compiled`")
+    ap.add_argument("--llama", action="append", default=[], help="a folder of `mtp-viz profile --engine llama.cpp`")
+    ap.add_argument("--target", default="e2b")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    from mtp_viz.analysis import payoff
+    alpha, label = chat_alpha()
+    found = engines(Path(args.ours), [Path(p) for p in args.llama])
+    rows, sentences = {}, []
+    for name, e in found.items():
+        s = payoff.speedup(alpha, GAMMA, e["plain"], e["verify"], e["draft"])
+        be = payoff.break_even(GAMMA, e["plain"], e["verify"], e["draft"])
+        rows[name] = {**e, "speedup_at_chat": s, "break_even": be}
+        sentences.append(f"- over {name}'s own plain decoding ({e['plain'] * 1e3:.0f} ms a step): ×{s:.2f} "
+                         f"with {GAMMA} drafts; break-even at α = {'never' if be is None else f'{be:.2f}'}.")
+    ours_best = min((e["plain"], n) for n, e in found.items() if n.startswith("mtp-viz"))
+    lines = [f"# Does MTP pay off for {args.target.upper()} here? Each engine's answer", "",
+             f"Machine: {next(iter(found.values()))['machine_line']}.", "",
+             f"On this machine, {args.target.upper()} with its assistant (random weights at the real shape: "
+             f"the costs; the acceptance is not the random pair's), MTP is predicted, at {label} = α {alpha:.3f} "
+             f"(τ → α as the project converts it: (1 − α^(γ+1))/(1 − α) = τ), as follows:", "", *sentences, "",
+             f"The fastest plain step of ours: {ours_best[1]}, {ours_best[0] * 1e3:.0f} ms. Source of the "
+             f"acceptance: {CHAT['source']}; a figure for E4B, not E2B's own (Google published none).", "",
+             "## What each forward costs (ms)", "",
+             "| engine | plain step | " + " | ".join(f"verify {w}" for w in range(1, 10)) + " | one draft |",
+             "|---|---|" + "---|" * 9 + "---|"]
+    for name, e in found.items():
+        lines.append(f"| {name} | {e['plain'] * 1e3:.1f} | "
+                     + " | ".join(f"{e['verify'][w] * 1e3:.1f}" if w in e["verify"] else "–" for w in range(1, 10))
+                     + f" | {e['draft'] * 1e3:.2f} |")
+    lines += ["", "## Measured MTP runs beside their predictions", "",
+              "| engine | run | measured | predicted at the α it gave | measured ÷ predicted |",
+              "|---|---|---|---|---|"]
+    for name, e in found.items():
+        for k in e["checks"]:
+            if "measured" in k:   # llama.cpp's: decode rates, the server's own
+                lines.append(f"| {name} | {k['label']} (α {k['realized_alpha']:.2f}) | ×{k['measured']:.2f} | "
+                             f"×{k['predicted']:.2f} | {k['measured_over_predicted']:.2f} |")
+            else:                 # ours: whole runs over the fastest plain run
+                lines.append(f"| {name} | {k['label']} (α {k['realized_alpha']:.2f}) | ×{k['speedup']:.2f} | "
+                             f"×{k['predicted_at_realized_alpha']:.2f} | "
+                             f"{k['speedup'] / k['predicted_at_realized_alpha']:.2f} |")
+    lines += ["", "Ours: whole runs (prompt included) over the fastest plain run of ours, on the engine's clock. "
+                  "llama.cpp's: decode rates from its own timings, over its own plain decoding; set acceptance "
+                  "through its synthetic acceptance (every forward real)."]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "engines.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (out / "engines.json").write_text(json.dumps({"chat_alpha": alpha, "chat": CHAT, "gamma": GAMMA,
+                                                  "engines": rows}, indent=1, default=str), encoding="utf-8")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
