@@ -51,7 +51,7 @@ def test_wheel_carries_the_bundled_pair_and_runs_it_from_any_folder(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     for f in ("mtp_viz/assets/tiny/target/model.safetensors", "mtp_viz/assets/tiny/drafter/config.json",
               "mtp_viz/assets/prompts.json", "mtp_viz/assets/app.css",
-              "mtp_viz/assets/tiny/eval_prompts.json"):
+              "mtp_viz/assets/tiny/eval_prompts.json", "mtp_viz/assets/acceptance/published.json"):
         assert f in names, f
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)

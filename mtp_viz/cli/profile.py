@@ -7,7 +7,9 @@ Times the target's plain step, its verification at every width γ + 1 up to
 and draft length, with the break-even acceptance and the best draft length
 (:mod:`mtp_viz.analysis.payoff`); and measures whole runs at set acceptances (``--alphas``:
 the real drafter runs, every forward real, only its proposals are set:
-:mod:`mtp_viz.engine.drafters.scripted`) to check the prediction. ``--weights random``
+:mod:`mtp_viz.engine.drafters.scripted`) to check the prediction, and predicts the speedup at
+every published acceptance too (:mod:`mtp_viz.analysis.published`: each row labelled with the
+model size it was published for). ``--weights random``
 builds a preset at its real shape with random weights: nothing is downloaded but a config;
 given no precision (``--dtype``, ``--target-precision``, ``--drafter-precision``) such a
 pair loads in the precision fastest on the machine (:func:`mtp_viz.sources.precision.fastest`:

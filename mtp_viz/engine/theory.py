@@ -41,7 +41,7 @@ from typing import Sequence
 __all__ = [
     "expected_tokens", "expected_tokens_positional", "predicted_speedup",
     "predicted_speedup_positional", "optimal_draft_tokens", "alpha_mle",
-    "alpha_from_tau",
+    "alpha_from_tau", "alpha_from_acceptance",
 ]
 
 
@@ -126,3 +126,18 @@ def alpha_from_tau(tau: float, draft_tokens: int, tol: float = 1e-10) -> float:
         else:
             hi = mid
     return (lo + hi) / 2
+
+
+def alpha_from_acceptance(acceptance: float, draft_tokens: int) -> float:
+    """The α at which drafts accepted ÷ drafts made, with γ drafted every step, equals ``acceptance``.
+
+    A step of γ drafts accepts E(α, γ) − 1 = α + α² + ... + α^γ of them on average (Eq. 1
+    less the target's own token), so the plain acceptance rate is a = (E(α, γ) − 1) / γ.
+    It rises with α from 0 to 1, and a = (E − 1)/γ is E = 1 + γa: the α is Eq. 1 inverted
+    at τ = 1 + γa (:func:`alpha_from_tau`). At γ = 1 the rate is α itself; for γ > 1 the
+    rate is below α, because the drafts after the first rejection count as failures
+    (compare :func:`alpha_mle`).
+    """
+    if draft_tokens < 1:
+        raise ValueError("draft_tokens must be >= 1")
+    return alpha_from_tau(1.0 + draft_tokens * min(max(float(acceptance), 0.0), 1.0), draft_tokens)

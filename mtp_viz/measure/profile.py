@@ -21,6 +21,11 @@ drafter but a set acceptance α (:class:`mtp_viz.engine.drafters.scripted.Script
 every forward real), for each α of ``alphas``; their speedups over the fastest plain
 decoder of the profile are what :mod:`mtp_viz.analysis.payoff` predicted from the costs.
 Where the weights are real, the pair's own acceptance on the prompt is measured too.
+
+Beside the set acceptances, the published ones (:mod:`mtp_viz.analysis.published`): the
+predicted speedup of each engine's costs at the α of every figure of the shipped table, each
+row labelled with the model size it was published for and ``same_model`` only where that is
+the profiled pair's size.
 """
 from __future__ import annotations
 
@@ -226,9 +231,11 @@ def study(pairs: dict[str, Any], *, prompt_tokens: int = 32, new_tokens: int = 6
     pair on it), JSON-ready: costs, whole runs, predictions (:mod:`mtp_viz.analysis.payoff`)
     and, for real weights, the pair's own acceptance. A set ``stop`` (a threading.Event)
     ends it between two timed parts with one sentence (UserError)."""
-    from mtp_viz.analysis import payoff
+    from mtp_viz.analysis import payoff, published
     from mtp_viz.sources.interleave import own_clock, running_clock
     first = next(iter(pairs.values()))
+    figures = published.load()   # before any timing: a bad table is one sentence at once
+    size = published.model_size(getattr(first, "name", ""))
     ids = prompt_ids(first, prompt_tokens)
     now, basis = own_clock(first.device)
     measured = {e: costs(p, e, ids, max_draft_tokens, repeats, now, stop) for e, p in pairs.items()}
@@ -243,6 +250,8 @@ def study(pairs: dict[str, Any], *, prompt_tokens: int = 32, new_tokens: int = 6
         entry: dict[str, Any] = {"costs": c.as_dict()}
         if c.draft is not None:
             entry["prediction"] = payoff.curves(fastest.plain, c.verify, c.draft, payoff.grid())
+            entry["published"] = [r.as_dict() for r in published.rows(fastest.plain, c.verify, c.draft,
+                                                                      draft_tokens, size, figures)]
             rows = []
             for r in whole[e]:
                 if r.alpha is None:
@@ -269,7 +278,9 @@ def study(pairs: dict[str, Any], *, prompt_tokens: int = 32, new_tokens: int = 6
             "engines": engines, "fastest_plain": {"engine": fastest.engine, "step_seconds": fastest.plain,
                                                   "run_engine": fastest_run.engine,
                                                   "run_tokens_per_second": fastest_run.tokens_per_second},
-            "own_acceptance": own}
+            "own_acceptance": own,
+            "published": {"model_size": size, "doc": published.DOC, "conversion": dict(published.CONVERSION),
+                          "notes": [dataclasses.asdict(n) for n in published.notes()]}}
 
 
 def describe(result: dict[str, Any], pair: Any, target: str) -> dict[str, Any]:

@@ -84,6 +84,7 @@ def blocks(result: dict[str, Any]) -> list[tuple[str, Any]]:
                                     tuple(rows)))]
             if not all(r["same_tokens"] for r in e["runs"]):
                 out.append(("p", PARTED))
+        out += at_published(name, e.get("published"), meta["draft_tokens"], result.get("published") or {})
     own = result.get("own_acceptance")
     if own:
         out.append(("p", f"The pair's own drafter on this prompt: α = {own['alpha']:.3f} (maximum likelihood), "
@@ -145,6 +146,36 @@ def peer_blocks(result: dict[str, Any]) -> list[Block]:
 def peer_markdown(result: dict[str, Any]) -> str:
     """A peer engine's profile as markdown (``mtp-viz profile --engine llama.cpp``'s profile.md)."""
     return document.markdown(peer_blocks(result))
+
+
+def _figure(r: dict[str, Any]) -> str:
+    return f"τ {r['value']:g}" if r["kind"] == "tau" else f"{r['value']:g} of drafts accepted"
+
+
+def at_published(engine: str, rows: list[dict[str, Any]] | None, draft_tokens: int,
+                 table: dict[str, Any]) -> list[Block]:
+    """The predicted speedup at each published acceptance (``engines.<engine>.published``, rows of
+    :func:`mtp_viz.analysis.published.rows`): every row labelled with the size it was published
+    for, its α, the speedup at the profile's γ and at the figure's own, and a short citation;
+    then which rows are the profiled pair's own size, and the table's notes. None without rows."""
+    if not rows:
+        return []
+    size = table.get("model_size")
+    body = tuple((r["label"], _figure(r), f"{r['alpha']:.3f}", f"×{r['speedup_at_profile_draft_tokens']:.2f}",
+                  "–" if r["speedup_at_own_draft_tokens"] is None else f"×{r['speedup_at_own_draft_tokens']:.2f}",
+                  "yes" if r["same_model"] else f"no: {r['model_size']}", r["source"]["where"]) for r in rows)
+    own = (f"The profiled target is {size}: the rows marked yes were published for {size} (measured by others, on "
+           f"their prompts and hardware); every other row is another size's acceptance, not this pair's." if size else
+           "The profiled target is no Gemma 4 size: every row is the acceptance published for the size it "
+           "names, not this pair's.")
+    said = [f"{n['says']} Source: {n['source']['where']}." for n in table.get("notes", [])]
+    return [("h2", f"Predicted speedup at published acceptances: {engine} engine"),
+            ("table", Table(("published acceptance", "as published", "α", f"speedup at γ = {draft_tokens}",
+                             "speedup at its own γ", "this pair's size", "source"), body)),
+            ("p", f"{own} α: the per-token acceptance that gives each figure back at the γ it was measured at "
+                  f"(τ: E(α, γ) = τ; drafts accepted ÷ drafted: (E(α, γ) − 1) / γ); the speedup at its own γ "
+                  f"only where the profile timed that width (–: not timed). Each figure's setting and source: "
+                  f"{table.get('doc', 'docs/published-acceptance.md')}." + "".join(f" {n}" for n in said))]
 
 
 def _bytes(n: float | None) -> str:
@@ -228,4 +259,4 @@ def figure(result: dict[str, Any] | None):
     return go.Figure(data=data, layout=layout, _validate=False)
 
 
-__all__ = ["blocks", "by_precision", "chosen", "figure", "html", "markdown"]
+__all__ = ["at_published", "blocks", "by_precision", "chosen", "figure", "html", "markdown"]

@@ -9,8 +9,10 @@ import weakref
 
 import pytest
 
+from mtp_viz.analysis import payoff, published
 from mtp_viz.cli.main import main
 from mtp_viz.engine import theory
+from mtp_viz.views import profile as view
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +69,37 @@ def test_the_table_says_what_the_pair_is_and_where_it_ran(result):
     assert r["meta"]["machine_line"] in md and r["meta"]["host"]["cores"] >= 1
     assert "acceptance set to 0.9; every forward real" in md
     assert "not measured: its weights are random" in md and r["own_acceptance"] is None
+
+
+def test_the_published_acceptances_are_predicted_with_their_sources(result):
+    r, md = result
+    e = r["engines"]["eager"]
+    c, plain = e["costs"], r["fastest_plain"]["step_seconds"]
+    verify = {int(w): s for w, s in c["verify"].items()}                 # widths 1..4: γ up to 3 timed
+    figures = {f.id: f for f in published.load()}
+    assert [row["id"] for row in e["published"]] == list(figures)        # every figure, in the table's order
+    for row in e["published"]:
+        src = row["source"]
+        assert src["link"].startswith("https://") and src["where"] and src["says"]
+        assert row["doc"].startswith("docs/published-acceptance.md#") and row["task"] and row["engine"]
+        # the tiny pair is no Gemma 4 size: every row is another size's, and says which
+        assert not row["same_model"] and f"published for {row['model_size']} on {row['task']}" in row["label"]
+        assert row["alpha"] == pytest.approx(published.alpha(figures[row["id"]]))
+        assert row["speedup_at_profile_draft_tokens"] == pytest.approx(
+            payoff.speedup(row["alpha"], 2, plain, verify, c["draft"]))
+        own = row["speedup_at_own_draft_tokens"]
+        if row["draft_tokens"] <= 3:
+            assert own == pytest.approx(payoff.speedup(row["alpha"], row["draft_tokens"], plain, verify, c["draft"]))
+        else:
+            assert own is None
+        assert row["label"] in md and src["where"] in md
+    assert r["published"]["model_size"] is None and r["published"]["conversion"] == published.CONVERSION
+    assert "## Predicted speedup at published acceptances: eager engine" in md and "no Gemma 4 size" in md
+    assert "Google published no acceptance rates" in md and "#47920" in md
+    assert {"costs", "prediction", "runs", "plain_run"} <= set(e)          # the keys others read, unchanged
+    page = view.html(r)                       # the app's #profile-result: the same blocks, escaped
+    assert "Predicted speedup at published acceptances: eager engine" in page
+    assert "published for E4B on MT-Bench (vLLM, γ=2)" in page and "OpenWhispr/openwhispr#1269" in page
 
 
 def test_a_real_pair_reports_its_own_acceptance(tmp_path):

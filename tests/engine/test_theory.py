@@ -52,6 +52,20 @@ def test_alpha_mle_and_inverse():
     assert theory.alpha_from_tau(5.0, 4) == 1.0
 
 
+def test_alpha_from_acceptance_inverts_accepted_over_drafted():
+    # a step of γ drafts accepts E(α, γ) − 1 of them: the rate is (E − 1)/γ, below α for γ > 1
+    for g in (1, 2, 3, 4, 8):
+        for alpha in (0.05, 0.3, 0.62, 0.9, 0.99):
+            rate = (theory.expected_tokens(alpha, g) - 1) / g
+            assert theory.alpha_from_acceptance(rate, g) == pytest.approx(alpha, abs=1e-6)
+            assert rate <= alpha + 1e-12 and (g == 1) == (rate == pytest.approx(alpha))
+            # the same α through τ: one model, two ways of publishing it
+            assert theory.alpha_from_tau(1 + g * rate, g) == pytest.approx(theory.alpha_from_acceptance(rate, g))
+    assert theory.alpha_from_acceptance(0.0, 4) == 0.0 and theory.alpha_from_acceptance(1.0, 4) == 1.0
+    with pytest.raises(ValueError):
+        theory.alpha_from_acceptance(0.5, 0)
+
+
 def test_alpha_mle_recovers_alpha_from_simulated_steps():
     rng = random.Random(0)
     alpha, draft_tokens = 0.7, 4
