@@ -8,8 +8,7 @@ shape, machine and threads, and writes ``engines.md`` and ``engines.json``: one 
 engine (the predicted speedup of MTP over that engine's own plain decoding at γ = 4 at the
 acceptance published for chat, its break-even α), the costs side by side, and llama.cpp's
 measured MTP runs beside its predictions. The published acceptance is the table shipped with
-the package where it is there (``mtp_viz.analysis.published``), else vLLM's E4B figure
-below, converted to α as the project converts τ (:func:`mtp_viz.engine.theory.alpha_from_tau`).
+the package (:mod:`mtp_viz.analysis.published`), each figure converted to α as it says.
 """
 from __future__ import annotations
 
@@ -21,15 +20,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 GAMMA = 4
-# vLLM's acceptance test for Gemma 4 E4B with its assistant, 2 drafts: τ on MT-Bench (chat)
-CHAT = {"label": "the acceptance vLLM's test publishes for E4B on MT-Bench (τ 2.28 at 2 drafts)", "tau": 2.28,
-        "draft_tokens": 2,
-        "source": "vllm-project/vllm tests/v1/e2e/spec_decode/acceptance_rates/mtp_other/test_mtp.py"}
+CHAT = "vllm-e4b-mt-bench"     # the shipped figure read as "the acceptance published for chat"
+CPU = "openwhispr-e2b-qat-cpu"  # and the one for E2B itself, on a CPU
 
 
-def chat_alpha() -> tuple[float, str]:
-    from mtp_viz.engine import theory
-    return theory.alpha_from_tau(CHAT["tau"], CHAT["draft_tokens"]), CHAT["label"]
+def published(figure_id: str) -> tuple[float, str, str]:
+    """(α, label, source) of a figure of the shipped table (mtp_viz/assets/acceptance/published.json)."""
+    from mtp_viz.analysis import published as table
+    f = next(f for f in table.load() if f.id == figure_id)
+    return table.alpha(f), table.label(f), f"{f.source.where} ({f.source.link})"
 
 
 def engines(ours: Path, llamas: list[Path]) -> dict[str, dict]:
@@ -58,23 +57,28 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     from mtp_viz.analysis import payoff
-    alpha, label = chat_alpha()
+    alpha, label, source = published(CHAT)
+    cpu_alpha, cpu_label, cpu_source = published(CPU)
     found = engines(Path(args.ours), [Path(p) for p in args.llama])
     rows, sentences = {}, []
     for name, e in found.items():
         s = payoff.speedup(alpha, GAMMA, e["plain"], e["verify"], e["draft"])
+        s_cpu = payoff.speedup(cpu_alpha, GAMMA, e["plain"], e["verify"], e["draft"])
         be = payoff.break_even(GAMMA, e["plain"], e["verify"], e["draft"])
-        rows[name] = {**e, "speedup_at_chat": s, "break_even": be}
+        rows[name] = {**e, "speedup_at_chat": s, "speedup_at_e2b_cpu": s_cpu, "break_even": be}
         sentences.append(f"- over {name}'s own plain decoding ({e['plain'] * 1e3:.0f} ms a step): ×{s:.2f} "
-                         f"with {GAMMA} drafts; break-even at α = {'never' if be is None else f'{be:.2f}'}.")
+                         f"(×{s_cpu:.2f} at the E2B figure); break-even at α = "
+                         f"{'never' if be is None else f'{be:.2f}'}.")
     ours_best = min((e["plain"], n) for n, e in found.items() if n.startswith("mtp-viz"))
     lines = [f"# Does MTP pay off for {args.target.upper()} here? Each engine's answer", "",
              f"Machine: {next(iter(found.values()))['machine_line']}.", "",
-             f"On this machine, {args.target.upper()} with its assistant (random weights at the real shape: "
-             f"the costs; the acceptance is not the random pair's), MTP is predicted, at {label} = α {alpha:.3f} "
-             f"(τ → α as the project converts it: (1 − α^(γ+1))/(1 − α) = τ), as follows:", "", *sentences, "",
-             f"The fastest plain step of ours: {ours_best[1]}, {ours_best[0] * 1e3:.0f} ms. Source of the "
-             f"acceptance: {CHAT['source']}; a figure for E4B, not E2B's own (Google published none).", "",
+             f"On this machine, {args.target.upper()} with its assistant (random weights at the real shape give "
+             f"the costs; the acceptance is published, not the random pair's), MTP with {GAMMA} drafts is "
+             f"predicted {label} (α {alpha:.3f}; in brackets, {cpu_label}, α {cpu_alpha:.3f}), as follows:",
+             "", *sentences, "",
+             f"The fastest plain step of ours: {ours_best[1]}, {ours_best[0] * 1e3:.0f} ms. Sources: {source}; "
+             f"{cpu_source}; conversions to α as docs/published-acceptance.md states them. The chat figure is "
+             "E4B's, not E2B's own (Google published none).", "",
              "## What each forward costs (ms)", "",
              "| engine | plain step | " + " | ".join(f"verify {w}" for w in range(1, 10)) + " | one draft |",
              "|---|---|" + "---|" * 9 + "---|"]
@@ -100,7 +104,10 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "engines.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    (out / "engines.json").write_text(json.dumps({"chat_alpha": alpha, "chat": CHAT, "gamma": GAMMA,
+    (out / "engines.json").write_text(json.dumps({"chat": {"id": CHAT, "alpha": alpha, "label": label,
+                                                           "source": source},
+                                                  "e2b_cpu": {"id": CPU, "alpha": cpu_alpha, "label": cpu_label,
+                                                              "source": cpu_source}, "gamma": GAMMA,
                                                   "engines": rows}, indent=1, default=str), encoding="utf-8")
     print("\n".join(lines))
     return 0
