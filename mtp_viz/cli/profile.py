@@ -62,6 +62,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--llama-server", default=None, metavar="PATH",
                    help="--engine llama.cpp: the llama-server to start (default: MTP_VIZ_LLAMA_SERVER, or the "
                         "build scripts/llamacpp.sh keeps)")
+    p.add_argument("--llama-args", default="", metavar="FLAGS",
+                   help="--engine llama.cpp: more llama-server flags for every server it starts, e.g. --no-repack")
     p.add_argument("--draft-tokens", type=int, default=4, help="γ of the measured runs (default 4)")
     p.add_argument("--max-draft-tokens", type=int, default=8,
                    help="verification widths up to this many drafts + 1 (default 8)")
@@ -131,8 +133,8 @@ def check(args: argparse.Namespace) -> tuple[float, ...]:
                             "write one with `mtp-viz gguf --target TARGET --weights random --out DIR`.")
         if args.precisions:
             raise UserError("--precisions profiles mtp-viz's engines; llama.cpp's precision is its GGUF's.")
-    elif args.gguf or args.llama_server:
-        raise UserError("--gguf and --llama-server go with --engine llama.cpp.")
+    elif args.gguf or args.llama_server or args.llama_args:
+        raise UserError("--gguf, --llama-server and --llama-args go with --engine llama.cpp.")
     return _alphas(args.alphas)
 
 
@@ -228,14 +230,14 @@ def _peer(args: argparse.Namespace, alphas: tuple[float, ...]) -> dict:
     result = llamacpp_profile.study(
         folder, ids, vocab, server=server, threads=args.threads, label=f"llama.cpp {kind}",
         new_tokens=args.max_new_tokens, draft_tokens=args.draft_tokens, max_draft_tokens=args.max_draft_tokens,
-        alphas=alphas, repeats=args.repeats, random_weights=args.weights == "random",
+        alphas=alphas, repeats=args.repeats, random_weights=args.weights == "random", extra=args.llama_args.split(),
         log=lambda line: print(f"mtp-viz profile: {line}", file=sys.stderr))
     m = machine.machine()
     result["meta"] = {"target": args.target, "weights": args.weights, "gguf_type": kind, "prompt_tokens": len(ids),
                       "new_tokens": args.max_new_tokens, "draft_tokens": args.draft_tokens,
                       "max_draft_tokens": args.max_draft_tokens, "alphas": list(alphas), "repeats": args.repeats,
                       "clock": "the server's own (its timings)", "host": m, "machine_line": machine.line(m),
-                      "server_build": llamacpp_profile.build_line(server)}
+                      "server_build": llamacpp_profile.build_line(server), "llama_args": args.llama_args}
     return result
 
 

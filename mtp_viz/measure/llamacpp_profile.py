@@ -256,18 +256,19 @@ def serving(server: str, folder: Path, threads: int, extra: Sequence[str] = (), 
 
 def study(folder: Path, ids: list[int], vocab: int, *, server: str, threads: int, label: str, new_tokens: int = 64,
           draft_tokens: int = 4, max_draft_tokens: int = 8, alphas: Sequence[float] = (0.5, 0.7, 0.9),
-          repeats: int = 3, random_weights: bool = True, stop=None,
+          repeats: int = 3, random_weights: bool = True, extra: Sequence[str] = (), stop=None,
           log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
     """The whole llama.cpp profile of an exported pair (``folder``: target.gguf, drafter.gguf),
-    every server started and stopped here, one at a time: JSON-ready costs, predictions over
-    α (:func:`mtp_viz.analysis.payoff.curves`) and the measured checks."""
+    every server started and stopped here (at most two at once, the plain one and the one the
+    drafter's cost is taken from, both mapping the same target file; ``extra``: more flags for each):
+    JSON-ready costs, predictions over α (:func:`mtp_viz.analysis.payoff.curves`) and the checks."""
     from mtp_viz.analysis import payoff
-    mtp = ["-md", str(folder / "drafter.gguf"), "--spec-type", "draft-mtp", "-td", str(threads), "-tbd",
+    mtp = [*extra, "-md", str(folder / "drafter.gguf"), "--spec-type", "draft-mtp", "-td", str(threads), "-tbd",
            str(threads), "--spec-draft-p-min", "0"]
     log(f"{label}: the plain step and verifications of 1-{max_draft_tokens + 1} tokens")
     # --swa-full: sliding-window layers keep every position, so a cached prefix is reused whole
     # (else llama.cpp re-evaluates the last few positions of a prefix it cached: not w tokens)
-    with serving(server, folder, threads, ["--swa-full"], stop=stop) as plain_url:
+    with serving(server, folder, threads, [*extra, "--swa-full"], stop=stop) as plain_url:
         with serving(server, folder, threads, [*mtp, "--spec-draft-n-max", str(CALIBRATE_DRAFTS)],
                      stop=stop) as calib_url:
             costs = measure_costs(plain_url, calib_url, ids, vocab, new_tokens=new_tokens,
@@ -276,10 +277,10 @@ def study(folder: Path, ids: list[int], vocab: int, *, server: str, threads: int
     plain_tps = statistics.median(r.predicted_n / (r.predicted_ms / 1e3) for r in plain_runs)
     checks = []
     for a in (None, *alphas):
-        extra = [*mtp, "--spec-draft-n-max", str(draft_tokens)] + ([] if a is None else
+        flags = [*mtp, "--spec-draft-n-max", str(draft_tokens)] + ([] if a is None else
                                                                    ["--spec-synth-rates", synth_rates(a, draft_tokens)])
         log(f"{label}: MTP, {draft_tokens} drafts, " + ("its own drafter" if a is None else f"set acceptance {a:g}"))
-        with serving(server, folder, threads, extra, stop=stop) as url:
+        with serving(server, folder, threads, flags, stop=stop) as url:
             completion(url, ids, 4, stop=stop)
             runs = [completion(url, ids, new_tokens, stop=stop) for _ in range(repeats)]
         checks.append(check(("its own drafter" + (" (random weights: α ≈ 0)" if random_weights else ""))
