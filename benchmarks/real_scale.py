@@ -351,7 +351,11 @@ def write_md(args, results: dict, out: Path) -> None:
     for llama_type, b in meta.get("blocks", {}).items():
         lines.append(f"- {b['precision']} beside llama.cpp {llama_type}: a plain step reads "
                      f"{b['step_bytes'] / 1e9:.2f} GB of weights; compiled in {b['compile_seconds']:.0f} s; "
-                     f"kernel: {b['kernel']}.")
+                     f"kernel: {b['kernel']}."
+                     + (" Ours and the server never resident together (both do not fit in the memory): each "
+                        "repeat ran ours in a child process (built, compiled from inductor's cache, each arm "
+                        "once after an untimed warm-up, at each thread count) and then the server alone, ours "
+                        "first in even repeats, the server first in odd ones." if b.get("apart") else ""))
     lines.append("")
     for threads, t in results["threads"].items():
         lines += [f"## {threads} thread(s): {t['machine_line']}", "",
