@@ -49,6 +49,35 @@ def engines(ours: Path, llamas: list[Path]) -> dict[str, dict]:
     return out
 
 
+def svg(curves: dict[str, list[tuple[float, float]]], marks: dict[str, float], gamma: int) -> str:
+    """The predicted speedup over α, one line per engine, ×1 and the published α marked: a
+    small SVG written here (no plotting library: the results folder opens anywhere)."""
+    from html import escape
+    w, h, left, top, right, bottom = 640, 380, 50, 20, 190, 40
+    top_y = max(4.0, max(y for c in curves.values() for _, y in c))
+    x = lambda a: left + a * (w - left - right)   # noqa: E731
+    y = lambda s: top + (1 - s / top_y) * (h - top - bottom)   # noqa: E731
+    colours = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" '
+           'font-size="11">', f'<rect width="{w}" height="{h}" fill="white"/>']
+    for t in range(0, int(top_y) + 1):
+        out.append(f'<line x1="{left}" x2="{x(1)}" y1="{y(t)}" y2="{y(t)}" stroke="#ddd"/>'
+                   f'<text x="{left - 6}" y="{y(t) + 4}" text-anchor="end">×{t}</text>')
+    for a in (0, 0.2, 0.4, 0.6, 0.8, 1.0):
+        out.append(f'<text x="{x(a)}" y="{h - bottom + 16}" text-anchor="middle">{a:g}</text>')
+    out.append(f'<text x="{x(0.5)}" y="{h - 6}" text-anchor="middle">per-token acceptance α (γ = {gamma})</text>')
+    out.append(f'<line x1="{left}" x2="{x(1)}" y1="{y(1)}" y2="{y(1)}" stroke="black" stroke-dasharray="4 3"/>')
+    for i, (name, a) in enumerate(marks.items()):
+        out.append(f'<line x1="{x(a)}" x2="{x(a)}" y1="{top}" y2="{y(0)}" stroke="#888" stroke-dasharray="2 3"/>'
+                   f'<text x="{x(a) + 3}" y="{top + 12 + 12 * i}" fill="#555">{escape(name)}</text>')
+    for i, (name, c) in enumerate(curves.items()):
+        col = colours[i % len(colours)]
+        pts = " ".join(f"{x(a):.1f},{y(v):.1f}" for a, v in c)
+        out.append(f'<polyline fill="none" stroke="{col}" stroke-width="2" points="{pts}"/>'
+                   f'<text x="{x(1) + 8}" y="{top + 14 + 16 * i}" fill="{col}">{escape(name)}</text>')
+    return "\n".join(out + ["</svg>"]) + "\n"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ours", required=True, help="a folder of `mtp-viz profile --engine compiled`")
@@ -57,6 +86,7 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     from mtp_viz.analysis import payoff
+    from mtp_viz.engine import theory
     alpha, label, source = published(CHAT)
     cpu_alpha, cpu_label, cpu_source = published(CPU)
     found = engines(Path(args.ours), [Path(p) for p in args.llama])
@@ -70,12 +100,19 @@ def main() -> int:
                          f"(×{s_cpu:.2f} at the E2B figure); break-even at α = "
                          f"{'never' if be is None else f'{be:.2f}'}.")
     ours_best = min((e["plain"], n) for n, e in found.items() if n.startswith("mtp-viz"))
+    # the fastest of ours with MTP, over every engine's plain step (the step a user of it pays)
+    best = found[ours_best[1]]
+    per_token = (GAMMA * best["draft"] + best["verify"][GAMMA + 1]) / theory.expected_tokens(alpha, GAMMA)
+    across = [f"- {ours_best[1]} with MTP ({per_token * 1e3:.0f} ms a token at α {alpha:.3f}) over {n}'s plain "
+              f"decoding: ×{e['plain'] / per_token:.2f}." for n, e in found.items()]
     lines = [f"# Does MTP pay off for {args.target.upper()} here? Each engine's answer", "",
              f"Machine: {next(iter(found.values()))['machine_line']}.", "",
              f"On this machine, {args.target.upper()} with its assistant (random weights at the real shape give "
              f"the costs; the acceptance is published, not the random pair's), MTP with {GAMMA} drafts is "
              f"predicted {label} (α {alpha:.3f}; in brackets, {cpu_label}, α {cpu_alpha:.3f}), as follows:",
              "", *sentences, "",
+             "And across engines, at the chat figure:", "", *across, "",
+             "![Predicted speedup over each engine's own plain decoding](engines.svg)", "",
              f"The fastest plain step of ours: {ours_best[1]}, {ours_best[0] * 1e3:.0f} ms. Sources: {source}; "
              f"{cpu_source}; conversions to α as docs/published-acceptance.md states them. The chat figure is "
              "E4B's, not E2B's own (Google published none).", "",
@@ -98,12 +135,20 @@ def main() -> int:
                 lines.append(f"| {name} | {k['label']} (α {k['realized_alpha']:.2f}) | ×{k['speedup']:.2f} | "
                              f"×{k['predicted_at_realized_alpha']:.2f} | "
                              f"{k['speedup'] / k['predicted_at_realized_alpha']:.2f} |")
-    lines += ["", "Ours: whole runs (prompt included) over the fastest plain run of ours, on the engine's clock. "
+    lines += ["", "Costs: ours on the profile's clock (the engine thread's), llama.cpp's from its own timings; the "
+                  "servers were started and stopped by `mtp-viz profile --engine llama.cpp`, one profile after "
+                  "the other, nothing else running. "
+                  "Ours: whole runs (prompt included) over the fastest plain run of ours, on the engine's clock. "
                   "llama.cpp's: decode rates from its own timings, over its own plain decoding; set acceptance "
                   "through its synthetic acceptance (every forward real)."]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "engines.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    grid = [i / 50 for i in range(51)]
+    curves = {n: [(a, payoff.speedup(a, GAMMA, e["plain"], e["verify"], e["draft"])) for a in grid]
+              for n, e in found.items()}
+    (out / "engines.svg").write_text(svg(curves, {"E4B chat (vLLM)": alpha, "E2B CPU (llama.cpp)": cpu_alpha},
+                                         GAMMA), encoding="utf-8")
     (out / "engines.json").write_text(json.dumps({"chat": {"id": CHAT, "alpha": alpha, "label": label,
                                                            "source": source},
                                                   "e2b_cpu": {"id": CPU, "alpha": cpu_alpha, "label": cpu_label,
