@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 GAMMA = 4
-CHAT = "vllm-e4b-mt-bench"     # the shipped figure read as "the acceptance published for chat"
+CHAT = "vllm-e4b-mt-bench"     # the shipped figure read as "the acceptance published for chat" (published.CHAT)
 CPU = "openwhispr-e2b-qat-cpu"  # and the one for E2B itself, on a CPU
 
 

@@ -84,6 +84,9 @@ class Note:
     doc: str
 
 
+CHAT = "vllm-e4b-mt-bench"   # the figure a page reads as "the acceptance published for chat"
+
+
 def table_path() -> Path:
     return assets_dir() / "acceptance" / "published.json"
 
@@ -246,5 +249,5 @@ def rows(plain: float, verify: dict[int, float], draft: float, draft_tokens: int
     return sorted(out, key=lambda r: not r.same_model)
 
 
-__all__ = ["CONVERSION", "DOC", "Figure", "KINDS", "Note", "Row", "SIZES", "Source", "alpha", "conversion",
+__all__ = ["CHAT", "CONVERSION", "DOC", "Figure", "KINDS", "Note", "Row", "SIZES", "Source", "alpha", "conversion",
            "label", "load", "model_size", "notes", "rows", "table_path"]

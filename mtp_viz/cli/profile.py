@@ -218,6 +218,7 @@ def _peer(args: argparse.Namespace, alphas: tuple[float, ...]) -> dict:
     (a forward's cost does not depend on which ids), with the machine line and the export's types."""
     import random
 
+    from mtp_viz.analysis import published
     from mtp_viz.engine.config import text_config
     from mtp_viz.measure import llamacpp_profile, machine
     from mtp_viz.sources.shapes import shape
@@ -231,6 +232,7 @@ def _peer(args: argparse.Namespace, alphas: tuple[float, ...]) -> dict:
         folder, ids, vocab, server=server, threads=args.threads, label=f"llama.cpp {kind}",
         new_tokens=args.max_new_tokens, draft_tokens=args.draft_tokens, max_draft_tokens=args.max_draft_tokens,
         alphas=alphas, repeats=args.repeats, random_weights=args.weights == "random", extra=args.llama_args.split(),
+        size=published.model_size(args.target),
         log=lambda line: print(f"mtp-viz profile: {line}", file=sys.stderr))
     m = machine.machine()
     result["meta"] = {"target": args.target, "weights": args.weights, "gguf_type": kind, "prompt_tokens": len(ids),

@@ -256,12 +256,14 @@ def serving(server: str, folder: Path, threads: int, extra: Sequence[str] = (), 
 
 def study(folder: Path, ids: list[int], vocab: int, *, server: str, threads: int, label: str, new_tokens: int = 64,
           draft_tokens: int = 4, max_draft_tokens: int = 8, alphas: Sequence[float] = (0.5, 0.7, 0.9),
-          repeats: int = 3, random_weights: bool = True, extra: Sequence[str] = (), stop=None,
+          repeats: int = 3, random_weights: bool = True, extra: Sequence[str] = (), size: str | None = None,
+          stop=None,
           log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
     """The whole llama.cpp profile of an exported pair (``folder``: target.gguf, drafter.gguf),
     every server started and stopped here (at most two at once, the plain one and the one the
     drafter's cost is taken from, both mapping the same target file; ``extra``: more flags for each):
-    JSON-ready costs, predictions over α (:func:`mtp_viz.analysis.payoff.curves`) and the checks."""
+    JSON-ready costs, predictions over α (:func:`mtp_viz.analysis.payoff.curves`), at each published
+    acceptance (:func:`mtp_viz.analysis.published.rows`; ``size``: the pair's Gemma 4 size) and the checks."""
     from mtp_viz.analysis import payoff
     mtp = [*extra, "-md", str(folder / "drafter.gguf"), "--spec-type", "draft-mtp", "-td", str(threads), "-tbd",
            str(threads), "--spec-draft-p-min", "0"]
@@ -285,7 +287,9 @@ def study(folder: Path, ids: list[int], vocab: int, *, server: str, threads: int
             runs = [completion(url, ids, new_tokens, stop=stop) for _ in range(repeats)]
         checks.append(check(("its own drafter" + (" (random weights: α ≈ 0)" if random_weights else ""))
                             if a is None else f"set acceptance {a:g}", runs, plain_tps, costs, draft_tokens, a))
-    return {"engine": label, "threads": threads, "costs": costs.as_dict(),
+    from mtp_viz.analysis import published
+    at = published.rows(costs.plain, costs.verify, costs.draft or 0.0, draft_tokens, size)
+    return {"engine": label, "threads": threads, "costs": costs.as_dict(), "published": [r.as_dict() for r in at],
             "prediction": payoff.curves(costs.plain, costs.verify, costs.draft or 0.0, payoff.grid()),
             "plain_decode_tokens_per_second": plain_tps, "checks": [asdict(c) for c in checks]}
 

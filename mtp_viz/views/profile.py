@@ -40,11 +40,32 @@ def chosen(choice: dict[str, Any]) -> str:
     return f"{how[choice['chosen_by']]} {choice['why']}"
 
 
+def answer(target: str, engine: str, over: str, rows: list[dict[str, Any]] | None, draft_tokens: int,
+           break_even: float | None) -> str:
+    """The page's opening sentence for one engine: MTP's predicted speedup over ``over`` at the
+    acceptance published for chat (:data:`mtp_viz.analysis.published.CHAT`, whose size it names)
+    and the break-even α, at γ = ``draft_tokens``; "" without that figure's row."""
+    from mtp_viz.analysis.published import CHAT
+    row = next((r for r in rows or () if r.get("id") == CHAT), None)
+    if row is None:
+        return ""
+    return (f"On this machine, {target.upper()} with its assistant on {engine}: MTP with {draft_tokens} drafts is "
+            f"predicted ×{row['speedup_at_profile_draft_tokens']:.2f} over {over}, {row['label']} "
+            f"(α {row['alpha']:.3f}); break-even at α = {_alpha(break_even)}.")
+
+
 def blocks(result: dict[str, Any]) -> list[tuple[str, Any]]:
     """The profile as :mod:`.document` blocks: what :func:`markdown` and :func:`html` both
     render (one writer of its words)."""
     meta, fastest = result["meta"], result["fastest_plain"]
     out: list[Block] = [("h1", f"Cost profile: {meta.get('target', '?')}")]
+    g = meta["draft_tokens"]
+    for name, e in result["engines"].items():   # one sentence per engine: the answer first
+        said = answer(meta.get("target", "?"), f"mtp-viz's {name} engine", "the fastest plain decoder here "
+                      f"({fastest['engine']})", e.get("published"), g,
+                      (e.get("prediction") or {}).get("break_even", {}).get(str(g)))
+        if said:
+            out.append(("p", said))
     if meta.get("weights_label"):
         out.append(("p", f"{meta['weights_label']} ({meta.get('shape_origin', '')} shape)."))
     out += [("p", f"Machine: {meta.get('machine_line', '?')}."),
@@ -114,8 +135,12 @@ def peer_blocks(result: dict[str, Any]) -> list[Block]:
     runs it measured beside their predictions."""
     meta, c, name = result["meta"], result["costs"], result["engine"]
     widths = sorted(int(w) for w in c["verify"])
+    g = meta["draft_tokens"]
+    said = answer(meta.get("target", "?"), name, f"{name}'s own plain decoding", result.get("published"), g,
+                  result["prediction"]["break_even"].get(str(g)))
     out: list[Block] = [
         ("h1", f"Cost profile on {name}: {meta.get('target', '?')}"),
+        *((("p", said),) if said else ()),
         ("p", f"Machine: {meta.get('machine_line', '?')}; {result['threads']} thread(s); llama-server "
               f"{meta.get('server_build') or '(version not given)'}."),
         ("p", f"Weights: the {meta.get('gguf_type', '?')} GGUF `mtp-viz gguf` exported"

@@ -30,7 +30,9 @@ def spare(monkeypatch):
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_the_cli_offers_the_tables_engines(command):
-    assert _choices(command) == list(ENGINES)
+    from mtp_viz.cli.profile import PEERS
+    peers = list(PEERS) if command == "profile" else []   # profile also measures llama.cpp (--engine llama.cpp)
+    assert _choices(command) == list(ENGINES) + peers
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -1,7 +1,7 @@
 """`mtp-viz profile --engine llama.cpp`'s arithmetic on recorded timings (no server): a reply's
 timings read and checked, a step's count, the drafter's cost by difference, the check of a
 measured run against the prediction at the α it realised, llama.cpp's synthetic rates, and the
-CLI's sentences for a missing export. Against a real llama-server: tests/sources/test_llamacpp_profile.py."""
+CLI's sentences for a missing export. Against a real llama-server: tests/sources/test_profile_llamacpp.py."""
 import math
 
 import pytest

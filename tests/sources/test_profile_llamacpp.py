@@ -37,4 +37,8 @@ def test_the_profile_measures_llamacpp_and_checks_its_prediction(tmp_path, capsy
         assert math.isfinite(k["predicted"]) and 0.3 < k["measured_over_predicted"] < 3
     md = (out / "profile.md").read_text()
     assert "Cost profile on llama.cpp f32: tiny" in md and "Measured on llama.cpp f32" in md
+    # the answer first: MTP over llama.cpp's own plain decoding at the chat figure, labelled E4B's
+    assert md.splitlines()[2].startswith("On this machine, TINY with its assistant on llama.cpp f32: MTP with 4")
+    assert "published for E4B on MT-Bench" in md.splitlines()[2]
+    assert any(r["id"] == "vllm-e4b-mt-bench" and not r["same_model"] for r in result["published"])
     assert str(tmp_path) not in md and str(kept_folder()) not in md   # no paths of this machine's
