@@ -40,6 +40,11 @@ def chosen(choice: dict[str, Any]) -> str:
     return f"{how[choice['chosen_by']]} {choice['why']}"
 
 
+def _at(by_gamma: dict, g: int):
+    """``by_gamma[g]``, its keys ints as made or strings as JSON read them back."""
+    return by_gamma.get(g, by_gamma.get(str(g)))
+
+
 def answer(target: str, engine: str, over: str, rows: list[dict[str, Any]] | None, draft_tokens: int,
            break_even: float | None) -> str:
     """The page's opening sentence for one engine: MTP's predicted speedup over ``over`` at the
@@ -63,7 +68,7 @@ def blocks(result: dict[str, Any]) -> list[tuple[str, Any]]:
     for name, e in result["engines"].items():   # one sentence per engine: the answer first
         said = answer(meta.get("target", "?"), f"mtp-viz's {name} engine", "the fastest plain decoder here "
                       f"({fastest['engine']})", e.get("published"), g,
-                      (e.get("prediction") or {}).get("break_even", {}).get(str(g)))
+                      _at((e.get("prediction") or {}).get("break_even", {}), g))
         if said:
             out.append(("p", said))
     if meta.get("weights_label"):
@@ -137,7 +142,7 @@ def peer_blocks(result: dict[str, Any]) -> list[Block]:
     widths = sorted(int(w) for w in c["verify"])
     g = meta["draft_tokens"]
     said = answer(meta.get("target", "?"), name, f"{name}'s own plain decoding", result.get("published"), g,
-                  result["prediction"]["break_even"].get(str(g)))
+                  _at(result["prediction"]["break_even"], g))
     out: list[Block] = [
         ("h1", f"Cost profile on {name}: {meta.get('target', '?')}"),
         *((("p", said),) if said else ()),
@@ -254,8 +259,9 @@ def html(result: dict[str, Any]) -> str:
 
 def figure(result: dict[str, Any] | None):
     """The predicted speedup over the fastest plain decoder against acceptance α, one
-    curve per draft length γ, the break-even line at ×1, and the runs measured at a set
-    acceptance as points at the α their draws gave (plotly; empty before a profile)."""
+    curve per draft length γ, the break-even line at ×1, the published acceptance for chat
+    and for the profiled size marked at their α, and the runs measured at a set acceptance as
+    points at the α their draws gave (plotly; empty before a profile)."""
     import plotly.graph_objects as go
     layout = dict(title=dict(text="Predicted speedup over the fastest plain decoder", x=0.01, xanchor="left",
                              font=dict(size=14)),
@@ -275,6 +281,15 @@ def figure(result: dict[str, Any] | None):
     data = [dict(type="scatter", mode="lines", x=pred["alphas"], y=row, name=f"γ = {g}",
                  hovertemplate=f"γ = {g}, α %{{x:.2f}}: ×%{{y:.2f}}<extra></extra>")
             for g, row in pred["speedup"].items()]
+    # the published acceptances a reader compares with: the chat figure and the profiled size's own,
+    # each a dotted line at its α, labelled with the size it was published for
+    from mtp_viz.analysis.published import CHAT
+    marks = [r for r in engine.get("published") or () if r.get("id") == CHAT or r.get("same_model")]
+    layout["shapes"] += [dict(type="line", yref="paper", x0=r["alpha"], x1=r["alpha"], y0=0, y1=1,
+                              line=dict(color="#6b7280", dash="dot", width=1)) for r in marks]
+    layout["annotations"] = [dict(text=f"{r['model_size']} {r['task']}", x=r["alpha"], yref="paper", y=1 - 0.07 * i,
+                                  showarrow=False, xanchor="right", font=dict(size=10, color="#6b7280"))
+                             for i, r in enumerate(marks)]
     runs = engine.get("runs") or []
     if runs:
         data.append(dict(type="scatter", mode="markers", x=[r["realized_alpha"] for r in runs],
@@ -284,4 +299,5 @@ def figure(result: dict[str, Any] | None):
     return go.Figure(data=data, layout=layout, _validate=False)
 
 
-__all__ = ["at_published", "blocks", "by_precision", "chosen", "figure", "html", "markdown"]
+__all__ = ["answer", "at_published", "blocks", "by_precision", "chosen", "figure", "html", "markdown", "peer_blocks",
+           "peer_markdown", "prediction"]

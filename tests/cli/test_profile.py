@@ -187,3 +187,22 @@ def test_one_pair_is_resident_at_a_time():
     s = sweep(["float32", "bfloat16"], load, "cpu", prompt_tokens=8, draft_tokens=1, repeats=1)
     assert [x["precision"] for x in s["rows"]] == ["float32", "bfloat16"]
     assert len(held) == 2 and all(ref() is None for ref in held)
+
+
+def test_the_page_opens_with_the_answer_and_its_chart_marks_the_published_acceptance(result):
+    """One sentence per engine first (MTP's predicted speedup at the chat figure, labelled with
+    the size it was published for, and the break-even), and that figure's α marked on the chart."""
+    from mtp_viz.analysis import published
+    from mtp_viz.views.profile import figure, markdown
+    result, md = result
+    chat = next(f for f in published.load() if f.id == published.CHAT)
+    lines = md.rstrip("\n").splitlines()
+    assert lines == markdown(json.loads(json.dumps(result))).rstrip("\n").splitlines()   # the JSON renders as the run did
+    first = next(ln for ln in lines if ln.startswith("On this machine"))
+    assert lines.index(first) < lines.index("## What each forward costs (ms)")
+    row = next(r for r in result["engines"]["eager"]["published"] if r["id"] == published.CHAT)
+    assert f"×{row['speedup_at_profile_draft_tokens']:.2f}" in first and "published for E4B" in first
+    be = result["engines"]["eager"]["prediction"]["break_even"][str(result["meta"]["draft_tokens"])]
+    assert first.endswith(f"break-even at α = {'never' if be is None else f'{be:.2f}'}.")
+    marked = [s.x0 for s in figure(result).layout.shapes if s.line.dash == "dot"]
+    assert published.alpha(chat) in marked
