@@ -197,7 +197,8 @@ def test_the_page_opens_with_the_answer_and_its_chart_marks_the_published_accept
     result, md = result
     chat = next(f for f in published.load() if f.id == published.CHAT)
     lines = md.rstrip("\n").splitlines()
-    assert lines == markdown(json.loads(json.dumps(result))).rstrip("\n").splitlines()   # the JSON renders as the run did
+    # the JSON renders as the run did
+    assert lines == markdown(json.loads(json.dumps(result))).rstrip("\n").splitlines()
     first = next(ln for ln in lines if ln.startswith("On this machine"))
     assert lines.index(first) < lines.index("## What each forward costs (ms)")
     row = next(r for r in result["engines"]["eager"]["published"] if r["id"] == published.CHAT)
