@@ -19,7 +19,7 @@ PACKAGE = ROOT / "mtp_viz"
 
 # a kind's name -> the modules (dotted prefixes) where it may be compared
 KINDS = {
-    "vllm": ("mtp_viz.sources.vllm", "mtp_viz.app.handlers.vllm"),
+    "vllm": ("mtp_viz.sources.vllm", "mtp_viz.app.handlers.servers"),
     "llamacpp": ("mtp_viz.sources.llamacpp",),
     "llama.cpp": ("mtp_viz.sources.llamacpp",),
     "compiled": ("mtp_viz.engine.compiled",),

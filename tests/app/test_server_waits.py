@@ -9,7 +9,7 @@ import time
 import pytest
 
 from hostile import serving
-from mtp_viz.app.handlers import vllm as vllm_handlers
+from mtp_viz.app.handlers import servers as server_handlers
 from mtp_viz.app.handlers.local import OUTPUTS, Handlers
 from mtp_viz.app.runtime import deploy, runs, service
 from mtp_viz.app.runtime.guard import ServerPolicy
@@ -24,11 +24,11 @@ TOKEN = {"content": "x", "tokens": [5], "stop": False, "tokens_predicted": 1, "t
 
 def handlers():
     h = Handlers(service.PairLoader(lambda t, d: None), deploy.presets(deploy.AllowList("")), ("tiny", None), 64, 256)
-    return vllm_handlers.ServerHandlers(h, ServerPolicy(deploy.AllowList(""), ""))
+    return server_handlers.ServerHandlers(h, ServerPolicy(deploy.AllowList(""), ""))
 
 
 def values(url):
-    return dict(prompt="def f(x):", model=vllm_handlers.VLLM, custom_target="", custom_drafter="", max_new_tokens=4,
+    return dict(prompt="def f(x):", model=server_handlers.VLLM, custom_target="", custom_drafter="", max_new_tokens=4,
                 draft_tokens=4, schedule="constant", drafter_kind="mtp", decoding="greedy", temperature=0.8,
                 top_p=0.95, top_k=0, seed=0, chat=False, baseline=False, vllm_url=url, vllm_baseline_url="")
 

@@ -8,7 +8,7 @@ import pytest
 
 from hostile import SECRET, closed_url, reply, serve
 from mtp_viz.analysis.metrics import theory_check
-from mtp_viz.app.handlers import vllm as vllm_handlers
+from mtp_viz.app.handlers import servers as server_handlers
 from mtp_viz.app.handlers.local import OUTPUTS, Handlers
 from mtp_viz.app.page import vllm as vllm_tab
 from mtp_viz.app.runtime import deploy, runs, service
@@ -88,7 +88,7 @@ def test_a_locked_deployment_without_listed_servers_offers_no_vllm_source(monkey
         policy.check("http://127.0.0.1:8000")
     monkeypatch.setenv("MTP_VIZ_VLLM_URLS", "http://127.0.0.1:8000")
     assert ServerPolicy(LOCKED).offered and vllm_tab.choices(ServerPolicy(OPEN)) == [
-        ("vLLM or llama.cpp server (enter its URL)", vllm_handlers.VLLM)]
+        ("vLLM or llama.cpp server (enter its URL)", server_handlers.VLLM)]
 
 
 def test_a_redirect_is_not_followed():
@@ -186,11 +186,11 @@ def test_theory_panel_and_timing_chart_say_vllm_reports_no_timings():
 
 def _handlers(policy):
     h = Handlers(service.PairLoader(lambda t, d: None), deploy.presets(OPEN), ("tiny", None), 64, 256)
-    return vllm_handlers.ServerHandlers(h, policy)
+    return server_handlers.ServerHandlers(h, policy)
 
 
 def _values(**kw):
-    v = dict(prompt="def f(x):", model=vllm_handlers.VLLM, custom_target="", custom_drafter="",
+    v = dict(prompt="def f(x):", model=server_handlers.VLLM, custom_target="", custom_drafter="",
              max_new_tokens=16, draft_tokens=4, schedule="constant", drafter_kind="mtp", decoding="greedy",
              temperature=0.8, top_p=0.95, top_k=0, seed=0, chat=False, baseline=True,
              vllm_url="http://127.0.0.1:8000", vllm_baseline_url="")
@@ -228,7 +228,7 @@ def test_load_checks_servers_and_the_dashboard_never_quotes_them():
     server, url = serve(reply(200, f"<html>{SECRET}</html>"))
     try:
         vh = _handlers(ServerPolicy(OPEN, ""))
-        line = vh.load(vllm_handlers.VLLM, "", "", url, "")[0]
+        line = vh.load(server_handlers.VLLM, "", "", url, "")[0]
         assert "mv-msg-error" in line and "is not a vLLM server" in line and SECRET not in line
         state, summary, pos, rate, timer = vh.watch(url)
         assert "mv-msg-error" in summary and SECRET not in summary and timer.active is False
@@ -240,7 +240,7 @@ def test_load_checks_servers_and_the_dashboard_never_quotes_them():
 
 def test_the_status_line_follows_the_picker():
     vh = _handlers(ServerPolicy(OPEN, ""))
-    assert "Give the server&#x27;s URL" in vh.picked(vllm_handlers.VLLM)
+    assert "Give the server&#x27;s URL" in vh.picked(server_handlers.VLLM)
     assert "loads on first run" in vh.picked("tiny")   # the local pair's own line, as before
 
 
@@ -255,7 +255,7 @@ def test_the_page_offers_the_source_and_dashboard_unless_locked_without_servers(
     def has_vllm(demo):
         model = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "model")
         ids = {getattr(b, "elem_id", None) for b in demo.blocks.values()}
-        return vllm_handlers.VLLM in [v for _, v in model.choices], "vllm-dashboard" in ids
+        return server_handlers.VLLM in [v for _, v in model.choices], "vllm-dashboard" in ids
 
     monkeypatch.delenv("MTP_VIZ_VLLM_URLS", raising=False)
     monkeypatch.delenv("MTP_VIZ_ALLOWED_MODELS", raising=False)

@@ -6,7 +6,7 @@ import tracemalloc
 
 import pytest
 
-from mtp_viz.app.handlers import vllm as vllm_handlers
+from mtp_viz.app.handlers import servers as server_handlers
 from mtp_viz.sources import prometheus
 
 PAGE = 4 * 1024 * 1024 - 4096
@@ -42,9 +42,9 @@ def test_many_model_names_keep_sixteen_and_a_count():
     counters, most = peak(lambda: prometheus.spec_decode(prometheus.parse(page)))
     assert most < 10 * len(page), f"{most / len(page):.1f}x the page"
     assert len(counters.models) == 16 and counters.model_count == names + 1
-    watch = vllm_handlers.Watch("http://x", 0.0, type("Source", (), {"counters": lambda self, url: counters})())
+    watch = server_handlers.Watch("http://x", 0.0, type("Source", (), {"counters": lambda self, url: counters})())
     for _ in range(3):
-        vllm_handlers.ServerHandlers.poll(watch)
+        server_handlers.ServerHandlers.poll(watch)
     assert [c.models for _, c in watch.history] == [(), (), ()]
     assert {c.drafts for _, c in watch.history} == {3}
 

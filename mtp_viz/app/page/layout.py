@@ -23,8 +23,8 @@ from mtp_viz.app.handlers.beside import Peers, engine_choices
 from mtp_viz.app.handlers.form import NO_ENGINE
 from mtp_viz.app.handlers.local import CUSTOM, EXPERTS_WAITING, Handlers
 from mtp_viz.app.handlers.recorded import Traces
+from mtp_viz.app.handlers.servers import ServerHandlers
 from mtp_viz.app.handlers.traffic import TrafficHandlers
-from mtp_viz.app.handlers.vllm import ServerHandlers
 from mtp_viz.app.runtime import deploy, pairs, runs, service, work
 from mtp_viz.app.runtime.guard import ServerPolicy
 from mtp_viz.engine.drafters import DRAFTERS

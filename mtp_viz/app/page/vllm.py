@@ -1,5 +1,5 @@
 """The vLLM source's controls and the server dashboard's section (layout only; their
-handlers are :mod:`mtp_viz.app.handlers.vllm`)."""
+handlers are :mod:`mtp_viz.app.handlers.servers`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -7,8 +7,8 @@ from typing import Any
 
 import gradio as gr
 
+from mtp_viz.app.handlers.servers import DASHBOARD_SECONDS, VLLM, ServerHandlers
 from mtp_viz.app.handlers.traffic import MAX_TOKENS, Sweep, TrafficHandlers
-from mtp_viz.app.handlers.vllm import DASHBOARD_SECONDS, VLLM, ServerHandlers
 from mtp_viz.app.runtime.guard import ServerPolicy
 from mtp_viz.measure.traffic import example_levels
 from mtp_viz.sources.prometheus import SpecDecodeCounters

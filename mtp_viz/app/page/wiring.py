@@ -15,7 +15,7 @@ import gradio as gr
 
 from mtp_viz.app.handlers import beside, links
 from mtp_viz.app.handlers.local import CUSTOM, OUTPUTS, Handlers
-from mtp_viz.app.handlers.vllm import HINT, ServerHandlers, capabilities
+from mtp_viz.app.handlers.servers import HINT, ServerHandlers, capabilities
 from mtp_viz.app.runtime import deploy
 from mtp_viz.prompts import Prompt, category_suite, code_suite, load_prompts
 from mtp_viz.views import charts, tokens

@@ -1,4 +1,5 @@
-"""Handlers of the vLLM source and the server dashboard (see docs/vllm.md). No torch here.
+"""Handlers of the server source (vLLM or llama.cpp, by what the server answers) and the
+server dashboard (see docs/vllm.md). No torch here.
 
 **Source.** Run sends the prompt to the server at ``#vllm-url`` (it must speculate and
 report per-step metrics) and then, with "Then run autoregressive" on and a baseline URL
