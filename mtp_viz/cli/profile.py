@@ -133,6 +133,9 @@ def check(args: argparse.Namespace) -> tuple[float, ...]:
                             "write one with `mtp-viz gguf --target TARGET --weights random --out DIR`.")
         if args.precisions:
             raise UserError("--precisions profiles mtp-viz's engines; llama.cpp's precision is its GGUF's.")
+        import importlib.util
+        if importlib.util.find_spec("gguf") is None:   # the export's type is read from its header
+            raise UserError('--engine llama.cpp needs the gguf package: pip install "mtp-viz[gguf]".')
     elif args.gguf or args.llama_server or args.llama_args:
         raise UserError("--gguf, --llama-server and --llama-args go with --engine llama.cpp.")
     return _alphas(args.alphas)

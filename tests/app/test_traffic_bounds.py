@@ -13,7 +13,7 @@ import pytest
 
 import hostile
 from hostile import MODELS, SECRET, SPEC_METRICS
-from mtp_viz.app.handlers import traffic as traffic_handlers, vllm as vllm_handlers
+from mtp_viz.app.handlers import servers as server_handlers, traffic as traffic_handlers
 from mtp_viz.app.handlers.local import OUTPUTS, Handlers
 from mtp_viz.app.handlers.traffic import TrafficHandlers
 from mtp_viz.app.runtime import deploy, runs, service
@@ -134,11 +134,11 @@ def test_a_non_vllm_server_is_one_sentence_without_status_path_or_port_in_the_tr
 
 def _vllm_handlers(policy):
     h = Handlers(service.PairLoader(lambda t, d: None), deploy.presets(OPEN), ("tiny", None), 64, 256)
-    return vllm_handlers.ServerHandlers(h, policy)
+    return server_handlers.ServerHandlers(h, policy)
 
 
 def _values(url, **kw):
-    return {**dict(prompt="def f(x):", model=vllm_handlers.VLLM, custom_target="", custom_drafter="",
+    return {**dict(prompt="def f(x):", model=server_handlers.VLLM, custom_target="", custom_drafter="",
                    max_new_tokens=16, draft_tokens=4, schedule="constant", drafter_kind="mtp", decoding="greedy",
                    temperature=0.8, top_p=0.95, top_k=0, seed=0, chat=False, baseline=True,
                    vllm_url=url, vllm_baseline_url=""), **kw}
