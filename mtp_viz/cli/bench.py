@@ -40,7 +40,8 @@ from mtp_viz.sources.precision import Precision
 from mtp_viz.sources.settings import MAX_DRAFT_TOKENS, RunSettings
 
 from . import bench_precision, bench_report
-from .generate import MAX_NEW_TOKENS, engine_of
+from .flags import engine_of
+from .generate import MAX_NEW_TOKENS
 
 QUICK = dict(max_new_tokens=24, repeats=1, draft_tokens=(2, 4), per_category=1)
 MAX_REPEATS = 100      # timed repeats of every run
@@ -51,7 +52,7 @@ SERVER_ONLY = ("--model", "--baseline-model", "--concurrency", "--requests")
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default="tiny", help="target model: hub id, local folder or 'tiny'")
     p.add_argument("--drafter", default=None, help="MTP assistant (default: the target's usual one)")
-    from .generate import add_engine_argument, add_precision_arguments, add_weights_argument
+    from .flags import add_engine_argument, add_precision_arguments, add_weights_argument
     add_precision_arguments(p)
     add_weights_argument(p)
     p.add_argument("--precisions", default=None, metavar="T/D,...",

@@ -38,7 +38,7 @@ def on_engine(pairs, engine: str, runs=()) -> list:
     with its one sentence on stderr."""
     from mtp_viz.engine.engines import ENGINES
 
-    from .generate import compile_progress
+    from .flags import compile_progress
     out = []
     for p in pairs:
         other = p.on(engine, settings=runs, progress=compile_progress("mtp-viz bench"))

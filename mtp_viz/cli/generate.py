@@ -21,6 +21,8 @@ from mtp_viz.engine.schedules import SCHEDULES
 from mtp_viz.errors import UserError
 from mtp_viz.sources.settings import DEFAULT_DRAFT_TOKENS, DEFAULT_MAX_NEW_TOKENS, RunSettings
 
+from .flags import add_engine_argument, add_precision_arguments, add_weights_argument, compile_progress, engine_of
+
 # The most new tokens one command may ask for, checked before a model loads: the compiled
 # engine's largest cache (mtp_viz.engine.compiled.CAPACITIES), and minutes of decoding on a
 # CPU. A model's own context is checked too, once it has loaded.
@@ -63,64 +65,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_engine_argument(p, "what decodes (every graph this run can meet compiled before its first token, "
                            "each one reported on stderr)")
     p.add_argument("--stale-kv", action="store_true", help=argparse.SUPPRESS)
-
-
-def add_precision_arguments(p: argparse.ArgumentParser) -> None:
-    """``--dtype`` (both models) and ``--target-precision`` / ``--drafter-precision`` (one)."""
-    p.add_argument("--dtype", default=None, metavar="PRECISION",
-                   help="both models' precision: float32, bfloat16, float16, int8 or int4 (default: bfloat16 "
-                        "on a GPU, float32 on a CPU, which takes twice bfloat16's memory)")
-    p.add_argument("--target-precision", default=None, metavar="PRECISION",
-                   help="the target's precision (float32, bfloat16, float16, int8, int4); wins over --dtype")
-    p.add_argument("--drafter-precision", default=None, metavar="PRECISION",
-                   help="the drafter's precision; wins over --dtype")
-
-
-def add_weights_argument(p: argparse.ArgumentParser) -> None:
-    """``--weights real|random`` (generate, bench, gguf, profile: one flag, one meaning)."""
-    p.add_argument("--weights", default="real", choices=("real", "random"),
-                   help="random: the target's real shape (a preset's, e.g. e2b) with random weights, nothing "
-                        "downloaded but a config; timings only: its text and acceptance are noise (default: real)")
-
-
-class EngineFlag(argparse.Action):
-    """``--engine NAME`` and its alias ``--compile`` (``--engine compiled``), read here, once, into
-    ``args.engine`` (a name of :data:`mtp_viz.engine.engines.ENGINES`; None: not given) and
-    ``args.engine_flag`` (the flag that named it, ``--compile`` once given, for a sentence): past
-    the parser no command knows the alias. The two naming two engines, in either order: one sentence."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        from mtp_viz.engine.engines import ENGINES, resolve
-        alias = option_string == "--compile"
-        if not alias and values not in ENGINES:   # a peer engine the command takes (profile: llama.cpp)
-            namespace.engine, namespace.engine_flag = values, option_string
-            return
-        try:   # the alias given before or after --engine NAME: resolve checks the two agree
-            namespace.engine = resolve(namespace.engine if alias else values,
-                                       alias or namespace.engine_flag == "--compile")
-        except UserError as e:
-            parser.error(str(e))
-        namespace.engine_flag = "--compile" if alias else namespace.engine_flag or option_string
-
-
-def add_engine_argument(p: argparse.ArgumentParser, what: str, peers: dict[str, str] | None = None) -> None:
-    """``--engine`` (a name of :data:`mtp_viz.engine.engines.ENGINES`, read when the
-    parser is built, or of ``peers``: another engine the command measures, name -> help)
-    and ``--compile``, kept as its alias for the compiled engine (generate, bench, profile:
-    one flag, one meaning; ``what``: what the engine does here), both read by :class:`EngineFlag`."""
-    from mtp_viz.engine.engines import COMPILE_ALIAS, ENGINES, default_engine
-    listed = "; ".join([*(f"{name}: {e.help}" for name, e in ENGINES.items()),
-                        *(f"{name}: {h}" for name, h in (peers or {}).items())])
-    p.add_argument("--engine", choices=[*ENGINES, *(peers or {})], default=None, action=EngineFlag,
-                   help=f"{what} (default: {default_engine()}). {listed}")
-    p.add_argument("--compile", dest="engine", nargs=0, action=EngineFlag, help=f"an alias of --engine {COMPILE_ALIAS}")
-    p.set_defaults(engine_flag=None)
-
-
-def engine_of(args: argparse.Namespace) -> str:
-    """The engine ``--engine`` (or its alias) names (default: the table's first)."""
-    from mtp_viz.engine.engines import default_engine
-    return args.engine or default_engine()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -199,9 +143,3 @@ def open_source(args: argparse.Namespace, s: RunSettings | None = None):
         print(f"mtp-viz: {pair.compile_note}" if pair.compile_note else
               f"mtp-viz: compiled in {pair.compile_seconds:.1f} s (not in the run's timing)", file=sys.stderr)
     return source
-
-
-def compile_progress(prefix: str):
-    """What ``--engine compiled`` prints on stderr before each graph: "mtp-viz: compiling graph 3
-    of 7: the target over 5 tokens, ... (256-position cache); about 40 s left"."""
-    return lambda p: print(f"{prefix}: compiling {p.line()}", file=sys.stderr, flush=True)

@@ -25,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="how weights are stored (default f32; norms and scales stay f32)")
     p.add_argument("--force", action="store_true",
                    help="replace a target.gguf or drafter.gguf the folder already holds (without it: refused)")
-    from .generate import add_weights_argument
+    from .flags import add_weights_argument
     add_weights_argument(p)
 
 

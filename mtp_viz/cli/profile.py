@@ -49,7 +49,7 @@ PEERS = {"llama.cpp": "the same study on a llama-server serving the pair --gguf 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from .generate import add_engine_argument, add_precision_arguments, add_weights_argument
+    from .flags import add_engine_argument, add_precision_arguments, add_weights_argument
     p.add_argument("--target", default="tiny",
                    help="preset (tiny, e2b, e4b, 12b, 31b, 26b-a4b), hub id or local folder (default: tiny)")
     add_weights_argument(p)
@@ -160,7 +160,7 @@ def _on_engine(pair, engine: str, args: argparse.Namespace):
     shape where it compiles; its ``compile_note`` says why it could not go there."""
     from mtp_viz.sources.settings import RunSettings
 
-    from .generate import compile_progress
+    from .flags import compile_progress
     plan = RunSettings("x" * args.prompt_tokens, max_new_tokens=args.max_new_tokens, chat=False,
                        draft_tokens=args.draft_tokens)
     return pair.on(engine, settings=[plan], progress=compile_progress("mtp-viz profile"))
@@ -252,7 +252,7 @@ def run(args: argparse.Namespace) -> int:
     from mtp_viz.sources.models import pick_device
     from mtp_viz.views.profile import markdown, peer_markdown
 
-    from .generate import engine_of
+    from .flags import engine_of
     alphas, engine = check(args), engine_of(args)
     names = precision_list(args.precisions)
     torch.set_num_threads(args.threads)

@@ -57,7 +57,7 @@ def check_engine(name: Any) -> str:
 
 # What the switch this table replaced names: kept as an alias of this engine where a user writes it
 # (the CLI's ``--compile``, a ``compile=1`` link, ``load_pair(compile=True)``), read once where each is
-# read (cli.generate.add_engine_argument, app.handlers.links, sources.models.load_pair); past them, an engine's name.
+# read (cli.flags.add_engine_argument, app.handlers.links, sources.models.load_pair); past them, an engine's name.
 COMPILE_ALIAS = "compiled"
 
 
