@@ -92,20 +92,25 @@ def twin(model):
     """A copy of ``model`` sharing every parameter (nothing of size is copied) with a
     config of its own, set to :data:`ATTENTION`, and its linear layers streamed
     (:class:`StreamedLinear`, on the engine's kernel where this CPU runs it)."""
-    from . import kernels
+    from . import hugepages, kernels
     _register_attention()
     other = copy.deepcopy(model, memo={id(p): p for p in model.parameters()})
     cpu = all(p.device.type == "cpu" for p in model.parameters())
     isa = kernels.isa() if cpu else 0
+    streamed = []
     for m in other.modules():
         if type(m) is not torch.nn.Linear:
             continue
         if type(m.weight) is torch.nn.Parameter and m.weight.is_floating_point():
             m.__class__ = StreamedLinear   # the same module, its forward streamed
             m.isa = isa
+            streamed.append(m.weight)
         elif isa and (q := _int8_rows(m.weight)) is not None:
             m.__class__ = StreamedLinear
             m.isa, m.int8 = isa, q
+            streamed.append(q[0])
+    if cpu:   # what a step streams, in 2 MB pages where Linux can (in place: shared with the model)
+        hugepages.collapse(streamed)
     for config in {id(c): c for c in (other.config, getattr(other.config, "get_text_config", lambda: None)())
                    if c is not None}.values():
         config._attn_implementation = ATTENTION
