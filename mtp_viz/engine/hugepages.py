@@ -11,25 +11,23 @@ copied, nothing moved, no value changed. Where the kernel refuses (older, or no 
 compact), the pages stay as they are and the step is as fast as before.
 
 Measured (Zen 4, one thread, random E2B in bfloat16, compiled): a plain step 187.9 -> 183.5 ms
-with the weights in huge pages (docs/compiled.md).
+with the weights in huge pages (docs/real-scale.md, "On Zen 4").
 """
 from __future__ import annotations
 
 import ctypes
+import functools
 import sys
 
 MADV_COLLAPSE = 25       # <linux/mman.h>
 HUGE = 2 << 20           # the x86-64 huge page
-_madvise = None
 
 
+@functools.cache
 def _libc_madvise():
-    global _madvise
-    if _madvise is None:
-        f = ctypes.CDLL(None, use_errno=True).madvise
-        f.argtypes, f.restype = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int], ctypes.c_int
-        _madvise = f
-    return _madvise
+    f = ctypes.CDLL(None, use_errno=True).madvise
+    f.argtypes, f.restype = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int], ctypes.c_int
+    return f
 
 
 def collapse(tensors) -> int:
