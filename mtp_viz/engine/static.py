@@ -56,7 +56,7 @@ class StreamedLinear(torch.nn.Linear):
     ``linear`` reads 13-14 (docs/compiled.md). Where the kernel is not there (another CPU,
     a GPU, no compiler) a product of up to :data:`STREAMED_ROWS` float32 rows, or one row of
     bfloat16, is reductions inductor writes itself, wider ones BLAS's. Outside a graph (a
-    long prompt's eager prefill) it is ``nn.Linear``, or torchao's own int8 product."""
+    long prompt's eager prefill) it is ``nn.Linear``; int8 weights stay on the kernel."""
 
     isa = 0          # the kernel's instruction set on this CPU (:func:`twin` sets it); 0: no kernel
     int8 = None      # int8 weights as the kernel reads them: (q [N, K] int8, scale [N] float32)
@@ -64,18 +64,31 @@ class StreamedLinear(torch.nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = self.weight
         rows = x.numel() // x.shape[-1]
+        if self.int8 is not None:
+            return self._int8(x, rows)
         if torch.compiler.is_compiling() and self.isa and rows <= MAX_ROWS:
-            if self.int8 is not None:
-                return torch.ops.mtp_viz.rows(x, self.int8[0], self.int8[1], self.bias, self.isa)
             if w.dtype == x.dtype and w.dtype in (torch.float32, torch.bfloat16):
                 return torch.ops.mtp_viz.rows(x, w, None, self.bias, self.isa)
-        if (not torch.compiler.is_compiling() or rows > STREAMED_ROWS or self.int8 is not None
+        if (not torch.compiler.is_compiling() or rows > STREAMED_ROWS
                 or (rows > 1 and w.dtype != torch.float32)):
             return torch.nn.functional.linear(x, w, self.bias)
         x2 = x.reshape(rows, x.shape[-1])
         y = torch.stack([(w * x2[r]).sum(-1) for r in range(rows)])   # [rows, N]
         y = y.reshape(*x.shape[:-1], w.shape[0])
         return y if self.bias is None else y + self.bias
+
+    def _int8(self, x: torch.Tensor, rows: int) -> torch.Tensor:
+        """int8 weights on the kernel at any number of rows, :data:`MAX_ROWS` a call: a
+        prompt's rows too, since torchao's CPU product widens the whole of W to float32 for
+        every call (E2B, 32 prompt tokens: about 4 s of a prefill in copies). Each output's
+        value is the one a decode step gives its row."""
+        q, scale = self.int8
+        if rows <= MAX_ROWS:
+            return torch.ops.mtp_viz.rows(x, q, scale, self.bias, self.isa)
+        x2 = x.reshape(rows, x.shape[-1])
+        y = torch.cat([torch.ops.mtp_viz.rows(x2[i:i + MAX_ROWS], q, scale, self.bias, self.isa)
+                       for i in range(0, rows, MAX_ROWS)])
+        return y.reshape(*x.shape[:-1], q.shape[0])
 
 
 def _int8_rows(w) -> tuple[torch.Tensor, torch.Tensor] | None:

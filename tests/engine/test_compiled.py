@@ -252,3 +252,22 @@ def test_the_twins_linear_layers_are_streamed_and_still_linear(pair):
         assert got.shape == want.shape and got.dtype == dtype
         torch.testing.assert_close(got.float(), want,
                                    **({} if dtype == torch.float32 else {"atol": 2e-2, "rtol": 2e-2}))
+
+
+@pytest.mark.slow
+def test_int8_weights_compiled_are_lossless_against_their_own_plain_decoding():
+    """torchao's int8 weight-only target on the engine's kernel: the 20-token prompt's products
+    16 rows a call outside a graph, the steps and verifications inside one; MTP's greedy output
+    is the same target's plain greedy output."""
+    torchao = pytest.importorskip("torchao.quantization")
+    from mtp_viz.engine import kernels
+    target, assistant = gemma_target(), gemma_assistant()
+    torchao.quantize_(target, torchao.Int8WeightOnlyConfig())
+    fast = compiled.FastTarget(target)
+    on_kernel = [m for m in fast.twin.modules() if isinstance(m, static.StreamedLinear) and m.int8 is not None]
+    assert bool(on_kernel) == kernels.load()
+    prompt = PROMPTS[0]
+    _, plain = done_of(engine.autoregressive(fast, prompt, max_new_tokens=N))
+    drafter = MTPDrafter(assistant, target, compiled.FastDraftStep(assistant, fast.window))
+    _, spec = done_of(engine.speculative(fast, drafter, prompt, max_new_tokens=N))
+    assert list(spec.generated_ids) == list(plain.generated_ids) and spec.drafted > 0
