@@ -100,9 +100,9 @@ def revisits(order: list[tuple[str, str]]) -> dict[str, int]:
 def app_handlers():
     """The app's Handlers on the bundled pair, loaded (off the trace)."""
     from mtp_viz.app.handlers import local
-    from mtp_viz.app.runtime import deploy, runs, service
+    from mtp_viz.app.runtime import deploy, loading, service
     from mtp_viz.app.runtime.pairs import PairSpec
-    loader = service.PairLoader(runs.load_and_warm)
+    loader = service.PairLoader(loading.load_and_warm)
     h = local.Handlers(loader, deploy.presets(loader.allow), ("tiny", None), cap=64, prompt_cap=512)
     assert loader.wait(PairSpec("tiny"), timeout=300).status == service.Load.READY
     return h

@@ -18,9 +18,9 @@ def launch(pair: Any, **kwargs: Any):
     from mtp_viz.views.notebook import in_notebook
 
     from .page import layout
-    from .runtime import runs, service
+    from .runtime import loading, service
     models.set_threads(service.threads())   # the app's threads: one way to time, on every surface
-    demo = layout.build_demo(pair=runs.warm(pair))  # warmed here: the page opens on it ready, its first run timed warm
+    demo = layout.build_demo(pair=loading.warm(pair))  # warmed: the page opens on it ready, its first run timed warm
     layout.launch(demo, host=kwargs.pop("host", None), port=kwargs.pop("port", None),
                   **{"inline": in_notebook(), "prevent_thread_lock": True, "quiet": True, **kwargs})
     return demo

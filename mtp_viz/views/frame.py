@@ -41,7 +41,7 @@ class Frame:
     def parts(self) -> list[Any]:
         """The frame as the page's outputs, in :data:`OUTPUTS` order: each text part, then
         each chart's figure; None where the frame leaves that output as it is (the page
-        says "keep" in its UI library's own way: :func:`mtp_viz.app.handlers.recorded.outputs`)."""
+        says "keep" in its UI library's own way: :func:`mtp_viz.app.handlers.frames.outputs`)."""
         return [getattr(self, s) for s in SLOTS] + [self.figures.get(c) for c in PLOTS]
 
     def shown(self) -> set[str]:

@@ -126,13 +126,13 @@ def test_allow_list_refuses_other_models_without_loading(folders, monkeypatch):
     from gradio_client import Client
 
     from mtp_viz.app.page import layout as ui
-    from mtp_viz.app.runtime import runs, service
+    from mtp_viz.app.runtime import loading, service
     monkeypatch.setenv("MTP_VIZ_ALLOWED_MODELS", str(folders[0]))
     loads = []
 
     def load(t, d):
         loads.append(t)
-        return runs.load_and_warm(t, d)
+        return loading.load_and_warm(t, d)
 
     demo = ui.build_demo(loader=service.PairLoader(load))
     try:

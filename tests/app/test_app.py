@@ -13,7 +13,7 @@ import torch
 from factories import gemma_assistant, gemma_target
 from mtp_viz.analysis import stream
 from mtp_viz.app.handlers import local, recorded
-from mtp_viz.app.runtime import deploy, pairs, runs, service
+from mtp_viz.app.runtime import deploy, loading, pairs, runs, service
 from mtp_viz.app.runtime.pairs import PairSpec
 from mtp_viz.engine.events import Done, Error
 from mtp_viz.errors import UserError
@@ -509,10 +509,10 @@ def test_the_app_refuses_to_start_on_a_bad_dtype(monkeypatch, capsys):
 
 def test_the_app_loads_pairs_in_the_dtype_asked_for(monkeypatch):
     monkeypatch.setenv("MTP_VIZ_DTYPE", "bfloat16")
-    monkeypatch.setattr(runs, "warm_up", lambda source, top=0: None)  # the load is what is checked
+    monkeypatch.setattr(loading, "warm_up", lambda source, top=0: None)  # the load is what is checked
     from mtp_viz.sources import models
     monkeypatch.setattr(models, "set_threads", lambda n: None)  # keep this process's thread count
-    pair = runs.load_and_warm("tiny", None)
+    pair = loading.load_and_warm("tiny", None)
     assert pair.target.dtype == pair.drafter_model.dtype == torch.bfloat16
 
 
@@ -528,7 +528,7 @@ def test_a_loaded_pair_is_warmed_through_the_whole_app_path():
     """The load's warm-up is a comparison as Run makes it (both modes in turns, top-k
     recorded, every frame and chart built), so no first call lands in a timed run."""
     pair = FakePair()
-    runs.warm_up(pair, top=5)
+    loading.warm_up(pair, top=5)
     assert [(m, s.top, s.max_new_tokens) for m, s in pair.calls] == [
         ("speculative", 5, 8), ("autoregressive", 5, 8)]
 

@@ -17,7 +17,7 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 
 from mtp_viz.app.handlers import form, gate, links, local
-from mtp_viz.app.runtime import deploy, runs, service
+from mtp_viz.app.runtime import deploy, loading, service
 from mtp_viz.app.runtime.pairs import PairSpec
 from mtp_viz.engine.events import Done, Ran, Start
 from mtp_viz.errors import UserError
@@ -135,12 +135,12 @@ def test_load_and_warm_compiles_the_pages_first_run_and_warms_within_it(monkeypa
     monkeypatch.setattr(models, "set_threads", lambda n: None)
     monkeypatch.setattr(models, "load_pair", lambda *a, **kw: SimpleNamespace(
         use=lambda engine, **how: compiled.append((engine, how))))
-    monkeypatch.setattr(runs, "warm", lambda pair: pair)
+    monkeypatch.setattr(loading, "warm", lambda pair: pair)
     report = print
-    runs.load_and_warm("tiny", None, engine="compiled", progress=report)
-    runs.load_and_warm("tiny", None)
-    assert compiled == [("compiled", {"settings": [runs.FIRST_RUN], "progress": report})]   # eager: nothing
-    first, warm = runs.FIRST_RUN, dataclasses.replace(runs.FIRST_RUN, max_new_tokens=8)
+    loading.load_and_warm("tiny", None, engine="compiled", progress=report)
+    loading.load_and_warm("tiny", None)
+    assert compiled == [("compiled", {"settings": [loading.FIRST_RUN], "progress": report})]   # eager: nothing
+    first, warm = loading.FIRST_RUN, dataclasses.replace(loading.FIRST_RUN, max_new_tokens=8)
     for p in (3, 40):   # the warm-up's graphs are among the first run's, whatever the prompt's length
         assert graphs.speculative_graphs(p, warm.max_new_tokens, warm.draft_tokens, fixed=True) <= (
             graphs.speculative_graphs(p, first.max_new_tokens, first.draft_tokens, fixed=True))
@@ -149,9 +149,9 @@ def test_load_and_warm_compiles_the_pages_first_run_and_warms_within_it(monkeypa
                ("draft-tokens", "max-new")}
     assert sliders == {"draft-tokens": first.draft_tokens, "max-new": first.max_new_tokens}
     mine = SimpleNamespace(name="tiny", drafter_name=None)  # a notebook's pair serves its own engine only
-    monkeypatch.setattr(runs, "load_and_warm", lambda *a: ("loaded", a))
-    assert runs.preloaded(mine)("tiny", None) is mine
-    assert runs.preloaded(mine)("tiny", None, None, "compiled") == ("loaded", ("tiny", None, None, "compiled", None))
+    monkeypatch.setattr(loading, "load_and_warm", lambda *a: ("loaded", a))
+    assert loading.preloaded(mine)("tiny", None) is mine
+    assert loading.preloaded(mine)("tiny", None, None, "compiled") == ("loaded", ("tiny", None, None, "compiled", None))
 
 
 def _fake_pair(note=""):

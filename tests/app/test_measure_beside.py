@@ -16,7 +16,7 @@ import socket
 import pytest
 
 from mtp_viz.app.handlers import local
-from mtp_viz.app.runtime import deploy, runs, service
+from mtp_viz.app.runtime import deploy, loading, runs, service
 from mtp_viz.paths import assets_dir
 from mtp_viz.sources.llamacpp.gguf import export_pair
 from real_llamacpp import llama_server, serving
@@ -61,7 +61,7 @@ def _other_target(folder):
 
 
 def _handlers() -> local.Handlers:
-    loader = service.PairLoader(runs.load_and_warm)
+    loader = service.PairLoader(loading.load_and_warm)
     return local.Handlers(loader, deploy.presets(loader.allow), ("tiny", None), cap=64, prompt_cap=256)
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from locations import ROOT
 from mtp_viz.app.handlers import form, links, local
-from mtp_viz.app.runtime import deploy, runs, service
+from mtp_viz.app.runtime import deploy, loading, service
 from mtp_viz.app.runtime.pairs import PairSpec
 from mtp_viz.sources.precision import Precision
 
@@ -53,8 +53,8 @@ def test_the_precision_is_part_of_the_pair_cache_key():
 def handlers(monkeypatch):
     from mtp_viz.sources import models
     monkeypatch.setattr(models, "set_threads", lambda n: None)   # keep this process's thread count
-    monkeypatch.setattr(runs, "warm_up", lambda source, top=0: None)  # the load is what is checked
-    loader = service.PairLoader(runs.load_and_warm)
+    monkeypatch.setattr(loading, "warm_up", lambda source, top=0: None)  # the load is what is checked
+    loader = service.PairLoader(loading.load_and_warm)
     return local.Handlers(loader, deploy.presets(loader.allow), ("tiny", None), cap=16, prompt_cap=256)
 
 
@@ -98,10 +98,10 @@ def test_links_carry_the_precisions():
 WITHOUT_TORCHAO = """
 import sys; sys.modules['torchao'] = None   # a real import failure: `import torchao` raises ImportError
 from mtp_viz.app.page import layout
-from mtp_viz.app.runtime import runs, service
+from mtp_viz.app.runtime import loading, service
 from mtp_viz.app.runtime.pairs import PairSpec
-runs.warm_up = lambda source, top=0: None
-demo = layout.build_demo(loader=service.PairLoader(runs.load_and_warm), target="tiny")
+loading.warm_up = lambda source, top=0: None
+demo = layout.build_demo(loader=service.PairLoader(loading.load_and_warm), target="tiny")
 h = demo.mtp_app.handlers
 print(h.loader.wait(h.gate.asked("tiny", "", "", "int8", "default")).message)
 print(h.loader.wait(PairSpec("tiny")).status.value)

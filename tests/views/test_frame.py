@@ -17,7 +17,7 @@ def test_parts_are_the_outputs_in_order_none_where_left_as_they_are():
 def test_the_app_maps_what_a_frame_leaves_to_gradios_skip_and_nothing_else():
     import gradio as gr
 
-    from mtp_viz.app.handlers.recorded import outputs
+    from mtp_viz.app.handlers.frames import outputs
     out = outputs(Frame(status="s"), sess="the session")
     assert len(out) == len(OUTPUTS) + 2 and out[OUTPUTS.index("status")] == "s" and out[-2] == "the session"
     skip = gr.skip()

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Sequence
 
-from mtp_viz.app.runtime import runs, work
+from mtp_viz.app.runtime import loading, runs, work
 from mtp_viz.app.runtime.guard import ServerPolicy, canonical
 from mtp_viz.app.runtime.turns import Held
 from mtp_viz.engine.engines import ENGINES
@@ -30,7 +30,7 @@ from mtp_viz.views import stats
 from mtp_viz.views.frame import Frame
 
 from . import form
-from .recorded import message, outputs
+from .frames import message, outputs
 
 MAX_PEERS = 4   # peers one Measure may time: each adds a run to every repeat
 
@@ -159,7 +159,7 @@ class Measuring:
         other_pair = None if notes else other_pair
         arms: list = []
         try:
-            for line in runs.compile_lines(other_pair, s.only("autoregressive"), sess.stop) if other_pair else ():
+            for line in loading.compile_lines(other_pair, s.only("autoregressive"), sess.stop) if other_pair else ():
                 yield outputs(Frame(status=line), sess)
             if urls:
                 turn.give()   # asking servers needs no engine

@@ -11,7 +11,7 @@ from typing import Any, Iterator
 
 import gradio as gr
 
-from mtp_viz.app.runtime import runs, service
+from mtp_viz.app.runtime import loading, runs, service
 from mtp_viz.app.runtime.pairs import PairSpec, pair_key
 from mtp_viz.app.runtime.service import Load
 from mtp_viz.app.runtime.turns import Turns, ahead_words
@@ -210,7 +210,7 @@ class Gate:
         with progress in ``#status`` and ``#model-status`` (no frame when none is missing);
         then the pair's line again (what compiling took, now)."""
         compiled = False
-        for line in runs.compile_lines(pair, s, sess.stop):
+        for line in loading.compile_lines(pair, s, sess.stop):
             compiled = True
             yield Frame(status=line, model_status=line)
         if compiled:

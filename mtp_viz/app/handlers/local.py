@@ -21,12 +21,13 @@ from mtp_viz.errors import UserError
 from mtp_viz.sources.local import LocalSource
 from mtp_viz.sources.settings import RunSettings
 from mtp_viz.views import charts, export, inspector, tokens
-from mtp_viz.views.frame import Frame, cleared
+from mtp_viz.views.frame import OUTPUTS, Frame, cleared
 
 from . import beside, form
+from .frames import message, outputs
 from .gate import CUSTOM, Gate
 from .profile import Profiling
-from .recorded import OUTPUTS, Traces, message, outputs
+from .recorded import Traces
 
 # #experts' line under its switch: before a pair is loaded, and for a mixture of experts
 EXPERTS_WAITING = "For a mixture-of-experts target (the 26B-A4B); on offer once such a pair is loaded."

@@ -2,7 +2,7 @@
 download) and the exports. The session's recorded events are all they need: no model.
 
 Handlers build *frames* (:class:`mtp_viz.views.frame.Frame`) and return them as the
-page's outputs list (:func:`outputs`), leaving the parts a frame does not set unchanged.
+page's outputs list (:func:`.frames.outputs`), leaving the parts a frame does not set unchanged.
 
 A trace is a visitor's file, so reading one is bounded (:func:`read_trace`): a file over
 :data:`MAX_UPLOAD_BYTES` (the reader's own :data:`~mtp_viz.sources.trace.MAX_BYTES`, also
@@ -26,9 +26,10 @@ from mtp_viz.errors import UserError
 from mtp_viz.sources import trace
 from mtp_viz.sources.recorded import TraceSource
 from mtp_viz.views import captions, charts, export, stats, tokens
-from mtp_viz.views.frame import OUTPUTS, PANE, Frame, cleared
+from mtp_viz.views.frame import PANE, Frame, cleared
 
 from . import form
+from .frames import message, outputs
 
 REPLAY_SECONDS = 300.0  # the longest a Race replay plays before it shows the whole run
 MAX_PARSES = 2          # traces parsed at once, all sessions together: parsing holds a CPU
@@ -62,18 +63,6 @@ def read_trace(path: str) -> Generator[str, None, TraceSource]:
         return TraceSource.read(path)
     finally:
         PARSES.release()
-
-
-def outputs(f: Frame, sess: Any = None, replay: Any = None) -> list[Any]:
-    """A frame as the run outputs list (:meth:`Frame.parts`, the adapter beside the frame,
-    then the session and Race replay's button): Gradio's skip for what it leaves None, so
-    the page keeps it."""
-    return [gr.skip() if v is None else v for v in (*f.parts(), sess, replay)]
-
-
-def message(text: str, level: str = "info") -> Frame:
-    """A frame that only says ``text`` in #status."""
-    return Frame(status=tokens.message_html(text, level=level))
 
 
 class Traces:
@@ -221,4 +210,4 @@ class Traces:
         return path
 
 
-__all__ = ["MAX_PARSES", "MAX_UPLOAD_BYTES", "OUTPUTS", "PARSE_WAIT", "Traces", "message", "outputs", "read_trace"]
+__all__ = ["MAX_PARSES", "MAX_UPLOAD_BYTES", "PARSE_WAIT", "Traces", "read_trace"]

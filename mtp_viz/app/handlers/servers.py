@@ -39,8 +39,8 @@ from mtp_viz.sources.servers import Servers, ServerSource
 from mtp_viz.views import dashboard, tokens
 from mtp_viz.views.frame import Frame, cleared
 
+from .frames import message, outputs
 from .local import Handlers, refused
-from .recorded import message, outputs
 
 VLLM = "vllm"                 # the model picker's key for this source
 DASHBOARD_SECONDS = 2.0       # between two scrapes of /metrics

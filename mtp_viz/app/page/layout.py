@@ -25,7 +25,7 @@ from mtp_viz.app.handlers.local import CUSTOM, EXPERTS_WAITING, Handlers
 from mtp_viz.app.handlers.recorded import Traces
 from mtp_viz.app.handlers.servers import ServerHandlers
 from mtp_viz.app.handlers.traffic import TrafficHandlers
-from mtp_viz.app.runtime import deploy, pairs, runs, service, work
+from mtp_viz.app.runtime import deploy, loading, pairs, service, work
 from mtp_viz.app.runtime.guard import ServerPolicy
 from mtp_viz.engine.drafters import DRAFTERS
 from mtp_viz.engine.engines import ENGINES, default_engine
@@ -333,8 +333,8 @@ def build_demo(loader: service.PairLoader | None = None, target: str | None = No
     already in memory, served as it is), else ``target``/``drafter`` if given, else
     :func:`deploy.default_pair` (environment, cached E2B, bundled tiny pair)."""
     if pair is not None:
-        loader = service.PairLoader(runs.preloaded(pair))
-    loader = loader or service.PairLoader(runs.load_and_warm)
+        loader = service.PairLoader(loading.preloaded(pair))
+    loader = loader or service.PairLoader(loading.load_and_warm)
     presets = deploy.presets(loader.allow)
     first = _first_pair(presets, loader.allow, target, drafter) if pair is None else _in_memory(pair, loader, presets)
     choices = [(p["label"], k) for k, p in presets.items()]

@@ -95,7 +95,7 @@ class PairLoader:
     pair asked in other precisions than the default, ``engine=...`` for one asked on another
     engine than the default, with ``progress`` where that engine compiles, which hears of
     each graph it compiles (each keyword passed only when asked: :meth:`.pairs.PairSpec.load_keywords`): the app's is
-    :func:`.runs.load_and_warm` (load, then an untimed comparison through the app's path,
+    :func:`.loading.load_and_warm` (load, then an untimed comparison through the app's path,
     so the first run is timed warm); tests pass their own."""
 
     def __init__(self, load: Callable[[str, str | None], Any],
