@@ -80,8 +80,9 @@ class StreamedLinear(torch.nn.Linear):
     def _int8(self, x: torch.Tensor, rows: int) -> torch.Tensor:
         """int8 weights on the kernel at any number of rows, :data:`MAX_ROWS` a call: a
         prompt's rows too, since torchao's CPU product widens the whole of W to float32 for
-        every call (E2B, 32 prompt tokens: about 4 s of a prefill in copies). Each output's
-        value is the one a decode step gives its row."""
+        every call (Zen 4, random E2B, 32 prompt tokens and one step at one thread: 5.35 s
+        through torchao, 0.53 s here). Each output's value is the one a decode step gives
+        its row."""
         q, scale = self.int8
         if rows <= MAX_ROWS:
             return torch.ops.mtp_viz.rows(x, q, scale, self.bias, self.isa)
